@@ -1,0 +1,40 @@
+# The README's two commands: `make audit` and `make test`. Both set up .venv from scratch.
+# Torch is installed FIRST (TORCH_SPEC; here torch==2.13.0 resolves to the local CPU wheel)
+# so that no dependency ever pulls a CUDA build. Override, e.g.:
+#   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu121"
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.leakaudit-installed
+
+.PHONY: setup audit test lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Main job on built-in data. Until the audit lands, the accountant demo.
+audit: setup
+	$(PY) -m accounting epsilon --q 0.01 --sigma 6 --steps 10000 --delta 1e-5
+	$(PY) -m accounting epsilon --q 0.01 --sigma 15 --sigma-end 4.85 --schedule exponential --steps 10000 --delta 1e-5
+
+test: setup
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check .
+
+bench: setup
+	$(PY) benchmarks/accounting_speed.py --profile quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks

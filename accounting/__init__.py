@@ -1,0 +1,95 @@
+"""Privacy accounting for (sampled) Gaussian, Laplace and (eps, delta) releases.
+
+Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions` and
+:mod:`accounting.composition`; the one stateful object is :class:`PrivacyLedger`.
+See SPEC-accounting.md and the README for the papers behind every formula.
+"""
+
+from . import schedules
+from .calibrate import calibrate_sigma, max_steps, scale_schedule
+from .composition import (
+    DP,
+    RangeWarning,
+    amplify_by_sampling,
+    analytic_gaussian_epsilons,
+    compose_advanced,
+    compose_advanced_heterogeneous,
+    compose_basic,
+    gaussian_delta,
+    gaussian_step_epsilon,
+    zcdp_gaussian,
+    zcdp_sampled_gaussian_approx,
+    zcdp_to_dp,
+)
+from .conversions import (
+    DeltaResult,
+    DPResult,
+    NoPrivacyWarning,
+    OrderGridWarning,
+    dp_delta,
+    log_moments,
+    moments_epsilon,
+    optimize_order,
+    rdp_to_dp,
+)
+from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .ledger import APPROXIMATE_METHODS, METHODS, PrivacyLedger, parallel_epsilon
+from .prv import PRVBounds, prv_epsilon, round_sigmas
+from .rdp import (
+    DEFAULT_ORDERS,
+    INTEGER_ORDERS,
+    SeriesConvergenceWarning,
+    rdp_gaussian,
+    rdp_laplace,
+    rdp_pure_dp,
+    rdp_sgm,
+    rdp_sgm_many,
+)
+
+__all__ = [
+    "APPROXIMATE_METHODS",
+    "DEFAULT_ORDERS",
+    "DP",
+    "DPResult",
+    "DeltaResult",
+    "ApproxDP",
+    "Event",
+    "GaussianSchedule",
+    "INTEGER_ORDERS",
+    "Laplace",
+    "METHODS",
+    "NoPrivacyWarning",
+    "OrderGridWarning",
+    "PRVBounds",
+    "PrivacyLedger",
+    "RangeWarning",
+    "SampledGaussian",
+    "SeriesConvergenceWarning",
+    "amplify_by_sampling",
+    "analytic_gaussian_epsilons",
+    "calibrate_sigma",
+    "compose_advanced",
+    "compose_advanced_heterogeneous",
+    "compose_basic",
+    "dp_delta",
+    "gaussian_delta",
+    "gaussian_step_epsilon",
+    "log_moments",
+    "max_steps",
+    "moments_epsilon",
+    "optimize_order",
+    "parallel_epsilon",
+    "prv_epsilon",
+    "rdp_gaussian",
+    "rdp_laplace",
+    "rdp_pure_dp",
+    "rdp_sgm",
+    "rdp_sgm_many",
+    "rdp_to_dp",
+    "round_sigmas",
+    "scale_schedule",
+    "schedules",
+    "zcdp_gaussian",
+    "zcdp_sampled_gaussian_approx",
+    "zcdp_to_dp",
+]

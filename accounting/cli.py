@@ -1,0 +1,168 @@
+"""Command line: ``python -m accounting epsilon|calibrate|max-steps ...``.
+
+``epsilon`` prints every accountant side by side for one setting (constant or decaying
+sigma), with prv-accountant's bracket; ``calibrate`` finds sigma for a target eps;
+``max-steps`` the number of steps a budget allows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from collections.abc import Sequence
+
+from . import schedules
+from .calibrate import calibrate_sigma, max_steps
+from .conversions import OrderGridWarning
+from .ledger import METHODS, PrivacyLedger
+
+_NOTES = {
+    "rdp": "RDP, improved conversion (Balle et al. 2020)",
+    "rdp-classic": "RDP, classic conversion (Mironov 2017)",
+    "moments": "moments accountant (Abadi et al. 2016) = rdp-classic",
+    "zcdp": "zCDP, rho = 1/(2 sigma^2) per step: sampling ignored (conservative)",
+    "advanced": "advanced composition (Dwork et al. 2010), analytic Gaussian steps",
+    "basic": "basic composition, analytic Gaussian steps amplified by sampling",
+    "prv": "PRV estimate (Gopi et al. 2021)",
+    "zcdp-approx": "APPROXIMATION rho ~ q^2/sigma^2 (Yu et al. 2019): may under-report",
+}
+
+
+def _fmt(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:.4f}"
+
+
+def _build_ledger(args: argparse.Namespace) -> tuple[PrivacyLedger, str]:
+    ledger = PrivacyLedger(orders=args.orders)
+    if args.schedule == "constant":
+        ledger.step(q=args.q, sigma=args.sigma, count=args.steps)
+        return ledger, f"q={args.q:g}, sigma={args.sigma:g}, steps={args.steps}"
+    if args.sigma_end is None:
+        raise SystemExit(f"error: --sigma-end is required for --schedule {args.schedule}")
+    kwargs = {}
+    if args.schedule == "staircase" and args.period is not None:
+        kwargs["period"] = args.period
+    if args.schedule == "cyclic":
+        kwargs["cycles"] = args.cycles
+    sig = schedules.schedule(args.schedule, args.sigma, args.sigma_end, args.steps, **kwargs)
+    ledger.step_schedule(args.q, sig)
+    return ledger, (f"q={args.q:g}, {args.schedule} sigma {args.sigma:g} -> {args.sigma_end:g}, "
+                    f"steps={args.steps}")
+
+
+def _cmd_epsilon(args: argparse.Namespace) -> int:
+    ledger, setting = _build_ledger(args)
+    rows: list[tuple[str, float, str]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OrderGridWarning)
+        for m in METHODS:
+            if m == "prv":
+                continue
+            res = ledger.epsilon_and_order(args.delta, m, optimize_order=args.optimize_order)
+            note = _NOTES[m]
+            if res.order is not None:
+                note += f"; order {res.order:g}"
+            rows.append((m, res.eps, note))
+        prv = None
+        if not args.no_prv:
+            prv = ledger.epsilon_bounds(args.delta)
+            rows.append(("prv", prv[1], _NOTES["prv"] + f"; bounds [{_fmt(prv[0])}, "
+                         f"{_fmt(prv[2])}]"))
+        rows.append(("zcdp-approx", ledger.epsilon(args.delta, "zcdp-approx"),
+                     _NOTES["zcdp-approx"]))
+    if args.json:
+        out = {"setting": setting, "delta": args.delta,
+               "epsilon": {m: e for m, e, _ in rows}}
+        if prv is not None:
+            out["prv_bounds"] = {"lower": prv[0], "estimate": prv[1], "upper": prv[2]}
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{setting}, delta={args.delta:g}")
+    print(f"{'method':<12} {'epsilon':>10}  how")
+    for m, e, note in rows:
+        print(f"{m:<12} {_fmt(e):>10}  {note}")
+    reason = ledger.why_infinite()
+    if reason:
+        print(f"infinite: {reason}")
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    sigma = calibrate_sigma(args.eps, args.delta, args.q, args.steps, args.method,
+                            orders=args.orders)
+    ledger = PrivacyLedger(orders=args.orders)
+    ledger.step(q=args.q, sigma=sigma, count=args.steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OrderGridWarning)
+        achieved = ledger.epsilon(args.delta, args.method)
+    print(f"sigma={sigma:.6f}  (q={args.q:g}, steps={args.steps}, delta={args.delta:g}, "
+          f"method={args.method}: eps={achieved:.6f} <= target {args.eps:g})")
+    return 0
+
+
+def _cmd_max_steps(args: argparse.Namespace) -> int:
+    t = max_steps(args.eps, args.delta, args.q, args.sigma, args.method, orders=args.orders)
+    print(f"steps={t}  (q={args.q:g}, sigma={args.sigma:g}, delta={args.delta:g}, "
+          f"method={args.method}, eps budget {args.eps:g})")
+    return 0
+
+
+def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def orders_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--orders", default="default", choices=["default", "integer"],
+                        help="Rényi order grid (default: 1.1..10.9, 12..64, 128, 256)")
+
+    e = sub.add_parser("epsilon", help="eps under every accountant, side by side")
+    e.add_argument("--q", type=float, required=True, help="sampling probability per step")
+    e.add_argument("--sigma", type=float, required=True, help="noise multiplier (start value)")
+    e.add_argument("--steps", type=int, required=True)
+    e.add_argument("--delta", type=float, default=1e-5)
+    e.add_argument("--schedule", default="constant", choices=list(schedules.SCHEDULES))
+    e.add_argument("--sigma-end", type=float, default=None, help="final sigma of a decay")
+    e.add_argument("--period", type=int, default=None, help="staircase period")
+    e.add_argument("--cycles", type=int, default=4, help="cyclic restarts")
+    e.add_argument("--optimize-order", action="store_true",
+                   help="refine the best order continuously")
+    e.add_argument("--no-prv", action="store_true", help="skip prv-accountant")
+    e.add_argument("--json", action="store_true")
+    orders_arg(e)
+    e.set_defaults(func=_cmd_epsilon)
+
+    c = sub.add_parser("calibrate", help="smallest sigma for a target eps")
+    c.add_argument("--eps", type=float, required=True)
+    c.add_argument("--delta", type=float, default=1e-5)
+    c.add_argument("--q", type=float, required=True)
+    c.add_argument("--steps", type=int, required=True)
+    c.add_argument("--method", default="rdp", choices=[m for m in METHODS if m != "prv"])
+    orders_arg(c)
+    c.set_defaults(func=_cmd_calibrate)
+
+    m = sub.add_parser("max-steps", help="how many steps an eps budget allows")
+    m.add_argument("--eps", type=float, required=True)
+    m.add_argument("--delta", type=float, default=1e-5)
+    m.add_argument("--q", type=float, required=True)
+    m.add_argument("--sigma", type=float, required=True)
+    m.add_argument("--method", default="rdp", choices=[m for m in METHODS if m != "prv"])
+    orders_arg(m)
+    m.set_defaults(func=_cmd_max_steps)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m accounting") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""(eps, delta) composition theorems, per-step Gaussian calibration, sampling, and zCDP.
+
+Pure functions; each cites its theorem. These are the looser accountants the seed papers
+used; the ledger offers them next to RDP so a reader can see how much they overstate.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+from scipy import optimize, special
+
+from ._validate import (
+    check_count,
+    check_delta,
+    check_eps,
+    check_probability,
+    check_real,
+    check_sigma,
+)
+
+__all__ = [
+    "DP",
+    "RangeWarning",
+    "gaussian_step_epsilon",
+    "gaussian_delta",
+    "analytic_gaussian_epsilons",
+    "amplify_by_sampling",
+    "compose_basic",
+    "compose_advanced",
+    "compose_advanced_heterogeneous",
+    "zcdp_gaussian",
+    "zcdp_sampled_gaussian_approx",
+    "zcdp_to_dp",
+]
+
+
+class DP(NamedTuple):
+    """An (eps, delta) guarantee."""
+
+    eps: float
+    delta: float
+
+
+class RangeWarning(UserWarning):
+    """A bound was used outside the range where its theorem holds."""
+
+
+def _gaussian_delta_vec(sigma: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """Vectorised exact delta(eps) of the Gaussian mechanism (sigma > 0, finite eps)."""
+    a = special.log_ndtr(1.0 / (2 * sigma) - eps * sigma)
+    b = eps + special.log_ndtr(-1.0 / (2 * sigma) - eps * sigma)
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = np.where(b < a, np.exp(a) * -np.expm1(np.minimum(b - a, 0.0)), 0.0)
+    return np.clip(d, 0.0, 1.0)
+
+
+def gaussian_delta(sigma: float, eps: float) -> float:
+    """Exact delta(eps) of the Gaussian mechanism with noise multiplier sigma.
+
+    Balle & Wang 2018, "Improving the Gaussian mechanism for DP", Thm 8 (sensitivity 1):
+    delta = Phi(1/(2 sigma) - eps sigma) - e^eps Phi(-1/(2 sigma) - eps sigma); in log space.
+    """
+    sigma = check_sigma("sigma", sigma)
+    eps = check_eps("eps", eps, allow_inf=True)
+    if sigma == 0:
+        return 1.0
+    if math.isinf(eps):
+        return 0.0
+    return float(_gaussian_delta_vec(np.array([sigma]), np.array([eps]))[0])
+
+
+def analytic_gaussian_epsilons(sigmas: np.ndarray, deltas: np.ndarray | float) -> np.ndarray:
+    """Exact per-step eps of Gaussian steps (Balle & Wang 2018), vectorised bisection.
+
+    Returns the smallest eps (to 1e-12 relative, rounded up) with delta(eps) <= delta;
+    sigma = 0 gives inf.
+    """
+    s = np.atleast_1d(np.asarray(sigmas, dtype=float))
+    d = np.broadcast_to(np.asarray(deltas, dtype=float), s.shape).copy()
+    out = np.full(s.shape, np.inf)
+    ok = s > 0
+    if not ok.any():
+        return out
+    s, d = s[ok], d[ok]
+    lo = np.zeros_like(s)
+    hi = np.ones_like(s)
+    for _ in range(200):
+        bad = _gaussian_delta_vec(s, hi) > d
+        if not bad.any():
+            break
+        hi = np.where(bad, hi * 2.0, hi)
+    zero = _gaussian_delta_vec(s, lo) <= d
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        good = _gaussian_delta_vec(s, mid) <= d
+        hi = np.where(good, mid, hi)
+        lo = np.where(good, lo, mid)
+        if np.all(hi - lo <= 1e-12 * np.maximum(hi, 1e-300)):
+            break
+    out[ok] = np.where(zero, 0.0, hi)
+    return out
+
+
+def gaussian_step_epsilon(sigma: float, delta: float, method: str = "classical") -> float:
+    """eps of ONE Gaussian step with noise multiplier sigma at the given delta.
+
+    method="classical": Dwork & Roth 2014, Thm A.1, eps = sqrt(2 ln(1.25/delta)) / sigma. The
+    theorem assumes eps < 1; outside that range a :class:`RangeWarning` says so (the number
+    is then not a proven bound). method="analytic": the exact value (Balle & Wang 2018,
+    Thm 8), valid for every eps and never larger than the classical one where that holds.
+    sigma = 0 gives math.inf.
+    """
+    sigma = check_sigma("sigma", sigma)
+    delta = check_delta("delta", delta)
+    if method not in ("classical", "analytic"):
+        raise ValueError(f"method must be 'classical' or 'analytic', got {method!r}")
+    if sigma == 0:
+        return math.inf
+    if method == "analytic":
+        return float(analytic_gaussian_epsilons(np.array([sigma]), delta)[0])
+    eps = math.sqrt(2.0 * math.log(1.25 / delta)) / sigma
+    if eps >= 1.0:
+        warnings.warn(
+            f"the classical Gaussian calibration (Dwork & Roth Thm A.1) holds for eps < 1; "
+            f"sigma={sigma:g}, delta={delta:g} gives eps={eps:.3g}: not a proven bound, "
+            f"use method='analytic'",
+            RangeWarning,
+            stacklevel=2,
+        )
+    return eps
+
+
+def amplify_by_sampling(eps: float, delta: float, q: float) -> DP:
+    """Privacy amplification by Poisson subsampling with probability q.
+
+    Balle, Barthe, Gaboardi 2018 ("Privacy amplification by subsampling"), Thm 8 / Li, Qardaji,
+    Su 2012: an (eps, delta)-DP step run on a Poisson sample is
+    (log(1 + q (e^eps - 1)), q delta)-DP.
+    """
+    eps = check_eps("eps", eps, allow_inf=True)
+    delta = check_probability("delta", delta)
+    q = check_probability("q", q)
+    if q == 0:
+        return DP(0.0, 0.0)
+    if math.isinf(eps):
+        return DP(math.inf, q * delta)
+    # log(1 + q (e^eps - 1)) = log1p(q expm1(eps)), stable for small and large eps
+    if eps > 700:
+        new_eps = eps + math.log(q) + math.log1p((1 - q) * math.exp(-eps) / q)
+    else:
+        new_eps = math.log1p(q * math.expm1(eps))
+    return DP(float(new_eps), q * delta)
+
+
+def compose_basic(
+    eps: float | Sequence[float], delta: float | Sequence[float], k: int = 1
+) -> DP:
+    """Basic composition (Dwork et al. 2006; Dwork & Roth Thm 3.16): (sum eps_i, sum delta_i).
+
+    Scalars with ``k`` compose k identical steps; sequences compose heterogeneous steps
+    (``k`` then multiplies the whole sequence).
+    """
+    k = check_count("k", k)
+    eps_arr = np.atleast_1d(np.asarray(eps, dtype=float))
+    delta_arr = np.atleast_1d(np.asarray(delta, dtype=float))
+    if eps_arr.size != delta_arr.size and delta_arr.size != 1 and eps_arr.size != 1:
+        raise ValueError("eps and delta must have the same length (or one of them be scalar)")
+    if np.isnan(eps_arr).any() or (eps_arr < 0).any():
+        raise ValueError("eps must be >= 0")
+    if np.isnan(delta_arr).any() or (delta_arr < 0).any() or (delta_arr > 1).any():
+        raise ValueError("delta must be in [0, 1]")
+    n = max(eps_arr.size, delta_arr.size)
+    e = np.broadcast_to(eps_arr, (n,))
+    d = np.broadcast_to(delta_arr, (n,))
+    return DP(float(k * e.sum()), float(min(1.0, k * d.sum())))
+
+
+def compose_advanced(eps: float, delta: float, k: int, delta_prime: float) -> DP:
+    """Advanced composition, homogeneous (Dwork, Rothblum, Vadhan 2010; Dwork & Roth Thm 3.20).
+
+    k-fold composition of (eps, delta)-DP is
+    (sqrt(2 k ln(1/delta')) eps + k eps (e^eps - 1), k delta + delta')-DP.
+    """
+    eps = check_eps("eps", eps)
+    delta = check_probability("delta", delta)
+    k = check_count("k", k)
+    delta_prime = check_delta("delta_prime", delta_prime)
+    return compose_advanced_heterogeneous([eps] * k if k else [], [delta] * k if k else [],
+                                          delta_prime)
+
+
+def compose_advanced_heterogeneous(
+    eps: Sequence[float], delta: Sequence[float] | float, delta_prime: float
+) -> DP:
+    """Advanced composition, heterogeneous form (Dwork, Rothblum, Vadhan 2010, Thm III.3).
+
+    eps_total = sqrt(2 ln(1/delta') sum eps_i^2) + sum eps_i (e^eps_i - 1),
+    delta_total = sum delta_i + delta'.
+    """
+    delta_prime = check_delta("delta_prime", delta_prime)
+    e = np.atleast_1d(np.asarray(eps, dtype=float))
+    if e.size and (np.isnan(e).any() or (e < 0).any()):
+        raise ValueError("eps must be >= 0")
+    d = np.atleast_1d(np.asarray(delta, dtype=float))
+    if d.size == 1 and e.size != 1:
+        d = np.full(e.size, d[0] if d.size else 0.0)
+    if d.size != e.size:
+        raise ValueError(f"eps and delta must have the same length, got {e.size} and {d.size}")
+    if (d < 0).any() or (d > 1).any():
+        raise ValueError("delta must be in [0, 1]")
+    if e.size == 0:
+        return DP(0.0, 0.0)
+    if np.isinf(e).any():
+        return DP(math.inf, float(min(1.0, d.sum() + delta_prime)))
+    total = math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(e * e)))
+    total += float(np.sum(e * np.expm1(e)))
+    return DP(total, float(min(1.0, d.sum() + delta_prime)))
+
+
+def zcdp_gaussian(sigma: float) -> float:
+    """rho of one Gaussian step: 1 / (2 sigma^2)-zCDP (Bun & Steinke 2016, Prop. 1.6).
+
+    This is also the conservative rho of a *subsampled* step: zCDP has no general
+    amplification by subsampling, so the sampling rate is ignored (an upper bound).
+    """
+    sigma = check_sigma("sigma", sigma)
+    return math.inf if sigma == 0 else 1.0 / (2.0 * sigma**2)
+
+
+def zcdp_sampled_gaussian_approx(q: float, sigma: float) -> float:
+    """APPROXIMATION: rho ~ q^2 / sigma^2 for a Poisson-sampled Gaussian step.
+
+    The convention of Yu, Liu, Pu, Gursoy, Truex 2019 ("Differentially private model
+    publishing for deep learning"), valid only for small q and large sigma. It is not a
+    proven bound: never use it for a budget decision.
+    """
+    q = check_probability("q", q)
+    sigma = check_sigma("sigma", sigma)
+    if q == 0:
+        return 0.0
+    return math.inf if sigma == 0 else q * q / sigma**2
+
+
+def zcdp_to_dp(rho: float, delta: float, conversion: str = "classic") -> DP:
+    """(eps, delta) from rho-zCDP.
+
+    classic: eps = rho + 2 sqrt(rho ln(1/delta)) (Bun & Steinke 2016, Prop. 1.3). Note that
+    min_alpha (alpha rho + ln(1/delta)/(alpha-1)) over real alpha > 1 is exactly this value
+    (at alpha = 1 + sqrt(ln(1/delta)/rho)), so the "tighter min_alpha form" adds nothing.
+    improved: min_alpha of the improved RDP conversion (Canonne, Kamath, Steinke 2020,
+    Prop. 12) applied to the curve alpha * rho: genuinely smaller.
+    """
+    rho = check_real("rho", rho)
+    if rho < 0:
+        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    delta = check_delta("delta", delta)
+    if conversion not in ("classic", "improved"):
+        raise ValueError(f"conversion must be 'classic' or 'improved', got {conversion!r}")
+    if math.isinf(rho):
+        return DP(math.inf, delta)
+    if rho == 0:
+        return DP(0.0, delta)
+    log_inv = math.log(1.0 / delta)
+    classic = rho + 2.0 * math.sqrt(rho * log_inv)
+    if conversion == "classic":
+        return DP(classic, delta)
+
+    def f(alpha: float) -> float:
+        return (alpha * rho + math.log1p(-1.0 / alpha)
+                - (math.log(delta) + math.log(alpha)) / (alpha - 1.0))
+
+    a_star = 1.0 + math.sqrt(log_inv / rho)
+    res = optimize.minimize_scalar(f, bounds=(1.0 + 1e-9, max(4 * a_star, 2.0)),
+                                   method="bounded", options={"xatol": 1e-10})
+    return DP(float(max(0.0, min(classic, f(float(res.x))))), delta)

@@ -1,0 +1,598 @@
+"""The privacy ledger: the one stateful object of the accountant.
+
+A :class:`PrivacyLedger` holds a list of typed events (:mod:`accounting.events`) and answers
+questions about them with the pure functions of :mod:`accounting.rdp`,
+:mod:`accounting.conversions` and :mod:`accounting.composition`. Its only state is the
+history; RDP values are memoised per distinct (q, sigma) pair, computed lazily and in one
+vectorised batch, so a 10,000-step schedule with a different sigma every step costs one
+call, and recording a step costs nothing.
+
+Opacus users find ``step(noise_multiplier=, sample_rate=)`` and ``get_epsilon(delta)``.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json
+import math
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import composition as comp
+from ._validate import check_count, check_delta, check_eps, check_orders
+from .conversions import (
+    DPResult,
+    NoPrivacyWarning,
+    OrderGridWarning,
+    dp_delta,
+    log_moments,
+    moments_epsilon,
+    optimize_order,
+    rdp_to_dp,
+)
+from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian, event_from_dict
+from .rdp import DEFAULT_ORDERS, INTEGER_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
+
+__all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT"]
+
+#: Sound methods: each returns an upper bound on eps (PRV: its estimate; see epsilon_bounds).
+METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv")
+#: Labelled approximations: may under-report, never used for a budget decision.
+APPROXIMATE_METHODS = ("zcdp-approx",)
+LEDGER_FORMAT = "leakaudit.ledger/1"
+
+_ADVANCED_SPLITS = np.linspace(0.05, 0.95, 19)
+
+
+def _resolve_orders(orders: object) -> np.ndarray:
+    if orders is None or (isinstance(orders, str) and orders == "default"):
+        return DEFAULT_ORDERS.copy()
+    if isinstance(orders, str):
+        if orders == "integer":
+            return INTEGER_ORDERS.copy()
+        raise ValueError(f"orders must be 'default', 'integer' or a sequence, got {orders!r}")
+    return np.unique(check_orders("orders", orders))
+
+
+class PrivacyLedger:
+    """Every data-dependent release of one party (a client, a model), and its privacy.
+
+    Args:
+        orders: Rényi orders used by the RDP methods: None/"default" for
+            :data:`~accounting.rdp.DEFAULT_ORDERS`, "integer" for {2..64} (the seed papers'
+            grid), or any sequence of numbers > 1.
+
+    Example:
+        >>> ledger = PrivacyLedger()
+        >>> ledger.step(q=0.01, sigma=4.0, count=10_000)
+        >>> round(ledger.epsilon(1e-5), 3)   # doctest: +SKIP
+    """
+
+    def __init__(self, orders: object = None) -> None:
+        self.orders = _resolve_orders(orders)
+        self._events: list[Event] = []
+        self._cache: dict[tuple[float, float], np.ndarray] = {}
+
+    # ------------------------------------------------------------------ recording
+    def _append(self, event: Event) -> None:
+        last = self._events[-1] if self._events else None
+        if (
+            isinstance(event, SampledGaussian)
+            and isinstance(last, SampledGaussian)
+            and (last.q, last.sigma, last.note) == (event.q, event.sigma, event.note)
+        ):
+            self._events[-1] = SampledGaussian(last.q, last.sigma, last.count + event.count,
+                                               last.note)
+        else:
+            self._events.append(event)
+
+    def step(
+        self,
+        q: float | None = None,
+        sigma: float | None = None,
+        count: int = 1,
+        *,
+        noise_multiplier: float | None = None,
+        sample_rate: float | None = None,
+        note: str = "",
+    ) -> None:
+        """Record ``count`` Poisson-sampled Gaussian steps (rate q, noise multiplier sigma).
+
+        ``noise_multiplier`` / ``sample_rate`` are Opacus's names for sigma / q.
+        """
+        if noise_multiplier is not None:
+            if sigma is not None:
+                raise ValueError("give sigma or noise_multiplier, not both")
+            sigma = noise_multiplier
+        if sample_rate is not None:
+            if q is not None:
+                raise ValueError("give q or sample_rate, not both")
+            q = sample_rate
+        if q is None:
+            raise ValueError("q (sampling probability in [0, 1]) is required")
+        if sigma is None:
+            raise ValueError("sigma (noise multiplier >= 0) is required")
+        count = check_count("count", count)
+        if count:
+            self._append(SampledGaussian(q=q, sigma=sigma, count=count, note=note))
+
+    def step_schedule(self, q: float, sigmas: Iterable[float], *, note: str = "") -> None:
+        """Record one sampled Gaussian step per sigma in ``sigmas`` (a noise schedule)."""
+        self._append(GaussianSchedule(q=q, sigmas=np.asarray(list(sigmas) if not isinstance(
+            sigmas, np.ndarray) else sigmas, dtype=float), note=note))
+
+    def laplace(self, b: float, count: int = 1, *, sensitivity: float = 1.0,
+                note: str = "") -> None:
+        """Record ``count`` Laplace releases of scale ``b`` and L1 ``sensitivity``."""
+        count = check_count("count", count)
+        if count:
+            self._append(Laplace(b=b, count=count, sensitivity=sensitivity, note=note))
+
+    def dp_step(self, eps: float, delta: float = 0.0, count: int = 1, *, note: str = "") -> None:
+        """Record ``count`` releases known only to be (eps, delta)-DP (delta=0: pure DP)."""
+        count = check_count("count", count)
+        if count:
+            self._append(ApproxDP(eps=eps, delta=delta, count=count, note=note))
+
+    def record(self, event: Event) -> None:
+        """Record an already-built event."""
+        if not isinstance(event, Event):
+            raise ValueError(f"event must be an accounting.events.Event, got {type(event)!r}")
+        if event.steps:
+            self._append(event)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The recorded events, in order."""
+        return tuple(self._events)
+
+    @property
+    def steps(self) -> int:
+        """Total number of releases recorded."""
+        return sum(e.steps for e in self._events)
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __repr__(self) -> str:
+        return f"PrivacyLedger({len(self._events)} events, {self.steps} steps)"
+
+    def describe(self) -> str:
+        """One line per event, readable like dp-accounting's event tree."""
+        if not self._events:
+            return "(empty ledger)"
+        return "\n".join(e.describe() for e in self._events)
+
+    __str__ = describe
+
+    def sgm_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Distinct (q, sigma) pairs of all Gaussian steps with their step counts."""
+        qs: list[np.ndarray] = []
+        sigmas: list[np.ndarray] = []
+        counts: list[np.ndarray] = []
+        for e in self._events:
+            if isinstance(e, SampledGaussian):
+                qs.append(np.array([e.q]))
+                sigmas.append(np.array([e.sigma]))
+                counts.append(np.array([e.count]))
+            elif isinstance(e, GaussianSchedule):
+                u, c = np.unique(e.sigmas, return_counts=True)
+                qs.append(np.full(u.size, e.q))
+                sigmas.append(u)
+                counts.append(c)
+        if not qs:
+            return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+        q_all = np.concatenate(qs)
+        s_all = np.concatenate(sigmas)
+        c_all = np.concatenate(counts).astype(np.int64)
+        pairs = np.stack([q_all, s_all], axis=1)
+        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+        tot = np.zeros(uniq.shape[0], dtype=np.int64)
+        np.add.at(tot, inv.ravel(), c_all)
+        return uniq[:, 0], uniq[:, 1], tot
+
+    def _other(self, cls: type) -> list[Any]:
+        return [e for e in self._events if isinstance(e, cls)]
+
+    def why_infinite(self) -> str | None:
+        """Why eps is unbounded, or None when every release has noise."""
+        reasons = []
+        qs, sigmas, counts = self.sgm_groups()
+        bad = (sigmas == 0) & (qs > 0)
+        if bad.any():
+            reasons.append(
+                f"{int(counts[bad].sum())} Gaussian step(s) with sigma=0 and q>0: no noise, "
+                "so the release is not private at all"
+            )
+        inf_dp = [e for e in self._other(ApproxDP) if math.isinf(e.eps)]
+        if inf_dp:
+            reasons.append(f"{len(inf_dp)} release(s) recorded with eps=inf")
+        return "; ".join(reasons) or None
+
+    # ------------------------------------------------------------------ RDP
+    def _sgm_rdp(self, orders: np.ndarray, use_cache: bool = True) -> np.ndarray:
+        qs, sigmas, counts = self.sgm_groups()
+        if qs.size == 0:
+            return np.zeros(orders.size)
+        if not use_cache:
+            per = rdp_sgm_many(qs, sigmas, orders)
+        else:
+            cache = self._cache if np.array_equal(orders, self.orders) else {}
+            keys = list(zip(qs.tolist(), sigmas.tolist()))
+            missing = [i for i, k in enumerate(keys) if k not in cache]
+            if missing:
+                new = rdp_sgm_many(qs[missing], sigmas[missing], orders)
+                for row, i in zip(new, missing):
+                    cache[keys[i]] = row
+            per = np.stack([cache[k] for k in keys])
+        with np.errstate(invalid="ignore"):
+            out = (per * counts[:, None]).sum(axis=0)
+        return np.where(np.isnan(out), np.inf, out)
+
+    def _rdp_at(self, orders: np.ndarray, use_cache: bool = True) -> np.ndarray:
+        total = self._sgm_rdp(orders, use_cache)
+        for e in self._other(Laplace):
+            total = total + e.count * rdp_laplace(e.b, orders, e.sensitivity)
+        for e in self._other(ApproxDP):
+            if e.pure:
+                if math.isinf(e.eps):
+                    total = total + np.inf
+                else:
+                    total = total + e.count * rdp_pure_dp(e.eps, orders)
+        return total
+
+    def rdp(self, orders: object = None) -> np.ndarray:
+        """Composed RDP at each order (the ledger's orders unless given).
+
+        Gaussian and Laplace steps and pure-DP releases have RDP curves and add up;
+        (eps, delta>0) releases have none and are added afterwards by basic composition.
+        """
+        o = self.orders if orders is None else check_orders("orders", orders)
+        return self._rdp_at(o, use_cache=orders is None)
+
+    def _approx_spent(self) -> tuple[float, float]:
+        """(sum eps, sum delta) of the (eps, delta>0) releases."""
+        approx = [e for e in self._other(ApproxDP) if not e.pure]
+        eps = sum(e.count * e.eps for e in approx)
+        delta = sum(e.count * e.delta for e in approx)
+        return eps, delta
+
+    # ------------------------------------------------------------------ epsilon
+    def epsilon(
+        self,
+        delta: float,
+        method: str = "rdp",
+        *,
+        optimize_order: bool = False,
+        gaussian: str = "analytic",
+        warn: bool = True,
+    ) -> float:
+        """eps for the target delta under one accountant.
+
+        Args:
+            delta: target delta in (0, 1).
+            method: one of :data:`METHODS` ("rdp": improved conversion, the default;
+                "rdp-classic"; "moments" (Abadi et al. 2016, same value as rdp-classic);
+                "zcdp" (subsampling ignored: conservative); "advanced"; "basic"; "prv": the
+                PRV estimate, see :meth:`epsilon_bounds`) or the labelled approximation
+                "zcdp-approx" (Yu et al. 2019, rho ~ q^2/sigma^2; may under-report).
+            optimize_order: for the RDP methods, refine the best grid order by a bounded
+                continuous search (never worse than the grid).
+            gaussian: per-step Gaussian eps for "basic"/"advanced": "analytic" (exact, Balle &
+                Wang 2018) or "classical" (Dwork & Roth Thm A.1, warns outside eps < 1).
+            warn: emit :class:`OrderGridWarning` / :class:`NoPrivacyWarning`.
+
+        Returns:
+            eps (``math.inf`` when no finite bound exists; :meth:`why_infinite` says why).
+        """
+        return self.epsilon_and_order(delta, method, optimize_order=optimize_order,
+                                      gaussian=gaussian, warn=warn).eps
+
+    def epsilon_and_order(
+        self,
+        delta: float,
+        method: str = "rdp",
+        *,
+        optimize_order: bool = False,
+        gaussian: str = "analytic",
+        warn: bool = True,
+    ) -> DPResult:
+        """Like :meth:`epsilon`, also returning the optimal order (None where meaningless)."""
+        delta = check_delta("delta", delta)
+        if method not in METHODS + APPROXIMATE_METHODS:
+            raise ValueError(f"method must be one of {METHODS + APPROXIMATE_METHODS}, "
+                             f"got {method!r}")
+        if gaussian not in ("analytic", "classical"):
+            raise ValueError(f"gaussian must be 'analytic' or 'classical', got {gaussian!r}")
+        if not self._events:
+            return DPResult(0.0, None)
+        reason = self.why_infinite()
+        if reason is not None:
+            if warn:
+                warnings.warn(f"eps is infinite: {reason}", NoPrivacyWarning, stacklevel=3)
+            return DPResult(math.inf, None)
+        if method in ("basic", "advanced"):
+            return DPResult(self._composition_eps(delta, method, gaussian), None)
+        if method == "prv":
+            from .prv import prv_epsilon
+
+            return DPResult(prv_epsilon(self, delta).estimate, None)
+        approx_eps, approx_delta = self._approx_spent()
+        rem = delta - approx_delta
+        if rem <= 0:
+            if warn:
+                warnings.warn(
+                    f"eps is infinite: the recorded (eps, delta) releases already spend "
+                    f"delta={approx_delta:.3g} >= target {delta:.3g}",
+                    NoPrivacyWarning, stacklevel=3)
+            return DPResult(math.inf, None)
+        if method in ("zcdp", "zcdp-approx"):
+            rho = self._zcdp_rho(approximate=method == "zcdp-approx")
+            res = comp.zcdp_to_dp(rho, rem)
+            return DPResult(res.eps + approx_eps, None)
+        curve = self.rdp()
+        if method == "moments":
+            lm, lam = log_moments(curve, self.orders)
+            res = moments_epsilon(lm, lam, rem, warn_edge=warn)
+            order = None if res.order is None else res.order + 1.0
+            return DPResult(res.eps + approx_eps, order)
+        conversion = "classic" if method == "rdp-classic" else "improved"
+        with warnings.catch_warnings():
+            if optimize_order or not warn:
+                warnings.simplefilter("ignore", OrderGridWarning)
+            res = rdp_to_dp(curve, self.orders, rem, conversion)
+        if optimize_order and res.order is not None:
+            res = self._refine_order(curve, rem, conversion, res)
+        return DPResult(res.eps + approx_eps, res.order)
+
+    def _refine_order(self, curve: np.ndarray, delta: float, conversion: str,
+                      grid: DPResult) -> DPResult:
+        orders = self.orders
+        idx = int(np.searchsorted(orders, grid.order))
+        lo = orders[idx - 1] if idx > 0 else 1.0 + (orders[0] - 1.0) / 100.0
+        hi = orders[idx + 1] if idx + 1 < orders.size else orders[-1] * 4.0
+        cont = optimize_order(lambda a: self._rdp_at(a, use_cache=False), delta, conversion,
+                              bracket=(float(lo), float(hi)))
+        return cont if cont.eps < grid.eps else grid
+
+    def _zcdp_rho(self, approximate: bool) -> float:
+        """Total rho. Sound: 1/(2 sigma^2) per Gaussian step with q > 0 (no amplification);
+        eps^2/2 per pure-DP or Laplace release (Bun & Steinke 2016, Prop. 3.3)."""
+        qs, sigmas, counts = self.sgm_groups()
+        rho = 0.0
+        for q, s, c in zip(qs, sigmas, counts):
+            if q == 0:
+                continue
+            per = (comp.zcdp_sampled_gaussian_approx(q, s) if approximate
+                   else comp.zcdp_gaussian(s))
+            rho += c * per
+        for e in self._other(Laplace):
+            rho += e.count * e.eps**2 / 2.0
+        for e in self._other(ApproxDP):
+            if e.pure:
+                rho += e.count * e.eps**2 / 2.0
+        return rho
+
+    def _per_step_dp(self, delta_per_step: float, gaussian: str) -> tuple[np.ndarray, ...]:
+        """(eps_i, delta_i, count_i) of every release; each Gaussian step is calibrated so
+        that its delta after amplification by sampling is ``delta_per_step``."""
+        qs, sigmas, counts = self.sgm_groups()
+        keep = qs > 0
+        qs, sigmas, counts = qs[keep], sigmas[keep], counts[keep]
+        d_step = np.minimum(delta_per_step / np.maximum(qs, 1e-300), 0.5)
+        if gaussian == "analytic":
+            e0 = comp.analytic_gaussian_epsilons(sigmas, d_step)
+        else:
+            with np.errstate(divide="ignore"):
+                e0 = np.sqrt(2.0 * np.log(1.25 / d_step)) / sigmas
+            if (e0 >= 1).any():
+                warnings.warn("the classical Gaussian calibration (Dwork & Roth Thm A.1) is "
+                              "used outside eps < 1 for some steps: not a proven bound",
+                              comp.RangeWarning, stacklevel=4)
+        with np.errstate(over="ignore"):
+            amp = np.where(np.isinf(e0), np.inf,
+                           np.log1p(qs * np.expm1(np.minimum(e0, 700.0))))
+        big = np.isfinite(e0) & (e0 > 700.0)
+        amp[big] = e0[big] + np.log(qs[big])  # log(1 + q(e^e - 1)) ~ e + log q for huge e
+        eps_l = [amp]
+        del_l = [qs * d_step]
+        cnt_l = [counts.astype(float)]
+        for e in self._other(Laplace):
+            eps_l.append(np.array([e.eps]))
+            del_l.append(np.array([0.0]))
+            cnt_l.append(np.array([float(e.count)]))
+        for e in self._other(ApproxDP):
+            eps_l.append(np.array([e.eps]))
+            del_l.append(np.array([e.delta]))
+            cnt_l.append(np.array([float(e.count)]))
+        return np.concatenate(eps_l), np.concatenate(del_l), np.concatenate(cnt_l)
+
+    def _composition_eps(self, delta: float, method: str, gaussian: str) -> float:
+        """Basic / advanced composition with a sound split of delta.
+
+        Delta split: the (eps, delta>0) releases keep their own delta; what remains, R, goes
+        to the Gaussian steps. basic: each of the T Gaussian steps gets R/T after
+        amplification (per-step delta R/(T q) before it). advanced: a share f R is the
+        slack delta' and each step gets (1-f) R / T; f is chosen from a fixed grid
+        {0.05, ..., 0.95} (data-independent, so the minimum over it is still a valid bound).
+        """
+        _, approx_delta = self._approx_spent()
+        rem = delta - approx_delta
+        if rem <= 0:
+            return math.inf
+        qs, _, counts = self.sgm_groups()
+        n_gauss = int(counts[qs > 0].sum()) if qs.size else 0
+        if method == "basic":
+            e, d, c = self._per_step_dp(rem / max(n_gauss, 1), gaussian)
+            return float(np.sum(e * c)) if e.size else 0.0
+        best = math.inf
+        for f in _ADVANCED_SPLITS:
+            e, d, c = self._per_step_dp((1.0 - f) * rem / max(n_gauss, 1), gaussian)
+            if e.size == 0:
+                return 0.0
+            if np.isinf(e).any():
+                return math.inf
+            total = math.sqrt(2.0 * math.log(1.0 / (f * rem)) * float(np.sum(c * e * e)))
+            total += float(np.sum(c * e * np.expm1(e)))
+            best = min(best, total)
+        return best
+
+    def get_epsilon(self, delta: float) -> float:
+        """Opacus-style alias of :meth:`epsilon` with the default (improved RDP) method."""
+        return self.epsilon(delta)
+
+    def get_privacy_spent(self, delta: float) -> tuple[float, float | None]:
+        """Opacus-style (eps, best order) with the improved RDP conversion."""
+        res = self.epsilon_and_order(delta)
+        return res.eps, res.order
+
+    def epsilon_bounds(self, delta: float, **kwargs: Any) -> tuple[float, float, float]:
+        """(lower, estimate, upper) eps from prv-accountant (see :func:`accounting.prv_epsilon`)."""
+        from .prv import prv_epsilon
+
+        return tuple(prv_epsilon(self, delta, **kwargs))  # type: ignore[return-value]
+
+    def epsilon_report(self, delta: float, *, prv: bool = True) -> dict[str, float]:
+        """Every sound method side by side (and the PRV bounds when ``prv``)."""
+        out: dict[str, float] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OrderGridWarning)
+            for m in METHODS:
+                if m == "prv":
+                    continue
+                out[m] = self.epsilon(delta, m)
+            if prv:
+                lo, est, up = self.epsilon_bounds(delta)
+                out.update({"prv-lower": lo, "prv": est, "prv-upper": up})
+        return out
+
+    def delta(self, eps: float, method: str = "rdp") -> float:
+        """Smallest delta for which the ledger is (eps, delta)-DP ("rdp" or "rdp-classic")."""
+        eps = check_eps("eps", eps)
+        if method not in ("rdp", "rdp-classic"):
+            raise ValueError(f"method must be 'rdp' or 'rdp-classic', got {method!r}")
+        if not self._events:
+            return 0.0
+        if self.why_infinite() is not None:
+            return 1.0
+        approx_eps, approx_delta = self._approx_spent()
+        if eps < approx_eps:
+            return 1.0
+        conversion = "classic" if method == "rdp-classic" else "improved"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OrderGridWarning)
+            res = dp_delta(self.rdp(), self.orders, eps - approx_eps, conversion)
+        return float(min(1.0, res.delta + approx_delta))
+
+    # ------------------------------------------------------------------ budgets
+    def would_exceed(
+        self,
+        eps_budget: float,
+        delta: float,
+        q: float | None = None,
+        sigma: float | None = None,
+        count: int = 1,
+        *,
+        method: str = "rdp",
+    ) -> bool:
+        """Would ``count`` more (q, sigma) steps push eps above ``eps_budget``? No mutation.
+
+        Without q and sigma: is the budget already exceeded? Approximations are refused.
+        """
+        eps_budget = check_eps("eps_budget", eps_budget)
+        if method not in METHODS:
+            raise ValueError(f"method must be a sound method {METHODS}, got {method!r} "
+                             "(approximations may under-report and never decide a budget)")
+        trial = self.copy()
+        if q is not None or sigma is not None:
+            trial.step(q=q, sigma=sigma, count=count)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return trial.epsilon(delta, method) > eps_budget
+
+    # ------------------------------------------------------------------ composition
+    def copy(self) -> PrivacyLedger:
+        """An independent ledger with the same history (shares only the pure RDP memo)."""
+        new = PrivacyLedger.__new__(PrivacyLedger)
+        new.orders = self.orders.copy()
+        new._events = list(self._events)
+        new._cache = self._cache
+        return new
+
+    def merge(self, other: PrivacyLedger) -> PrivacyLedger:
+        """Sequential composition: a new ledger with both histories (this ledger's orders)."""
+        if not isinstance(other, PrivacyLedger):
+            raise ValueError(f"other must be a PrivacyLedger, got {type(other)!r}")
+        new = self.copy()
+        new._cache = dict(self._cache) if np.array_equal(self.orders, other.orders) else {}
+        for e in other._events:
+            new._append(e)
+        return new
+
+    __add__ = merge
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": LEDGER_FORMAT,
+            "orders": self.orders.tolist(),
+            "events": [e.to_dict() for e in self._events],
+        }
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The full per-step history as JSON (floats round-trip exactly)."""
+        return json.dumps(self.to_dict(), **kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
+        if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
+            raise ValueError(f"not a ledger: expected format {LEDGER_FORMAT!r}")
+        ledger = cls(orders=data.get("orders"))
+        events = data.get("events", [])
+        if not isinstance(events, list):
+            raise ValueError("ledger 'events' must be a list")
+        for item in events:
+            ledger._events.append(event_from_dict(item))
+        return ledger
+
+    @classmethod
+    def from_json(cls, text: str) -> PrivacyLedger:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"text is not valid JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json(indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> PrivacyLedger:
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"path {str(p)!r} does not exist or is not a file")
+        return cls.from_json(p.read_text())
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, PrivacyLedger) and np.array_equal(self.orders, other.orders)
+                and self._events == other._events)
+
+    def __copy__(self) -> PrivacyLedger:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict) -> PrivacyLedger:
+        new = self.copy()
+        new._cache = _copy.copy(self._cache)
+        return new
+
+
+def parallel_epsilon(ledgers: Iterable[PrivacyLedger], delta: float,
+                     method: str = "rdp") -> float:
+    """Parallel composition over disjoint data: the worst (max) eps over the ledgers."""
+    values = [lg.epsilon(delta, method) for lg in ledgers]
+    return max(values) if values else 0.0
