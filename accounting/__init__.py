@@ -33,7 +33,13 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
-from .ledger import APPROXIMATE_METHODS, METHODS, PrivacyLedger, parallel_epsilon
+from .ledger import (
+    APPROXIMATE_METHODS,
+    METHODS,
+    ConservativeEpsilon,
+    PrivacyLedger,
+    parallel_epsilon,
+)
 from .prv import PRVBounds, prv_epsilon, round_sigmas
 from .rdp import (
     DEFAULT_ORDERS,
@@ -48,6 +54,7 @@ from .rdp import (
 
 __all__ = [
     "APPROXIMATE_METHODS",
+    "ConservativeEpsilon",
     "DEFAULT_ORDERS",
     "DP",
     "DPResult",

@@ -18,7 +18,7 @@ import math
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,6 +46,28 @@ APPROXIMATE_METHODS = ("zcdp-approx",)
 LEDGER_FORMAT = "leakaudit.ledger/1"
 
 _ADVANCED_SPLITS = np.linspace(0.05, 0.95, 19)
+
+
+def group_pairs(
+    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
+    if qs.size == 0:
+        return qs, sigmas, counts
+    order = np.lexsort((sigmas, qs))
+    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
+    new = np.ones(qs.size, dtype=bool)
+    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
+    starts = np.flatnonzero(new)
+    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
+
+
+class ConservativeEpsilon(NamedTuple):
+    """A fast upper bound on eps and a bound on how much it exceeds the exact value."""
+
+    eps: float
+    max_excess: float
+    resolution: float
 
 
 def _resolve_orders(orders: object) -> np.ndarray:
@@ -76,9 +98,11 @@ class PrivacyLedger:
         self.orders = _resolve_orders(orders)
         self._events: list[Event] = []
         self._cache: dict[tuple[float, float], np.ndarray] = {}
+        self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ recording
     def _append(self, event: Event) -> None:
+        self._groups = None
         last = self._events[-1] if self._events else None
         if (
             isinstance(event, SampledGaussian)
@@ -171,7 +195,12 @@ class PrivacyLedger:
     __str__ = describe
 
     def sgm_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Distinct (q, sigma) pairs of all Gaussian steps with their step counts."""
+        """Distinct (q, sigma) pairs of all Gaussian steps with their step counts.
+
+        Sorted by (q, sigma); memoised until the next recorded event.
+        """
+        if self._groups is not None:
+            return self._groups
         qs: list[np.ndarray] = []
         sigmas: list[np.ndarray] = []
         counts: list[np.ndarray] = []
@@ -186,15 +215,13 @@ class PrivacyLedger:
                 sigmas.append(u)
                 counts.append(c)
         if not qs:
-            return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+            self._groups = (np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
+            return self._groups
         q_all = np.concatenate(qs)
         s_all = np.concatenate(sigmas)
         c_all = np.concatenate(counts).astype(np.int64)
-        pairs = np.stack([q_all, s_all], axis=1)
-        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-        tot = np.zeros(uniq.shape[0], dtype=np.int64)
-        np.add.at(tot, inv.ravel(), c_all)
-        return uniq[:, 0], uniq[:, 1], tot
+        self._groups = group_pairs(q_all, s_all, c_all)
+        return self._groups
 
     def _other(self, cls: type) -> list[Any]:
         return [e for e in self._events if isinstance(e, cls)]
@@ -442,6 +469,40 @@ class PrivacyLedger:
             best = min(best, total)
         return best
 
+    def epsilon_conservative(
+        self, delta: float, resolution: float = 1e-3, method: str = "rdp"
+    ) -> ConservativeEpsilon:
+        """Fast upper bound: every sigma rounded DOWN onto the grid (1 + resolution)^k.
+
+        Less noise can only increase eps, so the result is a valid upper bound; the same
+        computation with sigmas rounded UP is a lower bound on the exact RDP value, so
+        ``max_excess = upper - lower`` bounds how much the fast answer overstates. Costs
+        O(distinct grid points x orders), independent of the number of steps.
+        """
+        from .prv import round_sigmas
+
+        delta = check_delta("delta", delta)
+        if method not in ("rdp", "rdp-classic", "moments"):
+            raise ValueError(f"method must be 'rdp', 'rdp-classic' or 'moments', got {method!r}")
+        bounds = []
+        for direction in ("down", "up"):
+            trial = PrivacyLedger.__new__(PrivacyLedger)
+            trial.orders = self.orders
+            trial._cache = self._cache
+            trial._events = []
+            trial._groups = None
+            qs, sigmas, counts = self.sgm_groups()
+            rounded = round_sigmas(sigmas, resolution, direction)
+            for q, s, c in zip(*group_pairs(qs, rounded, counts)):
+                trial._events.append(SampledGaussian(q, s, int(c)))
+            trial._events.extend(e for e in self._events
+                                 if not isinstance(e, (SampledGaussian, GaussianSchedule)))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                bounds.append(trial.epsilon(delta, method))
+        upper, lower = bounds
+        return ConservativeEpsilon(upper, max(0.0, upper - lower), resolution)
+
     def get_epsilon(self, delta: float) -> float:
         """Opacus-style alias of :meth:`epsilon` with the default (improved RDP) method."""
         return self.epsilon(delta)
@@ -522,6 +583,7 @@ class PrivacyLedger:
         new.orders = self.orders.copy()
         new._events = list(self._events)
         new._cache = self._cache
+        new._groups = self._groups
         return new
 
     def merge(self, other: PrivacyLedger) -> PrivacyLedger:
@@ -558,6 +620,7 @@ class PrivacyLedger:
             raise ValueError("ledger 'events' must be a list")
         for item in events:
             ledger._events.append(event_from_dict(item))
+        ledger._groups = None
         return ledger
 
     @classmethod

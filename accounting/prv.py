@@ -73,11 +73,9 @@ def _build(ledger: PrivacyLedger, sigma_map: str | None, resolution: float):
     qs, sigmas, counts = qs[keep], sigmas[keep], counts[keep]
     if sigma_map is not None:
         sigmas = round_sigmas(sigmas, resolution, sigma_map)
-        pairs = np.stack([qs, sigmas], axis=1)
-        uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-        tot = np.zeros(uniq.shape[0], dtype=np.int64)
-        np.add.at(tot, inv.ravel(), counts)
-        qs, sigmas, counts = uniq[:, 0], uniq[:, 1], tot
+        from .ledger import group_pairs
+
+        qs, sigmas, counts = group_pairs(qs, sigmas, counts)
     prvs, comps = [], []
     for q, s, c in zip(qs, sigmas, counts):
         if q == 1:
