@@ -40,7 +40,7 @@ from .ledger import (
     PrivacyLedger,
     parallel_epsilon,
 )
-from .prv import PRVBounds, prv_epsilon, round_sigmas
+from .prv import PRVBounds, PRVUnavailable, prv_epsilon, round_sigmas
 from .rdp import (
     DEFAULT_ORDERS,
     INTEGER_ORDERS,
@@ -68,6 +68,7 @@ __all__ = [
     "NoPrivacyWarning",
     "OrderGridWarning",
     "PRVBounds",
+    "PRVUnavailable",
     "PrivacyLedger",
     "RangeWarning",
     "SampledGaussian",

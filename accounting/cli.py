@@ -18,6 +18,7 @@ from . import schedules
 from .calibrate import calibrate_sigma, max_steps
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
+from .prv import PRVUnavailable
 
 _NOTES = {
     "rdp": "RDP, improved conversion (Balle et al. 2020)",
@@ -68,9 +69,13 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
             rows.append((m, res.eps, note))
         prv = None
         if not args.no_prv:
-            prv = ledger.epsilon_bounds(args.delta)
-            rows.append(("prv", prv[1], _NOTES["prv"] + f"; bounds [{_fmt(prv[0])}, "
-                         f"{_fmt(prv[2])}]"))
+            try:
+                prv = ledger.epsilon_bounds(args.delta)
+            except PRVUnavailable as exc:
+                print(f"prv: unavailable ({exc})", file=sys.stderr)
+            else:
+                rows.append(("prv", prv[1], _NOTES["prv"] + f"; bounds [{_fmt(prv[0])}, "
+                             f"{_fmt(prv[2])}]"))
         rows.append(("zcdp-approx", ledger.epsilon(args.delta, "zcdp-approx"),
                      _NOTES["zcdp-approx"]))
     if args.json:

@@ -168,9 +168,9 @@ def dp_delta(
             log_delta = np.minimum(log_delta, tv)
     log_delta = np.where(np.isnan(log_delta), np.inf, log_delta)
     idx = int(np.argmin(log_delta))
-    if not np.isfinite(log_delta[idx]) and log_delta[idx] > 0:
+    if log_delta[idx] >= 0:
         return DeltaResult(1.0, None)
-    if warn_edge:
+    if warn_edge and np.isfinite(log_delta[idx]):
         _warn_edge(idx, a.size, a, "delta")
     return DeltaResult(float(min(1.0, math.exp(log_delta[idx]))), float(a[idx]))
 

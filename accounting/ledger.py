@@ -366,8 +366,11 @@ class PrivacyLedger:
         if method == "moments":
             lm, lam = log_moments(curve, self.orders)
             res = moments_epsilon(lm, lam, rem, warn_edge=warn)
-            order = None if res.order is None else res.order + 1.0
-            return DPResult(res.eps + approx_eps, order)
+            res = DPResult(res.eps, None if res.order is None else res.order + 1.0)
+            pure_total = self._pure_total()
+            if pure_total is not None and pure_total < res.eps:
+                res = DPResult(pure_total, math.inf)
+            return DPResult(res.eps + approx_eps, res.order)
         conversion = "classic" if method == "rdp-classic" else "improved"
         with warnings.catch_warnings():
             if optimize_order or not warn:
@@ -375,7 +378,26 @@ class PrivacyLedger:
             res = rdp_to_dp(curve, self.orders, rem, conversion)
         if optimize_order and res.order is not None:
             res = self._refine_order(curve, rem, conversion, res)
+        pure_total = self._pure_total()
+        if pure_total is not None and pure_total < res.eps:
+            # order alpha = inf: with only pure-DP/Laplace releases the curve tends to their
+            # summed eps, an exact (eps, 0) guarantee no finite order can beat.
+            res = DPResult(pure_total, math.inf)
         return DPResult(res.eps + approx_eps, res.order)
+
+    def _pure_total(self) -> float | None:
+        """Sum of pure eps when every release is pure DP or Laplace, else None."""
+        total = 0.0
+        for e in self._events:
+            if isinstance(e, Laplace):
+                total += e.count * e.eps
+            elif isinstance(e, ApproxDP) and e.pure:
+                total += e.count * e.eps
+            elif isinstance(e, ApproxDP):
+                continue
+            else:
+                return None
+        return total
 
     def _refine_order(self, curve: np.ndarray, delta: float, conversion: str,
                       grid: DPResult) -> DPResult:
@@ -528,8 +550,14 @@ class PrivacyLedger:
                     continue
                 out[m] = self.epsilon(delta, m)
             if prv:
-                lo, est, up = self.epsilon_bounds(delta)
-                out.update({"prv-lower": lo, "prv": est, "prv-upper": up})
+                from .prv import PRVUnavailable
+
+                try:
+                    lo, est, up = self.epsilon_bounds(delta)
+                except PRVUnavailable:
+                    pass  # the peer's limitation: the report simply has no PRV entries
+                else:
+                    out.update({"prv-lower": lo, "prv": est, "prv-upper": up})
         return out
 
     def delta(self, eps: float, method: str = "rdp") -> float:

@@ -25,7 +25,11 @@ from .events import ApproxDP, Laplace
 if TYPE_CHECKING:  # pragma: no cover
     from .ledger import PrivacyLedger
 
-__all__ = ["PRVBounds", "prv_epsilon", "round_sigmas"]
+__all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "round_sigmas"]
+
+
+class PRVUnavailable(RuntimeError):
+    """prv-accountant failed on this ledger (a limitation of the peer, not of the ledger)."""
 
 
 class PRVBounds(NamedTuple):
@@ -98,9 +102,14 @@ def _build(ledger: PrivacyLedger, sigma_map: str | None, resolution: float):
 def _run(prvs, comps, delta: float, eps_error: float, delta_error: float) -> PRVBounds:
     from prv_accountant import PRVAccountant
 
-    acc = PRVAccountant(prvs=prvs, max_self_compositions=comps, eps_error=eps_error,
-                        delta_error=delta_error)
-    lo, est, up = acc.compute_epsilon(delta=delta, num_self_compositions=comps)
+    try:
+        acc = PRVAccountant(prvs=prvs, max_self_compositions=comps, eps_error=eps_error,
+                            delta_error=delta_error)
+        lo, est, up = acc.compute_epsilon(delta=delta, num_self_compositions=comps)
+    except (RuntimeError, ValueError) as exc:
+        # e.g. "Discrete mean differs from continuous mean significantly": prv-accountant's
+        # discretisation breaks for large eps (its open issue #42, q=0.2, sigma=1).
+        raise PRVUnavailable(f"prv-accountant could not compose this ledger: {exc}") from exc
     return PRVBounds(max(0.0, float(lo)), max(0.0, float(est)), max(0.0, float(up)))
 
 

@@ -173,8 +173,9 @@ def _frac_block(
             t *= sgn[None]
             sub_acc = acc[ix] * rescale + np.nansum(t, axis=2)
         # the last terms, back in log space, decide convergence
-        last = np.log(np.abs(t[:, :, -1]) + 0.0) + new_scale
-        prev = np.log(np.abs(t[:, :, -2]) + 0.0) + new_scale
+        with np.errstate(divide="ignore"):
+            last = np.log(np.abs(t[:, :, -1])) + new_scale
+            prev = np.log(np.abs(t[:, :, -2])) + new_scale
         sub_active = active[ix]
         acc[ix] = np.where(sub_active, sub_acc, acc[ix])
         scale[ix] = np.where(sub_active, new_scale, sub_scale)

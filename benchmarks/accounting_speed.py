@@ -1,0 +1,519 @@
+"""Speed and accuracy of the ``accounting`` package against Opacus, dp-accounting and PRV.
+
+Four sections, printed as Markdown:
+
+1. eps of a 10,000-step exponential noise schedule (sigma 15 -> 4.85, a different sigma every
+   step, q = 1/120, delta = 1e-5): our exact RDP accountant against Opacus's RDPAccountant,
+   dp-accounting's RdpAccountant (all three on the same Rényi orders) and prv-accountant,
+   with wall-clock times and speed-ups (peer time / our time). ``--profile quick`` times the
+   peers on the first ``--peer-steps`` steps and extrapolates linearly to 10,000 steps
+   (their cost is linear in the number of distinct steps); ``--profile full`` runs them on
+   all 10,000 steps.
+2. The conservative mode (sigmas rounded down onto a geometric grid): eps, its reported
+   max_excess, the actual excess over the exact eps, and its time, per grid resolution.
+3. Scaling with the number of steps and with the number of distinct sigmas.
+4. One-step RDP at fractional orders from ours, Opacus and dp-accounting against a
+   40-digit mpmath evaluation of the defining integral.
+
+Usage::
+
+    python benchmarks/accounting_speed.py                  # quick profile (about a minute)
+    python benchmarks/accounting_speed.py --profile full   # peers on all 10,000 steps
+    python benchmarks/accounting_speed.py --out results    # also write results/accounting_speed.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+import accounting as A
+
+T = TypeVar("T")
+
+Q = 1.0 / 120.0
+DELTA = 1e-5
+STEPS = 10_000
+SIGMA0 = 15.0
+SIGMA_END = 4.85
+#: The Rényi orders every RDP accountant uses in section 1 (ours, passed to the peers too).
+ORDERS: np.ndarray = A.DEFAULT_ORDERS.copy()
+#: Opacus's RDPAccountant.DEFAULT_ALPHAS: ours without 64, 128 and 256.
+OPACUS_DEFAULT_ORDERS: list[float] = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
+#: Resolutions of the conservative mode (relative spacing of the geometric sigma grid).
+RESOLUTIONS = (1e-2, 1e-3, 1e-4)
+#: (alpha, q, sigma) cases of the fractional-order check (section 4).
+FRACTIONAL_CASES = ((1.1, 1.0 / 120.0, 6.0), (1.5, 0.01, 2.5))
+#: dp-accounting's rdp_privacy_accountant_test.py, test_compute_rdp_poisson_sampled_gaussian:
+#: its expected RDP at order 1.5 for 50 composed steps of (q=0.01, sigma=2.5).
+DP_ACCOUNTING_TEST_VALUE = 6.70579741e-04
+DP_ACCOUNTING_TEST_COUNT = 50
+
+
+# ---------------------------------------------------------------------------------- output
+class Report:
+    """Collects Markdown lines, printing each one as it comes."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, text: str = "") -> None:
+        """Print and keep one line (or several, separated by newlines)."""
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """A Markdown table followed by a blank line."""
+        self.line("| " + " | ".join(headers) + " |")
+        self.line("|" + "|".join("---" for _ in headers) + "|")
+        for row in rows:
+            self.line("| " + " | ".join(row) + " |")
+        self.line()
+
+    def text(self) -> str:
+        """Everything printed so far."""
+        return "\n".join(self.lines) + "\n"
+
+
+def fmt_s(seconds: float) -> str:
+    """Seconds with three significant digits."""
+    return f"{seconds:.3g}"
+
+
+def fmt_ms(seconds: float) -> str:
+    """Seconds shown as milliseconds."""
+    return f"{seconds * 1e3:.3g}"
+
+
+def fmt_eps(eps: float, order: float | None = None) -> str:
+    """eps with 8 significant digits and, when known, the optimal order."""
+    if order is None or not math.isfinite(eps):
+        return f"{eps:.8g}"
+    return f"{eps:.8g} (α={order:g})"
+
+
+def rel(a: float, b: float) -> str:
+    """Relative difference (a - b) / b."""
+    if b == 0 or not (math.isfinite(a) and math.isfinite(b)):
+        return "n/a"
+    return f"{(a - b) / b:+.2e}"
+
+
+# ---------------------------------------------------------------------------------- timing
+def best_of(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """Best wall-clock time (time.perf_counter) over ``repeats`` calls, and the last result."""
+    best = math.inf
+    result: Any = None
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+# ---------------------------------------------------------------------------------- peers
+def load_opacus() -> tuple[Any, str]:
+    """Opacus's RDPAccountant class (or None) and a status line."""
+    try:
+        from opacus.accountants import RDPAccountant
+    except ImportError:
+        return None, "not installed"
+    except Exception as exc:  # noqa: BLE001 - a broken optional peer must not stop the run
+        return None, f"unavailable ({type(exc).__name__}: {exc})"
+    return RDPAccountant, version("opacus")
+
+
+def load_dp_accounting() -> tuple[Any, str]:
+    """The dp_accounting module (or None) and a status line."""
+    try:
+        import dp_accounting
+        import dp_accounting.rdp  # noqa: F401 - makes dp_accounting.rdp available
+    except ImportError:
+        return None, "not installed"
+    except Exception as exc:  # noqa: BLE001
+        return None, f"unavailable ({type(exc).__name__}: {exc})"
+    return dp_accounting, version("dp-accounting")
+
+
+def version(dist: str) -> str:
+    """Installed version of a distribution, or "not installed"."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def ours_eps(sigmas: np.ndarray, orders: Sequence[float] | None = None,
+             method: str = "rdp") -> tuple[float, float | None]:
+    """(eps, optimal order) from a fresh ledger (no memoised RDP values)."""
+    ledger = A.PrivacyLedger(orders)
+    ledger.step_schedule(Q, sigmas)
+    res = ledger.epsilon_and_order(DELTA, method, warn=False)
+    return res.eps, res.order
+
+
+def opacus_eps(cls: Any, sigmas: np.ndarray, orders: Sequence[float]) -> tuple[float, float]:
+    """(eps, optimal order) from Opacus's RDPAccountant, one ``step`` call per sigma."""
+    acc = cls()
+    for s in sigmas:
+        acc.step(noise_multiplier=float(s), sample_rate=Q)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eps, order = acc.get_privacy_spent(delta=DELTA, alphas=list(orders))
+    return float(eps), float(order)
+
+
+def dp_accounting_eps(mod: Any, sigmas: np.ndarray,
+                      orders: Sequence[float]) -> tuple[float, float]:
+    """(eps, optimal order) from dp-accounting's RdpAccountant, one event per sigma."""
+    acc = mod.rdp.RdpAccountant(list(orders))
+    for s in sigmas:
+        acc.compose(mod.PoissonSampledDpEvent(Q, mod.GaussianDpEvent(float(s))))
+    eps, order = acc.get_epsilon_and_optimal_order(DELTA)
+    return float(eps), float(order)
+
+
+def prv_bounds(sigmas: np.ndarray) -> A.PRVBounds | None:
+    """prv-accountant's (lower, estimate, upper) through the adapter, or None if missing."""
+    ledger = A.PrivacyLedger()
+    ledger.step_schedule(Q, sigmas)
+    try:
+        return A.prv_epsilon(ledger, DELTA)
+    except ImportError:
+        return None
+
+
+def fmt_prv(b: A.PRVBounds | None) -> str:
+    """lower / estimate / upper."""
+    if b is None:
+        return "not installed"
+    return f"{b.lower:.4g} / {b.estimate:.4g} / {b.upper:.4g}"
+
+
+# ---------------------------------------------------------------------------------- sections
+def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> dict[str, float]:
+    """Section 1: the 10,000-step schedule, ours against the peers. Returns per-step costs."""
+    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, STEPS)
+    n_peer = STEPS if profile == "full" else min(peer_steps, STEPS)
+    prefix = sigmas[:n_peer]
+    extrapolated = n_peer < STEPS
+    scale = STEPS / n_peer
+
+    rep.line(f"## 1. {STEPS:,}-step schedule, a different sigma every step")
+    rep.line()
+    rep.line(f"Exponential decay sigma {SIGMA0:g} -> {SIGMA_END:g} over {STEPS:,} steps "
+             f"({np.unique(sigmas).size:,} distinct sigmas), q = 1/120, delta = {DELTA:g}. "
+             f"Ours: best of {repeats}, a fresh ledger each time. Peers: one run each on "
+             f"{n_peer:,} steps" + (f", time x{scale:g} = **extrapolated** to {STEPS:,} steps "
+                                    "(their cost is linear in distinct steps)."
+                                    if extrapolated else " (all of them, measured)."))
+    rep.line()
+
+    t_ours, (e_ours, o_ours) = best_of(lambda: ours_eps(sigmas, ORDERS), repeats)
+    _, (e_ours_p, o_ours_p) = best_of(lambda: ours_eps(prefix, ORDERS), 1)
+    e_classic, _ = ours_eps(sigmas, ORDERS, "rdp-classic")
+    e_opacus_orders, o_opacus_orders = ours_eps(sigmas, OPACUS_DEFAULT_ORDERS)
+
+    op_cls, op_status = load_opacus()
+    dp_mod, dp_status = load_dp_accounting()
+    peers: dict[str, tuple[float, float, float] | None] = {}  # name -> (time, eps, order)
+    for name, available, fn in (
+        ("opacus", op_cls is not None, lambda: opacus_eps(op_cls, prefix, ORDERS)),
+        ("dp-accounting", dp_mod is not None, lambda: dp_accounting_eps(dp_mod, prefix, ORDERS)),
+    ):
+        if not available:
+            peers[name] = None
+            continue
+        t, (e, o) = best_of(fn, 1)
+        peers[name] = (t, e, o)
+
+    t_prv, prv_full = best_of(lambda: prv_bounds(sigmas), 1)
+    prv_prefix = prv_bounds(prefix) if extrapolated else prv_full
+
+    how = f"extrapolated from {n_peer:,} steps" if extrapolated else "measured"
+    rows = [["ours (exact RDP)", f"{STEPS:,}", fmt_s(t_ours), fmt_s(t_ours), "measured", "1"]]
+    per_step: dict[str, float] = {}
+    for name, label, status in (("opacus", "Opacus RDPAccountant", op_status),
+                                ("dp-accounting", "dp-accounting RdpAccountant", dp_status)):
+        r = peers[name]
+        if r is None:
+            rows.append([label, "-", status, "-", "-", "-"])
+            continue
+        t_full = r[0] * scale
+        per_step[name] = r[0] / n_peer
+        rows.append([f"{label} {version(name)}", f"{n_peer:,}", fmt_s(r[0]), fmt_s(t_full), how,
+                     f"{t_full / t_ours:.0f}x"])
+    if prv_full is None:
+        rows.append(["prv-accountant", "-", "not installed", "-", "-", "-"])
+    else:
+        rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
+                     "sigmas bucketed to <= 64)", f"{STEPS:,}", fmt_s(t_prv), fmt_s(t_prv),
+                     "measured (one run)", f"{t_prv / t_ours:.0f}x"])
+    rep.line("Time:")
+    rep.line()
+    rep.table(["accountant", "steps run", "time (s)", f"time for {STEPS:,} steps (s)", "how",
+               "speed-up (peer / ours)"], rows)
+
+    def cell(name: str) -> str:
+        r = peers[name]
+        if r is None:
+            return op_status if name == "opacus" else dp_status
+        return fmt_eps(r[1], r[2])
+
+    def rdiff(name: str, ref: float) -> str:
+        r = peers[name]
+        return "-" if r is None else rel(r[1], ref)
+
+    rep.line("eps (optimal order in brackets; all three RDP accountants on the same "
+             f"{ORDERS.size} orders: ours, i.e. Opacus's default 1.1..10.9, 12..63 plus 64, 128, "
+             "256):")
+    rep.line()
+    headers = ["steps", "ours (exact RDP)", "Opacus", "dp-accounting",
+               "prv lower / estimate / upper", "Opacus - ours (rel.)",
+               "dp-accounting - ours (rel.)"]
+    eps_rows = []
+    if extrapolated:
+        eps_rows.append([f"first {n_peer:,}", fmt_eps(e_ours_p, o_ours_p), cell("opacus"),
+                         cell("dp-accounting"), fmt_prv(prv_prefix),
+                         rdiff("opacus", e_ours_p), rdiff("dp-accounting", e_ours_p)])
+        eps_rows.append([f"all {STEPS:,}", fmt_eps(e_ours, o_ours), "not run (quick profile)",
+                         "not run (quick profile)", fmt_prv(prv_full), "-", "-"])
+    else:
+        eps_rows.append([f"all {STEPS:,}", fmt_eps(e_ours, o_ours), cell("opacus"),
+                         cell("dp-accounting"), fmt_prv(prv_full),
+                         rdiff("opacus", e_ours), rdiff("dp-accounting", e_ours)])
+    rep.table(headers, eps_rows)
+    rep.line(f"Ours on {STEPS:,} steps with other settings: classic conversion (Mironov 2017) "
+             f"eps = {e_classic:.8g}; Opacus's default orders (no 64/128/256) "
+             f"eps = {fmt_eps(e_opacus_orders, o_opacus_orders)}.")
+    rep.line()
+    return per_step
+
+
+def section_conservative(rep: Report, repeats: int) -> None:
+    """Section 2: the conservative (grid-rounded) eps against the exact one."""
+    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, STEPS)
+    rep.line("## 2. Conservative mode (sigmas rounded down onto a geometric grid)")
+    rep.line()
+    rep.line(f"Same {STEPS:,}-step schedule. `epsilon_conservative(delta, resolution)`: grid "
+             "(1 + resolution)^k; max_excess is its own bound on (conservative - exact); "
+             f"actual excess is measured against the exact eps. Best of {repeats}, fresh "
+             "ledger each time.")
+    rep.line()
+
+    def exact() -> float:
+        ledger = A.PrivacyLedger()
+        ledger.step_schedule(Q, sigmas)
+        return ledger.epsilon(DELTA, warn=False)
+
+    t_exact, e_exact = best_of(exact, repeats)
+    rows = [["exact", f"{np.unique(sigmas).size:,}", f"{e_exact:.8g}", "-", "0",
+             fmt_ms(t_exact), "1"]]
+    for res in RESOLUTIONS:
+        def conservative(res: float = res) -> A.ConservativeEpsilon:
+            ledger = A.PrivacyLedger()
+            ledger.step_schedule(Q, sigmas)
+            return ledger.epsilon_conservative(DELTA, resolution=res)
+
+        t, c = best_of(conservative, repeats)
+        grid = np.unique(A.round_sigmas(sigmas, res, "down")).size
+        rows.append([f"{res:g}", f"{grid:,}", f"{c.eps:.8g}", f"{c.max_excess:.3e}",
+                     f"{c.eps - e_exact:.3e}", fmt_ms(t), f"{t_exact / t:.2g}"])
+    rep.table(["resolution", "distinct sigmas used", "eps", "reported max_excess",
+               "actual excess", "time (ms)", "speed-up vs exact"], rows)
+
+
+def random_schedule(steps: int, distinct: int, seed: int = 0) -> np.ndarray:
+    """``steps`` sigmas drawn (seeded, no global state) from ``distinct`` values in [4.85, 15]."""
+    rng = np.random.default_rng(seed)
+    values = np.linspace(SIGMA_END, SIGMA0, distinct)
+    return rng.choice(values, size=steps)
+
+
+def _scaling_row(steps: int, distinct: int, repeats: int) -> tuple[list[str], np.ndarray]:
+    sigmas = random_schedule(steps, distinct)
+
+    def exact() -> float:
+        ledger = A.PrivacyLedger()
+        ledger.step_schedule(Q, sigmas)
+        return ledger.epsilon(DELTA, warn=False)
+
+    def conservative() -> A.ConservativeEpsilon:
+        ledger = A.PrivacyLedger()
+        ledger.step_schedule(Q, sigmas)
+        return ledger.epsilon_conservative(DELTA, resolution=1e-3)
+
+    t_e, e = best_of(exact, repeats)
+    t_c, c = best_of(conservative, repeats)
+    row = [f"{steps:,}", f"{np.unique(sigmas).size:,}", fmt_ms(t_e), fmt_ms(t_c),
+           f"{e:.6g}", f"{c.eps:.6g}", f"{c.eps - e:.2e}"]
+    return row, sigmas
+
+
+def section_scaling(rep: Report, repeats: int, per_step: dict[str, float]) -> None:
+    """Section 3: cost against number of steps and number of distinct sigmas."""
+    headers = ["steps", "distinct sigmas", "exact (ms)", "conservative 1e-3 (ms)", "eps exact",
+               "eps conservative", "excess"]
+    rep.line("## 3. Scaling")
+    rep.line()
+    rep.line("Sigmas drawn with `np.random.default_rng(0)` from `distinct` values evenly spaced "
+             f"in [{SIGMA_END:g}, {SIGMA0:g}], q = 1/120, delta = {DELTA:g}; best of "
+             f"{repeats}, fresh ledger each time (recording included).")
+    rep.line()
+    row, big = _scaling_row(1_000_000, 1_000, repeats)
+    rep.line("### 1,000,000 steps, 1,000 distinct sigmas")
+    rep.line()
+    rep.table(headers, [row])
+    runs = 1 + int(np.count_nonzero(big[1:] != big[:-1]))
+    if "opacus" in per_step:
+        rep.line(f"Opacus merges only consecutive equal steps: this shuffled schedule has {runs:,} "
+                 f"runs, so at its measured {per_step['opacus'] * 1e3:.3g} ms per run it would "
+                 f"need about {runs * per_step['opacus'] / 3600:.2g} h (extrapolated, not run).")
+        rep.line()
+    rep.line("### Cost against steps (1,000 distinct sigmas)")
+    rep.line()
+    rep.table(headers, [_scaling_row(n, 1_000, repeats)[0] for n in (10_000, 100_000,
+                                                                    1_000_000)])
+    rep.line("### Cost against distinct sigmas (100,000 steps)")
+    rep.line()
+    rep.table(headers, [_scaling_row(100_000, d, repeats)[0] for d in (10, 100, 1_000, 10_000)])
+
+
+def mpmath_rdp(alpha: float, q: float, sigma: float) -> tuple[float, float]:
+    """(rdp, quadrature error estimate) of one sampled Gaussian step, 40-digit mpmath.
+
+    A_alpha = E_{z ~ N(0, sigma^2)}[((1 - q) + q exp((2z - 1) / (2 sigma^2)))^alpha];
+    integrates the integrand minus 1 and takes log1p, so tiny RDP values keep their digits.
+    """
+    import mpmath as mp
+
+    mp.mp.dps = 40
+    a, qq, s = mp.mpf(alpha), mp.mpf(q), mp.mpf(sigma)
+    z0 = s**2 * mp.log(1 / qq - 1) + mp.mpf(1) / 2
+
+    def integrand(z: Any) -> Any:
+        ratio = (1 - qq) + qq * mp.exp((2 * z - 1) / (2 * s**2))
+        return mp.npdf(z, 0, s) * (ratio**a - 1)
+
+    val, err = mp.quad(integrand, [-mp.inf, -10 * s, 0, z0, z0 + 10 * s, mp.inf], error=True)
+    return float(mp.log1p(val) / (a - 1)), float(err)
+
+
+def section_fractional(rep: Report) -> None:
+    """Section 4: one-step RDP at fractional orders against a high-precision integral."""
+    rep.line("## 4. One-step RDP at fractional orders against mpmath")
+    rep.line()
+    rep.line("Reference: 40-digit `mpmath.quad` of A_alpha - 1 = E_{z~N(0,sigma^2)}"
+             "[((1-q) + q exp((2z-1)/(2 sigma^2)))^alpha - 1], rdp = log1p(.)/(alpha - 1). "
+             "Relative errors against it.")
+    rep.line()
+    try:
+        import mpmath  # noqa: F401
+    except ImportError:
+        rep.line("mpmath not installed: section skipped.")
+        rep.line()
+        return
+    try:
+        from opacus.accountants.analysis.rdp import compute_rdp
+    except Exception:  # noqa: BLE001 - optional peer
+        compute_rdp = None
+    dp_mod, dp_status = load_dp_accounting()
+
+    rows = []
+    dp_case: tuple[float, float] | None = None
+    for alpha, q, sigma in FRACTIONAL_CASES:
+        ref, err = mpmath_rdp(alpha, q, sigma)
+        ours = float(A.rdp_sgm(q, sigma, np.array([alpha]))[0])
+        op = (float(compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=[alpha])[0])
+              if compute_rdp is not None else math.nan)
+        if dp_mod is not None:
+            fn = dp_mod.rdp.rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian
+            dp = float(fn(q, sigma, [alpha])[0])
+        else:
+            dp = math.nan
+        if (alpha, q, sigma) == (1.5, 0.01, 2.5):
+            dp_case = (ref, dp)
+        rows.append([f"{alpha:g}", f"{q:.6g}", f"{sigma:g}", f"{ref:.10e} (±{err:.0e})",
+                     f"{ours:.10e}", f"{op:.10e}" if compute_rdp else "not installed",
+                     f"{dp:.10e}" if dp_mod is not None else dp_status,
+                     rel(ours, ref), rel(op, ref), rel(dp, ref)])
+    rep.table(["alpha", "q", "sigma", "mpmath (quad error)", "ours", "Opacus", "dp-accounting",
+               "ours rel. err", "Opacus rel. err", "dp-accounting rel. err"], rows)
+    if dp_case is not None:
+        ref, dp = dp_case
+        n = DP_ACCOUNTING_TEST_COUNT
+        rep.line(f"dp-accounting's own test (`test_compute_rdp_poisson_sampled_gaussian`, "
+                 f"{n} composed steps of q=0.01, sigma=2.5) expects {DP_ACCOUNTING_TEST_VALUE:.8e} "
+                 f"at order 1.5; the true value is {n} x {ref:.8e} = {n * ref:.8e} "
+                 f"(its code gives {n * dp:.8e}, {rel(n * dp, n * ref)} relative). Its "
+                 "fractional-order series adds |C(alpha, i)| terms, but the binomial "
+                 "coefficient changes sign for i > alpha + 1.")
+        rep.line()
+
+
+# ---------------------------------------------------------------------------------- main
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profile", choices=("quick", "full"), default="quick",
+                   help="quick: peers on the first --peer-steps steps, extrapolated; "
+                        "full: peers on all 10,000 steps (several minutes)")
+    p.add_argument("--peer-steps", type=int, default=200,
+                   help="steps the peers run in the quick profile (default 200)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repetitions of our accountant, best kept (default 5)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="also write the Markdown to DIR/accounting_speed.md")
+    args = p.parse_args(argv)
+    if args.peer_steps < 1:
+        p.error("--peer-steps must be >= 1")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every section; print Markdown (and write it under --out)."""
+    args = parse_args(argv)
+    rep = Report()
+    t0 = time.perf_counter()
+    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    rep.line("# Accounting speed benchmark")
+    rep.line()
+    rep.line(f"{now}, profile `{args.profile}`, {_cpus()} cores, {platform.processor() or 'CPU'}"
+             f" ({platform.machine()}), Python {platform.python_version()}, numpy "
+             f"{np.__version__}, leakaudit {version('leakaudit')}; opacus {version('opacus')}, "
+             f"dp-accounting {version('dp-accounting')}, prv-accountant "
+             f"{version('prv-accountant')}, mpmath {version('mpmath')}.")
+    rep.line()
+    per_step = section_peers(rep, args.profile, args.peer_steps, args.repeats)
+    section_conservative(rep, args.repeats)
+    section_scaling(rep, args.repeats, per_step)
+    section_fractional(rep)
+    rep.line(f"Total benchmark time: {time.perf_counter() - t0:.0f} s.")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "accounting_speed.md").write_text(rep.text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
