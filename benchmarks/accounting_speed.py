@@ -184,20 +184,22 @@ def dp_accounting_eps(mod: Any, sigmas: np.ndarray,
     return float(eps), float(order)
 
 
-def prv_bounds(sigmas: np.ndarray) -> A.PRVBounds | None:
-    """prv-accountant's (lower, estimate, upper) through the adapter, or None if missing."""
+def prv_bounds(sigmas: np.ndarray) -> A.PRVBounds | str:
+    """prv-accountant's (lower, estimate, upper) through the adapter, or why there is none."""
     ledger = A.PrivacyLedger()
     ledger.step_schedule(Q, sigmas)
     try:
         return A.prv_epsilon(ledger, DELTA)
     except ImportError:
-        return None
-
-
-def fmt_prv(b: A.PRVBounds | None) -> str:
-    """lower / estimate / upper."""
-    if b is None:
         return "not installed"
+    except A.PRVUnavailable as exc:  # the peer's own failure on this ledger
+        return f"unavailable ({exc})"
+
+
+def fmt_prv(b: A.PRVBounds | str) -> str:
+    """lower / estimate / upper, or the reason there are none."""
+    if isinstance(b, str):
+        return b
     return f"{b.lower:.4g} / {b.estimate:.4g} / {b.upper:.4g}"
 
 
@@ -254,8 +256,8 @@ def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> d
         per_step[name] = r[0] / n_peer
         rows.append([f"{label} {version(name)}", f"{n_peer:,}", fmt_s(r[0]), fmt_s(t_full), how,
                      f"{t_full / t_ours:.0f}x"])
-    if prv_full is None:
-        rows.append(["prv-accountant", "-", "not installed", "-", "-", "-"])
+    if isinstance(prv_full, str):
+        rows.append(["prv-accountant", "-", prv_full, "-", "-", "-"])
     else:
         rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
                      "sigmas bucketed to <= 64)", f"{STEPS:,}", fmt_s(t_prv), fmt_s(t_prv),
