@@ -506,6 +506,12 @@ class PrivacyLedger:
         delta = check_delta("delta", delta)
         if method not in ("rdp", "rdp-classic", "moments"):
             raise ValueError(f"method must be 'rdp', 'rdp-classic' or 'moments', got {method!r}")
+        qs0, sig0, _ = self.sgm_groups()
+        if np.unique(round_sigmas(sig0, resolution, "down")).size >= np.unique(sig0).size:
+            # the grid is no coarser than the schedule: the exact answer is as cheap
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ConservativeEpsilon(self.epsilon(delta, method), 0.0, resolution)
         bounds = []
         for direction in ("down", "up"):
             trial = PrivacyLedger.__new__(PrivacyLedger)

@@ -106,7 +106,7 @@ def test_dp_accounting_overestimates_fractional_orders():
     theirs = _dpacc_rdp(0.01, 2.5, 50, [1.5])[0]
     truth = rdp_mpmath(0.01, 2.5, 1.5) * 50
     assert ours == pytest.approx(6.50070897e-4, rel=1e-8)
-    assert ours == pytest.approx(truth, rel=1e-9)
+    assert truth <= ours == pytest.approx(truth, rel=1e-8)
     assert theirs == pytest.approx(6.70579741e-4, rel=1e-6)
     assert theirs > 1.03 * truth
     ours11 = A.rdp_sgm(1 / 120, 6.0, [1.1])[0]

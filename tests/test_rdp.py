@@ -52,7 +52,8 @@ def test_fractional_series_matches_high_precision_integral(q, sigma, alpha):
     ours = A.rdp_sgm(q, sigma, [alpha])[0]
     truth = rdp_mpmath(q, sigma, alpha)
     # A_alpha is summed in double precision: absolute error ~1e-14 in A.
-    assert ours == pytest.approx(truth, rel=1e-8, abs=2e-14 / (alpha - 1))
+    assert ours == pytest.approx(truth, rel=1e-8, abs=6e-14 / (alpha - 1))
+    assert ours >= truth * (1 - 1e-12)  # the slack makes the series conservative
 
 
 @pytest.mark.parametrize("q,sigma,alpha", [(0.01, 4.0, 2), (0.01, 1.0, 32), (0.2, 0.7, 5),
@@ -69,7 +70,8 @@ def test_integer_and_fractional_formulas_agree_at_integers():
         for alpha in (2, 3, 5, 8):
             li = log_a_integer(q, np.array([sigma]), alpha)[0]
             lf = log_a_fractional(q, np.array([sigma]), np.array([float(alpha)]))[0, 0]
-            assert lf == pytest.approx(li, rel=1e-9, abs=1e-14)
+            assert lf == pytest.approx(li, rel=1e-9, abs=3e-13)
+            assert lf >= li * (1 - 1e-12)
 
 
 def test_fractional_orders_are_continuous_around_integers():
