@@ -507,8 +507,9 @@ class PrivacyLedger:
         if method not in ("rdp", "rdp-classic", "moments"):
             raise ValueError(f"method must be 'rdp', 'rdp-classic' or 'moments', got {method!r}")
         qs0, sig0, _ = self.sgm_groups()
-        if np.unique(round_sigmas(sig0, resolution, "down")).size >= np.unique(sig0).size:
-            # the grid is no coarser than the schedule: the exact answer is as cheap
+        if 2 * np.unique(round_sigmas(sig0, resolution, "down")).size > np.unique(sig0).size:
+            # the grid does not halve the distinct sigmas: two rounded passes would cost
+            # more than the exact answer, so give that (excess 0)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 return ConservativeEpsilon(self.epsilon(delta, method), 0.0, resolution)
