@@ -21,6 +21,8 @@ __all__ = [
     "check_count",
     "check_orders",
     "check_positive",
+    "check_nonnegative",
+    "check_factor",
 ]
 
 
@@ -55,6 +57,22 @@ def check_positive(name: str, value: object, *, allow_inf: bool = False) -> floa
     out = check_real(name, value)
     if out <= 0.0 or (math.isinf(out) and not allow_inf):
         raise ValueError(f"{name} must be a finite number > 0, got {out!r}")
+    return out
+
+
+def check_nonnegative(name: str, value: object) -> float:
+    """A real number >= 0 (finite)."""
+    out = check_real(name, value)
+    if out < 0.0 or math.isinf(out):
+        raise ValueError(f"{name} must be a finite number >= 0, got {out!r}")
+    return out
+
+
+def check_factor(name: str, value: object) -> float:
+    """A multiplicative decay factor in (0, 1]."""
+    out = check_real(name, value)
+    if not 0.0 < out <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {out!r}")
     return out
 
 

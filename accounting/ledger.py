@@ -366,10 +366,8 @@ class PrivacyLedger:
         if method == "moments":
             lm, lam = log_moments(curve, self.orders)
             res = moments_epsilon(lm, lam, rem, warn_edge=warn)
-            res = DPResult(res.eps, None if res.order is None else res.order + 1.0)
-            pure_total = self._pure_total()
-            if pure_total is not None and pure_total < res.eps:
-                res = DPResult(pure_total, math.inf)
+            res = self._with_pure(DPResult(res.eps, None if res.order is None
+                                           else res.order + 1.0))
             return DPResult(res.eps + approx_eps, res.order)
         conversion = "classic" if method == "rdp-classic" else "improved"
         with warnings.catch_warnings():
@@ -378,12 +376,16 @@ class PrivacyLedger:
             res = rdp_to_dp(curve, self.orders, rem, conversion)
         if optimize_order and res.order is not None:
             res = self._refine_order(curve, rem, conversion, res)
+        res = self._with_pure(res)
+        return DPResult(res.eps + approx_eps, res.order)
+
+    def _with_pure(self, res: DPResult) -> DPResult:
+        """Order alpha = inf: with only pure-DP/Laplace releases the RDP curve tends to their
+        summed eps, an exact (eps, 0) guarantee that no finite order can beat."""
         pure_total = self._pure_total()
         if pure_total is not None and pure_total < res.eps:
-            # order alpha = inf: with only pure-DP/Laplace releases the curve tends to their
-            # summed eps, an exact (eps, 0) guarantee no finite order can beat.
-            res = DPResult(pure_total, math.inf)
-        return DPResult(res.eps + approx_eps, res.order)
+            return DPResult(pure_total, math.inf)
+        return res
 
     def _pure_total(self) -> float | None:
         """Sum of pure eps when every release is pure DP or Laplace, else None."""

@@ -119,7 +119,7 @@ def prv_epsilon(
     *,
     eps_error: float = 0.05,
     delta_error: float | None = None,
-    max_distinct: int = 64,
+    max_distinct: int = 16,
     resolution: float = 0.01,
 ) -> PRVBounds:
     """(lower, estimate, upper) eps of the ledger from prv-accountant.

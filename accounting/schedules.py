@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import check_count, check_positive, check_real
+from ._validate import check_count, check_factor, check_nonnegative, check_positive, check_real
 
 __all__ = [
     "SCHEDULES",
@@ -152,13 +152,9 @@ class PlateauDecay:
 
     def __post_init__(self) -> None:
         self.sigma0 = check_positive("sigma0", self.sigma0)
-        self.beta = check_real("beta", self.beta)
-        if not 0.0 < self.beta <= 1.0:
-            raise ValueError(f"beta must be in (0, 1], got {self.beta!r}")
+        self.beta = check_factor("beta", self.beta)
         self.patience = check_count("patience", self.patience, minimum=1)
-        self.sigma_min = check_real("sigma_min", self.sigma_min)
-        if self.sigma_min < 0:
-            raise ValueError(f"sigma_min must be >= 0, got {self.sigma_min!r}")
+        self.sigma_min = check_nonnegative("sigma_min", self.sigma_min)
         self.sigma = self.sigma0
 
     def update(self, loss: float) -> float:
@@ -194,15 +190,9 @@ class ThresholdDecay:
 
     def __post_init__(self) -> None:
         self.sigma0 = check_positive("sigma0", self.sigma0)
-        self.rho = check_real("rho", self.rho)
-        if not 0.0 < self.rho <= 1.0:
-            raise ValueError(f"rho must be in (0, 1], got {self.rho!r}")
-        self.mu = check_real("mu", self.mu)
-        if self.mu < 0:
-            raise ValueError(f"mu must be >= 0, got {self.mu!r}")
-        self.sigma_min = check_real("sigma_min", self.sigma_min)
-        if self.sigma_min < 0:
-            raise ValueError(f"sigma_min must be >= 0, got {self.sigma_min!r}")
+        self.rho = check_factor("rho", self.rho)
+        self.mu = check_nonnegative("mu", self.mu)
+        self.sigma_min = check_nonnegative("sigma_min", self.sigma_min)
         self.sigma = self.sigma0
 
     def update(self, loss: float) -> float:
