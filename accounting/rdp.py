@@ -48,8 +48,9 @@ _LOG_HALF = math.log(0.5)
 #: Terms of the fractional series below exp(_TERM_FLOOR) are dropped. Since A_alpha >= 1
 #: (a Rényi divergence is non-negative), this is an absolute error below 1.3e-14 in A.
 _TERM_FLOOR = -32.0
-#: Relative and absolute slack added to the fractional series (truncation + round-off).
-_SLACK = 2e-14
+#: Round-off allowance (in units of machine epsilon times the sum of |terms|) added to the
+#: fractional series so that it errs on the conservative side.
+_ULPS = 4.0
 #: Give up (with a warning and a conservative inf) after this many series terms.
 _MAX_TERMS = 2_000_000
 
@@ -138,6 +139,8 @@ def _frac_block(
     need_a1 = a1_bound > _TERM_FLOOR - 14.0
     scale = np.full((R, C), -np.inf)  # running log-scale per element
     acc = np.zeros((R, C))  # signed sum of exp(term - scale)
+    abs_acc = np.zeros((R, C))  # sum of |exp(term - scale)|, for the round-off allowance
+    tail = np.full((R, C), -np.inf)  # log |last term| at convergence: the truncation bound
     active = np.ones((R, C), dtype=bool)
     start = 0
     n = int(np.clip(math.ceil(36.0 / max(-log_q, 1e-3)) + 4, 8, 256))
@@ -174,17 +177,20 @@ def _frac_block(
             np.exp(t, out=t)
             t *= sgn[None]
             sub_acc = acc[ix] * rescale + np.nansum(t, axis=2)
+            sub_abs = abs_acc[ix] * rescale + np.nansum(np.abs(t), axis=2)
         # the last terms, back in log space, decide convergence
         with np.errstate(divide="ignore"):
             last = np.log(np.abs(t[:, :, -1])) + new_scale
             prev = np.log(np.abs(t[:, :, -2])) + new_scale
         sub_active = active[ix]
         acc[ix] = np.where(sub_active, sub_acc, acc[ix])
+        abs_acc[ix] = np.where(sub_active, sub_abs, abs_acc[ix])
         scale[ix] = np.where(sub_active, new_scale, sub_scale)
         # converged: past the sign-changing head, decreasing, and below the floor
         past_head = (start + n) > (alphas[cols] + 2)[None, :]
         done = past_head & (last <= prev) & (np.maximum(last, prev) < _TERM_FLOOR)
         active[ix] = sub_active & ~done
+        tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
         start += n
         n = min(2 * n, 4096)
         if start > _MAX_TERMS and active.any():
@@ -197,13 +203,12 @@ def _frac_block(
             scale[active] = np.inf
             acc[active] = 1.0
             break
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = scale + np.log(np.maximum(acc, 0.0))
-    # Never under-report: add a bound on what truncation (the first omitted term of an
-    # alternating tail, < exp(-32) ~ 1.3e-14) and double-precision summation can have lost
-    # (pairwise sums in <= ~32 rounds: ~4e-15 A): A -> A (1 + 2e-14) + 2e-14, at most
-    # ~4e-14 / (alpha - 1) per step.
-    out = out + np.log1p(_SLACK + _SLACK * np.exp(-np.maximum(out, 0.0)))
+    # Never under-report: add what truncation can have dropped (the omitted tail is bounded
+    # by its first term, at most the last computed one, doubled for safety) and a round-off
+    # allowance of a few ulps of the sum of |terms|.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        slack = 2.0 * np.exp(tail - scale) + _ULPS * np.finfo(float).eps * abs_acc
+        out = scale + np.log(np.maximum(acc, 0.0) + np.where(np.isfinite(scale), slack, 0.0))
     # A_alpha >= 1: round-off can never make the divergence negative.
     return np.maximum(out, 0.0)
 
