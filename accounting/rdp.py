@@ -13,7 +13,9 @@ space. References:
 from __future__ import annotations
 
 import math
+import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from scipy import special
@@ -51,6 +53,9 @@ _TERM_FLOOR = -32.0
 #: Round-off allowance (in units of machine epsilon times the sum of |terms|) added to the
 #: fractional series so that it errs on the conservative side.
 _ULPS = 4.0
+#: Threads for large batches of (q, sigma) pairs (each thread writes disjoint rows).
+_WORKERS = max(1, min(8, os.cpu_count() or 1))
+_ROWS_PER_THREAD = 500
 #: Give up (with a warning and a conservative inf) after this many series terms.
 _MAX_TERMS = 2_000_000
 
@@ -267,17 +272,29 @@ def rdp_sgm_many(
     if full.any():
         out[full] = orders[None, :] / (2.0 * sig_arr[full, None] ** 2)
     sub = (qs_arr > 0) & (qs_arr < 1) & ~no_noise
-    for q in np.unique(qs_arr[sub]):
-        rows = np.flatnonzero(sub & (qs_arr == q))
+
+    def fill(q: float, rows: np.ndarray) -> None:
         s = sig_arr[rows]
         if int_idx.size:
             table = _log_expm1_table(s, int(round(orders[int_idx].max())))
             for c in int_idx:
                 alpha = int(round(orders[c]))
-                out[rows, c] = log_a_integer(float(q), s, alpha, table) / (alpha - 1)
+                out[rows, c] = log_a_integer(q, s, alpha, table) / (alpha - 1)
         if frac_idx.size:
-            la = log_a_fractional(float(q), s, orders[frac_idx])
+            la = log_a_fractional(q, s, orders[frac_idx])
             out[np.ix_(rows, frac_idx)] = la / (orders[frac_idx] - 1.0)[None, :]
+
+    jobs = []
+    for q in np.unique(qs_arr[sub]):
+        rows = np.flatnonzero(sub & (qs_arr == q))
+        # numpy releases the GIL in its loops: large groups are split across cores
+        parts = max(1, min(_WORKERS, rows.size // _ROWS_PER_THREAD))
+        jobs.extend((float(q), part) for part in np.array_split(rows, parts))
+    if len(jobs) > 1:
+        with ThreadPoolExecutor(max_workers=min(_WORKERS, len(jobs))) as pool:
+            list(pool.map(lambda job: fill(*job), jobs))
+    elif jobs:
+        fill(*jobs[0])
     return out
 
 
