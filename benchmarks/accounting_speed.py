@@ -260,7 +260,7 @@ def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> d
         rows.append(["prv-accountant", "-", prv_full, "-", "-", "-"])
     else:
         rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
-                     "sigmas bucketed to <= 64)", f"{STEPS:,}", fmt_s(t_prv), fmt_s(t_prv),
+                     "sigmas bucketed to <= 16)", f"{STEPS:,}", fmt_s(t_prv), fmt_s(t_prv),
                      "measured (one run)", f"{t_prv / t_ours:.0f}x"])
     rep.line("Time:")
     rep.line()
