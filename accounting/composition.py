@@ -81,7 +81,14 @@ def analytic_gaussian_epsilons(sigmas: np.ndarray, deltas: np.ndarray | float) -
     sigma = 0 gives inf.
     """
     s = np.atleast_1d(np.asarray(sigmas, dtype=float))
-    d = np.broadcast_to(np.asarray(deltas, dtype=float), s.shape).copy()
+    if s.ndim != 1 or np.isnan(s).any() or (s < 0).any() or np.isinf(s).any():
+        raise ValueError("sigmas must be a 1-D sequence of finite numbers >= 0")
+    try:
+        d = np.broadcast_to(np.asarray(deltas, dtype=float), s.shape).copy()
+    except ValueError as exc:
+        raise ValueError("deltas must be a scalar or have the same length as sigmas") from exc
+    if np.isnan(d).any() or (d <= 0).any() or (d >= 1).any():
+        raise ValueError("deltas must be in the open interval (0, 1)")
     out = np.full(s.shape, np.inf)
     ok = s > 0
     if not ok.any():
