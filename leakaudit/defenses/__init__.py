@@ -1,0 +1,62 @@
+"""Defenses, registered by name: ``get("fed-cdp", clip=4.0, sigma=6.0)``, ``available()``.
+
+One file per defense, each a :class:`~leakaudit.defenses.base.Defense` that declares where it
+acts and records its releases in the claimed and sound ledgers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from .base import SITES, ClientContext, Defense, RoundContext
+from .fed_alpha_cdp import FedAlphaCDP
+from .fed_cdp import FedCDP
+from .fed_sdp import FedSDP
+from .none import NoDefense
+from .prune import Prune
+from .random_noise import RandomNoise
+
+__all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
+           "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise"]
+
+_REGISTRY: dict[str, Callable[..., Defense]] = {}
+
+
+def register(name: str, factory: Callable[..., Defense], *, replace: bool = False) -> None:
+    """Register a defense factory under ``name`` (refuses to overwrite unless ``replace``)."""
+    if not name or not isinstance(name, str):
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    if name in _REGISTRY and not replace:
+        raise ValueError(f"a defense named {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def available() -> list[str]:
+    """Names of the registered defenses."""
+    return sorted(_REGISTRY)
+
+
+def get(name: str, **kwargs: object) -> Defense:
+    """Build the defense registered as ``name`` with its keyword arguments."""
+    if isinstance(name, Defense):
+        if kwargs:
+            raise ValueError("keyword arguments are only allowed with a defense name")
+        return name
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown defense {name!r}; available: {', '.join(available())}")
+    try:
+        return _REGISTRY[name](**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"bad arguments for defense {name!r}: {exc}") from exc
+
+
+register("none", NoDefense)
+register("fed-sdp-server", partial(FedSDP, where="server"))
+register("fed-sdp-client", partial(FedSDP, where="client"))
+register("fed-cdp", FedCDP)
+register("fed-alpha-cdp", FedAlphaCDP)
+for _short in ("linear", "staircase", "exp", "cyclic"):
+    register(f"fed-alpha-cdp-{_short}", partial(FedAlphaCDP, decay=_short, sigma=15.0))
+register("prune", Prune)
+register("random-noise", RandomNoise)

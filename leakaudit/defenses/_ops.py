@@ -1,0 +1,73 @@
+"""Pure tensor operations the defenses share: per-example clipping, noise, pruning."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["flat_norms", "clip_flat", "clip_per_layer", "gaussian_like", "prune_smallest",
+           "update_norm"]
+
+
+def flat_norms(grads: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of each example's whole gradient: grads are (B, *shape) per parameter."""
+    sq = torch.stack([g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in grads], dim=1)
+    return sq.sum(dim=1).sqrt()
+
+
+def clip_flat(grads: list[torch.Tensor], clip: float) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Scale each example's whole gradient to L2 norm <= clip (Abadi et al. 2016, Alg. 1).
+
+    Returns the clipped per-example gradients and the pre-clipping norms.
+    """
+    norms = flat_norms(grads)
+    factor = (clip / (norms + 1e-12)).clamp(max=1.0)
+    clipped = [g * factor.view(-1, *([1] * (g.dim() - 1))) for g in grads]
+    return clipped, norms
+
+
+def clip_per_layer(grads: list[torch.Tensor],
+                   clip: float) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Clip each parameter tensor ("layer") of each example to L2 norm <= clip.
+
+    The whole clipped per-example gradient then has norm <= clip * sqrt(layers). Returns the
+    clipped gradients and the clipped per-layer norms, shape (B, layers).
+    """
+    out, norms = [], []
+    for g in grads:
+        n = g.reshape(g.shape[0], -1).norm(dim=1)
+        factor = (clip / (n + 1e-12)).clamp(max=1.0)
+        out.append(g * factor.view(-1, *([1] * (g.dim() - 1))))
+        norms.append(n * factor)
+    return out, torch.stack(norms, dim=1)
+
+
+def gaussian_like(tensors: list[torch.Tensor], std: float,
+                  generator: torch.Generator) -> list[torch.Tensor]:
+    """Independent N(0, std^2) noise shaped like each tensor, from the given generator."""
+    return [torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device) * std
+            for t in tensors]
+
+
+def update_norm(update: list[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of a whole update (all parameters concatenated)."""
+    return torch.sqrt(sum(u.pow(2).sum() for u in update))
+
+
+def prune_smallest(update: list[torch.Tensor], rate: float) -> list[torch.Tensor]:
+    """Zero exactly round(rate * n) coordinates of smallest magnitude, over all parameters.
+
+    Ties are broken by position (stable sort), so the share is exact.
+    """
+    flat = torch.cat([u.reshape(-1) for u in update])
+    k = int(round(rate * flat.numel()))
+    if k == 0:
+        return [u.clone() for u in update]
+    order = torch.sort(flat.abs(), stable=True).indices
+    mask = torch.ones_like(flat)
+    mask[order[:k]] = 0.0
+    pruned = flat * mask
+    out, start = [], 0
+    for u in update:
+        out.append(pruned[start:start + u.numel()].view_as(u))
+        start += u.numel()
+    return out

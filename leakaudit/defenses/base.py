@@ -1,0 +1,138 @@
+"""The defense interface: where a defense acts, what it does there, what it releases.
+
+A defense is one object with a few hooks the simulator calls (data flows one way):
+
+* ``privatize_batch`` (site "example"): per-example gradients of one local iteration in,
+  the batch gradient the client applies out (clip, noise). Only called when
+  ``"example" in sites``; otherwise the simulator uses the plain mean-loss gradient.
+* ``privatize_update`` (site "client"): the client's local update (w_local - w_global) in,
+  what leaves the client out (clip, noise, pruning).
+* ``sanitize_update`` (site "server"): one client's update as the server receives it, in,
+  what enters aggregation out.
+* ``end_round``: the server's validation loss after each round (event-driven decays).
+
+Privacy: every data-dependent release is recorded twice, in the per-client ledgers of the
+:class:`ClientContext` (``claimed``: what the defense's paper would count; ``sound``: every
+release at its true sensitivity). ``claimed_round`` is called once per round for the paper's
+own per-round convention. ``claimed_vs_sound`` says in one line why the two differ.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import torch
+
+from accounting import PrivacyLedger
+
+__all__ = ["Defense", "ClientContext", "RoundContext", "SITES"]
+
+SITES = ("example", "client", "server")
+
+
+@dataclass
+class RoundContext:
+    """What a defense may know about a round (no data)."""
+
+    round: int
+    rounds: int
+    clients: int
+    clients_per_round: int
+    local_steps: int
+    batch_size: int
+    client_sizes: tuple[int, ...]
+    participants: tuple[int, ...]
+    claimed: list[PrivacyLedger] = field(repr=False, default_factory=list)
+    sound: list[PrivacyLedger] = field(repr=False, default_factory=list)
+
+    @property
+    def total_examples(self) -> int:
+        return sum(self.client_sizes)
+
+    @property
+    def client_rate(self) -> float:
+        """q of client sampling, K/N (fixed-size sampling accounted as Poisson)."""
+        return self.clients_per_round / self.clients
+
+
+@dataclass
+class ClientContext:
+    """What a defense may know while it processes one client (no raw data)."""
+
+    round: int
+    client: int
+    local_step: int
+    n_examples: int
+    batch_size: int
+    lr: float
+    generator: torch.Generator = field(repr=False)
+    round_ctx: RoundContext = field(repr=False)
+    claimed: PrivacyLedger = field(repr=False)
+    sound: PrivacyLedger = field(repr=False)
+
+    @property
+    def batch_rate(self) -> float:
+        """q of one local batch, B / n_c (fixed-size batches accounted as Poisson)."""
+        return min(1.0, self.batch_size / self.n_examples)
+
+
+class Defense:
+    """Base class. Subclasses set ``name``, ``sites``, ``level`` and override hooks."""
+
+    name: ClassVar[str] = ""
+    #: where it acts: a subset of ("example", "client", "server")
+    sites: ClassVar[frozenset[str]] = frozenset()
+    #: privacy unit of its guarantee: "instance", "client" or "none" (no DP claim)
+    level: ClassVar[str] = "none"
+    #: FedAvg weighted by client data size (False: unweighted mean of updates)
+    weighted_aggregation: ClassVar[bool] = True
+
+    def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
+        """Per-example gradients (B, *shape) per parameter -> the batch gradient to apply."""
+        return [g.mean(dim=0) for g in grads]
+
+    def privatize_update(self, update: list[torch.Tensor],
+                         ctx: ClientContext) -> list[torch.Tensor]:
+        """Client-side processing of the local update before it leaves the client."""
+        return update
+
+    def sanitize_update(self, update: list[torch.Tensor],
+                        ctx: ClientContext) -> list[torch.Tensor]:
+        """Server-side processing of one client's update before aggregation."""
+        return update
+
+    def start(self, rounds: int) -> None:
+        """Called once before training with the number of rounds (schedules fix sigma_t)."""
+
+    def claimed_round(self, ctx: RoundContext) -> None:
+        """Record the paper's own accounting for this round (default: nothing)."""
+
+    def end_round(self, round_index: int, val_loss: float) -> None:
+        """Called after each round with the server's validation loss."""
+
+    def noise_multiplier(self, round_index: int) -> float:
+        """The noise multiplier this defense uses in a round (0 when it adds none)."""
+        return 0.0
+
+    @property
+    def claimed_vs_sound(self) -> str:
+        """One line: why claimed and sound eps differ ('' when they do not)."""
+        return ""
+
+    def describe(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.params().items())
+        return f"{self.name}({params})"
+
+    def params(self) -> dict[str, object]:
+        return {}
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+def record_no_privacy(ctx: ClientContext, what: str) -> None:
+    """A release without a DP guarantee: infinite eps in both ledgers, with the reason."""
+    ctx.claimed.dp_step(math.inf, note=f"{what}: no DP guarantee")
+    ctx.sound.dp_step(math.inf, note=f"{what}: no DP guarantee")

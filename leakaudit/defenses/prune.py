@@ -1,0 +1,29 @@
+"""prune: zero the smallest-magnitude share of the client update (Zhu et al. 2019, DLG's
+gradient-pruning defense). No DP guarantee."""
+
+from __future__ import annotations
+
+import torch
+
+from ._ops import prune_smallest
+from .base import ClientContext, Defense, record_no_privacy
+from .validate import check_fraction
+
+
+class Prune(Defense):
+    """Zero exactly round(rate * n) smallest-magnitude coordinates of the update."""
+
+    name = "prune"
+    sites = frozenset({"client"})
+    level = "none"
+
+    def __init__(self, rate: float = 0.1) -> None:
+        self.rate = check_fraction("rate", rate)
+
+    def params(self) -> dict[str, object]:
+        return {"rate": self.rate}
+
+    def privatize_update(self, update: list[torch.Tensor],
+                         ctx: ClientContext) -> list[torch.Tensor]:
+        record_no_privacy(ctx, "pruned client update")
+        return prune_smallest(update, self.rate)
