@@ -1,30 +1,99 @@
-"""``leakaudit`` command line. ``leakaudit epsilon ...`` forwards to the accountant CLI."""
+"""``leakaudit`` command line.
+
+  leakaudit audit --defenses none,fed-cdp --dataset digits --attacks dlg,idlg,cpl --out results/
+  leakaudit defenses
+  leakaudit epsilon|calibrate|max-steps ...   (the accountant CLI, ``python -m accounting``)
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-USAGE = """usage: leakaudit <command> [options]
+ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
 
-commands:
-  epsilon    privacy of a (decaying) sampled Gaussian schedule under every accountant
-  calibrate  smallest noise multiplier for a target eps
-  max-steps  how many steps an eps budget allows
-"""
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="leakaudit", description="Audit DP federated-learning "
+                                "defenses against gradient-leakage attacks.")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("audit", help="train, tap the leak points, attack, print the table")
+    a.add_argument("--defenses", default="none,fed-sdp-server,fed-sdp-client,fed-cdp,"
+                   "fed-alpha-cdp,prune,random-noise", help="comma-separated defense names")
+    a.add_argument("--dataset", default="digits")
+    a.add_argument("--attacks", default="dlg,idlg,cpl")
+    a.add_argument("--points", default="0,1,2")
+    a.add_argument("--profile", default="quick", choices=["quick", "paper"])
+    a.add_argument("--examples", type=int, default=None, help="attacked examples per cell")
+    a.add_argument("--rounds", type=int, default=None, help="training rounds")
+    a.add_argument("--iterations", type=int, default=None, help="L-BFGS steps per attack")
+    a.add_argument("--threshold", type=float, default=0.01, help="MSE of a successful attack")
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--out", default="results", help="directory for md/csv/tex/json/png and "
+                   "the resumable results file")
+    a.add_argument("--no-progress", action="store_true")
+    sub.add_parser("defenses", help="list the registered defenses")
+    for name in ACCOUNTANT_COMMANDS:
+        sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
+                       add_help=False)
+    return p
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import audit
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        points = [int(p) for p in _csv(args.points)]
+    except ValueError:
+        print(f"error: --points must be integers among 0,1,2, got {args.points!r}",
+              file=sys.stderr)
+        return 2
+    report = audit(defenses=_csv(args.defenses), dataset=args.dataset,
+                   attacks=_csv(args.attacks), points=points, examples=args.examples,
+                   rounds=args.rounds, seed=args.seed, profile=args.profile,
+                   results=str(out / "results.jsonl"), threshold=args.threshold,
+                   max_iterations=args.iterations, progress=not args.no_progress)
+    print(report.to_markdown())
+    paths = report.save(out)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_defenses() -> int:
+    from . import defenses
+
+    for name in defenses.available():
+        d = defenses.get(name)
+        sites = ",".join(sorted(d.sites)) or "-"
+        print(f"{name:<26} acts at: {sites:<10} level: {d.level:<9} {d.describe()}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    if args[0] in ("epsilon", "calibrate", "max-steps"):
+    if args and args[0] in ACCOUNTANT_COMMANDS:
         from accounting.cli import main as accounting_main
 
         return accounting_main(args, prog="leakaudit")
-    print(f"leakaudit: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    try:
+        parsed = build_parser().parse_args(args)
+    except SystemExit as exc:  # --help (0) or a usage error (2): return, do not exit
+        return int(exc.code or 0)
+    try:
+        if parsed.command == "audit":
+            return _cmd_audit(parsed)
+        return _cmd_defenses()
+    except (ValueError, FileNotFoundError, ImportError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover
