@@ -1,0 +1,231 @@
+"""The audit report: per defense x leak point x attack the SPEC's columns, per defense the
+accuracy and the claimed and sound eps; Markdown, CSV, LaTeX, JSON and a PNG grid."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS"]
+
+CELL_COLUMNS = ("defense", "point", "attack", "resilient", "mse", "rmse", "psnr", "ssim",
+                "asr", "tau", "label_accuracy", "examples")
+DEFENSE_COLUMNS = ("defense", "accuracy", "eps_claimed", "eps_sound", "reason")
+
+
+def _num(v: Any) -> float:
+    if isinstance(v, str):
+        return float(v)  # "inf", "nan"
+    return math.nan if v is None else float(v)
+
+
+def _fmt(v: Any, digits: int = 4) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v is None:
+        return "-"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, str) and v not in ("inf", "-inf", "nan"):
+        return v
+    x = _num(v)
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if math.isnan(x):
+        return "-"
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e4):
+        return f"{x:.2e}"
+    return f"{x:.{digits}g}"
+
+
+@dataclass
+class AuditReport:
+    """Results of :func:`leakaudit.audit`. Resilient means no attacked example was rebuilt
+    (ASR = 0 at the MSE threshold)."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    threshold: float = 0.01
+    delta: float = 1e-5
+    defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_defense(self, key: str, name: str, record: dict[str, Any]) -> None:
+        self.defenses[key] = dict(record, name=name)
+
+    def add_cell(self, record: dict[str, Any]) -> None:
+        self.cells.append(record)
+
+    # ------------------------------------------------------------------ tables
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per (defense, point, attack), aggregated over the attacked examples."""
+        groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
+        order: list[tuple[str, int, str]] = []
+        for c in self.cells:
+            k = (c["defense"], int(c["point"]), c["attack"])
+            if k not in groups:
+                order.append(k)
+            groups[k].append(c)
+        out = []
+        for k in order:
+            g = groups[k]
+            mses = [_num(c["mse"]) for c in g]
+            asr = float(np.mean([bool(c["success"]) for c in g]))
+            ssims = [_num(c["ssim"]) for c in g if c.get("ssim") is not None]
+            out.append({
+                "defense": k[0], "point": k[1], "attack": k[2], "resilient": asr == 0.0,
+                "mse": float(np.mean(mses)), "rmse": float(np.mean(np.sqrt(mses))),
+                "psnr": float(np.mean([_num(c["psnr"]) for c in g])),
+                "ssim": float(np.mean(ssims)) if ssims else math.nan,
+                "asr": asr, "tau": float(np.mean([_num(c["tau"]) for c in g])),
+                "label_accuracy": float(np.mean([_num(c["label_accuracy"]) for c in g])),
+                "examples": len(g),
+            })
+        return out
+
+    def defense_rows(self) -> list[dict[str, Any]]:
+        return [{"defense": k, "accuracy": _num(v.get("accuracy")),
+                 "eps_claimed": _num(v.get("eps_claimed")), "eps_sound": _num(v.get("eps_sound")),
+                 "reason": v.get("reason", "") if _num(v.get("eps_claimed")) !=
+                 _num(v.get("eps_sound")) or v.get("level") == "none" else ""}
+                for k, v in self.defenses.items()]
+
+    def resilience(self) -> dict[str, dict[int, bool]]:
+        """defense -> point -> resilient against every attack run."""
+        out: dict[str, dict[int, bool]] = defaultdict(dict)
+        for r in self.rows():
+            prev = out[r["defense"]].get(r["point"], True)
+            out[r["defense"]][r["point"]] = prev and r["resilient"]
+        return dict(out)
+
+    # ------------------------------------------------------------------ renderings
+    def to_markdown(self) -> str:
+        lines = [f"Resilience (attack succeeds when MSE <= {self.threshold:g}; resilient = "
+                 "no attacked example rebuilt; tau = L-BFGS steps to success, else the limit)",
+                 "", _md_table(CELL_COLUMNS, self.rows()), "",
+                 f"Accuracy and privacy (eps at delta = {self.delta:g}, worst client)", "",
+                 _md_table(DEFENSE_COLUMNS, self.defense_rows())]
+        return "\n".join(lines) + "\n"
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        cols = list(CELL_COLUMNS) + ["accuracy", "eps_claimed", "eps_sound"]
+        w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        drows = {d["defense"]: d for d in self.defense_rows()}
+        for r in self.rows():
+            d = drows.get(r["defense"], {})
+            w.writerow({**r, "accuracy": d.get("accuracy"), "eps_claimed": d.get("eps_claimed"),
+                        "eps_sound": d.get("eps_sound")})
+        return buf.getvalue()
+
+    def to_latex(self) -> str:
+        head = " & ".join(c.replace("_", r"\_") for c in CELL_COLUMNS)
+        body = [" & ".join(_fmt(r[c]).replace("_", r"\_") for c in CELL_COLUMNS) + r" \\"
+                for r in self.rows()]
+        spec = "l" * len(CELL_COLUMNS)
+        return "\n".join([r"\begin{tabular}{" + spec + "}", r"\hline", head + r" \\",
+                          r"\hline", *body, r"\hline", r"\end{tabular}"]) + "\n"
+
+    def to_json(self) -> str:
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return str(v)
+            return v
+
+        payload = {
+            "config": self.config, "threshold": self.threshold, "delta": self.delta,
+            "rows": [{k: clean(v) for k, v in r.items()} for r in self.rows()],
+            "defenses": [{k: clean(v) for k, v in r.items()} for r in self.defense_rows()],
+            "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
+                      for c in self.cells],
+        }
+        return json.dumps(payload, indent=1)
+
+    def save_figure(self, path: str | Path) -> Path:
+        """PNG grid: rows (defense, point); columns: ground truth, then each attack."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        first: dict[tuple[str, int], dict[str, Any]] = {}
+        attacks: list[str] = []
+        for c in self.cells:
+            if int(c["example"]) != 0 or "reconstruction" not in c:
+                continue
+            first.setdefault((c["defense"], int(c["point"])), {})[c["attack"]] = c
+            if c["attack"] not in attacks:
+                attacks.append(c["attack"])
+        if not first:
+            raise ValueError("the report has no reconstructions to draw")
+        rows = list(first)
+        fig, axes = plt.subplots(len(rows), len(attacks) + 1,
+                                 figsize=(1.6 * (len(attacks) + 1), 1.6 * len(rows)),
+                                 squeeze=False)
+        for i, key in enumerate(rows):
+            cells = first[key]
+            any_cell = next(iter(cells.values()))
+            panels = [("truth", any_cell["truth"])] + [
+                (a, cells[a]["reconstruction"] if a in cells else None) for a in attacks]
+            for j, (title, img) in enumerate(panels):
+                ax = axes[i][j]
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if img is not None:
+                    ax.imshow(_to_image(img), cmap="gray", vmin=0, vmax=1)
+                if i == 0:
+                    ax.set_title("ground truth" if title == "truth" else title.upper(),
+                                 fontsize=8)
+                if j == 0:
+                    ax.set_ylabel(f"{key[0]}\ntype {key[1]}", fontsize=6)
+                if title != "truth" and title in cells:
+                    ok = cells[title]["success"]
+                    ax.set_xlabel(f"MSE {_fmt(cells[title]['mse'], 2)}"
+                                  + (" leaked" if ok else ""), fontsize=6)
+        fig.tight_layout()
+        out = Path(path)
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+        return out
+
+    def save(self, directory: str | Path, stem: str = "audit") -> dict[str, Path]:
+        """Write Markdown, CSV, LaTeX, JSON and the PNG grid into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        paths = {}
+        for ext, text in (("md", self.to_markdown()), ("csv", self.to_csv()),
+                          ("tex", self.to_latex()), ("json", self.to_json())):
+            p = d / f"{stem}.{ext}"
+            p.write_text(text)
+            paths[ext] = p
+        try:
+            paths["png"] = self.save_figure(d / f"{stem}.png")
+        except ValueError:
+            pass  # tabular data: no image grid
+        return paths
+
+
+def _to_image(values: Any) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim == 3 and arr.shape[0] in (1, 3):
+        arr = arr[0] if arr.shape[0] == 1 else np.transpose(arr, (1, 2, 0))
+    elif arr.ndim == 1:
+        side = int(math.ceil(math.sqrt(arr.size)))
+        arr = np.pad(arr, (0, side * side - arr.size)).reshape(side, side)
+        arr = (arr - arr.min()) / (np.ptp(arr) or 1.0)
+    return np.clip(arr, 0, 1)
+
+
+def _md_table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+    head = "| " + " | ".join(columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
