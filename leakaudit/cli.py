@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from .audit import audit
+    from .auditor import audit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

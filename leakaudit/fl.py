@@ -209,18 +209,25 @@ def _validate_model(model: nn.Module, ds: Any) -> None:
                          f"dataset has {ds.num_classes} classes")
 
 
+_FLUSH_DEPTH = [0]
+
+
 @contextlib.contextmanager
 def _flush_denormals():
-    """Flush subnormal floats to zero while training (torch's default is off).
+    """Flush subnormal floats to zero while training or attacking (torch's default is off).
 
     Saturated sigmoids produce subnormal gradients that make CPU arithmetic ~4x slower;
-    values below ~1e-38 are numerically irrelevant here. The mode is restored afterwards.
+    values below ~1e-38 are numerically irrelevant here. Nested uses are counted, and the
+    default (off) is restored when the outermost one ends.
     """
-    changed = torch.set_flush_denormal(True)
+    _FLUSH_DEPTH[0] += 1
+    if _FLUSH_DEPTH[0] == 1:
+        torch.set_flush_denormal(True)
     try:
         yield
     finally:
-        if changed:
+        _FLUSH_DEPTH[0] -= 1
+        if _FLUSH_DEPTH[0] == 0:
             torch.set_flush_denormal(False)
 
 

@@ -1,0 +1,218 @@
+"""Reconstruction metrics of the audit (SPEC-attacks.md, "Metrics").
+
+Pure functions of tensors or arrays; nothing here sees an attack's internals.
+
+Shapes: a 4-D input is a batch of images ``(B, C, H, W)``, a 3-D input one image
+``(C, H, W)``, a 2-D input a batch of tabular rows ``(B, F)`` and a 1-D input one row ``(F,)``
+(a single-channel image is ``(1, H, W)``, never ``(H, W)``). Images live in [0, 1], hence
+``data_range=1`` for PSNR and SSIM. Batch metrics are means over examples; the examples of a
+batch reconstruction must be put in the order of the ground truth first with :func:`match`.
+
+The Fed-alphaCDP paper reports as "RMSE" the formula ``(1/U) sum (x - x_rec)^2``, which is the
+MSE; we call the paper's "reconstruction distance" MSE and report :func:`rmse` (its square
+root) separately.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from skimage.metrics import peak_signal_noise_ratio, structural_similarity
+
+__all__ = [
+    "attack_success_rate",
+    "label_accuracy",
+    "match",
+    "matched_mse",
+    "mse",
+    "psnr",
+    "rmse",
+    "ssim",
+    "success",
+    "tau",
+]
+
+#: SSIM window side for images of side >= 7 (skimage's default, uniform window)
+SSIM_WINDOW = 7
+
+
+def _array(x: Any, name: str) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().to(torch.float64).numpy()
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim < 1 or arr.ndim > 4:
+        raise ValueError(f"{name} must have 1 to 4 dimensions, got shape {arr.shape}")
+    return arr
+
+
+def _pair(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    a, b = _array(x, "x"), _array(y, "y")
+    if a.shape != b.shape:
+        raise ValueError(f"x and y must have the same shape, got {a.shape} and {b.shape}")
+    if a.size == 0:
+        raise ValueError("x and y are empty")
+    return a, b
+
+
+def _examples(a: np.ndarray) -> np.ndarray:
+    """View as a batch: (B, C, H, W) or (B, F)."""
+    return a[None] if a.ndim in (1, 3) else a
+
+
+def mse(x: Any, y: Any) -> float:
+    """Mean over all elements of ``(x - y)^2`` (for a batch, the mean of per-example MSEs)."""
+    a, b = _pair(x, y)
+    return float(np.mean((a - b) ** 2))
+
+
+def rmse(x: Any, y: Any) -> float:
+    """Square root of :func:`mse` (not the Fed-alphaCDP paper's "RMSE", which is the MSE)."""
+    return math.sqrt(mse(x, y))
+
+
+def psnr(x: Any, y: Any) -> float:
+    """Peak signal-to-noise ratio in dB, ``skimage.metrics.peak_signal_noise_ratio`` with
+    ``data_range=1``: ``10 log10(1 / MSE)``; inf for identical inputs; batches: mean over
+    examples. Defined for tabular rows too (same formula), though a "peak" of 1 only means
+    something for data in [0, 1]."""
+    a, b = _pair(x, y)
+    values = []
+    for ea, eb in zip(_examples(a), _examples(b)):
+        if np.array_equal(ea, eb):
+            values.append(math.inf)
+        else:
+            values.append(float(peak_signal_noise_ratio(eb, ea, data_range=1.0)))
+    return float(np.mean(values))
+
+
+def ssim(x: Any, y: Any) -> float:
+    """Structural similarity, ``skimage.metrics.structural_similarity`` with ``data_range=1``,
+    ``channel_axis`` on the channels of ``(C, H, W)`` images; batches: mean over examples.
+
+    Window: skimage's default 7x7 uniform window for images of side >= 7 (8x8 digits, 28x28,
+    32x32); for smaller images the largest odd side that fits (3 or 5); images with a side
+    below 3 and tabular data (1-D or 2-D inputs) have no SSIM: ``math.nan``.
+    """
+    a, b = _pair(x, y)
+    if a.ndim < 3:
+        return math.nan
+    batch_a, batch_b = _examples(a), _examples(b)
+    side = min(batch_a.shape[-2:])
+    win = min(SSIM_WINDOW, side if side % 2 else side - 1)
+    if win < 3:
+        return math.nan
+    values = [
+        structural_similarity(ea, eb, win_size=win, data_range=1.0, channel_axis=0)
+        for ea, eb in zip(batch_a, batch_b)
+    ]
+    return float(np.mean(values))
+
+
+def match(reconstructed: Any, truth: Any) -> np.ndarray:
+    """The order of the reconstructions that best matches the ground truth.
+
+    Returns ``perm`` (int64 array) such that ``reconstructed[perm][i]`` is paired with
+    ``truth[i]``, minimising the total MSE over pairs (``scipy.optimize.linear_sum_assignment``
+    on the B x B matrix of pairwise MSEs). Inputs are batches ``(B, ...)`` of equal shapes.
+    """
+    r = _batch(reconstructed, "reconstructed")
+    t = _batch(truth, "truth")
+    if r.shape != t.shape:
+        raise ValueError(
+            f"reconstructed and truth must have the same shape, got {r.shape} and {t.shape}"
+        )
+    rf, tf = r.reshape(len(r), -1), t.reshape(len(t), -1)
+    cost = ((tf[:, None, :] - rf[None, :, :]) ** 2).mean(axis=2)
+    rows, cols = linear_sum_assignment(cost)
+    perm = np.empty(len(rows), dtype=np.int64)
+    perm[rows] = cols
+    return perm
+
+
+def matched_mse(reconstructed: Any, truth: Any) -> float:
+    """:func:`mse` of a batch reconstruction after :func:`match` (B >= 1 examples)."""
+    r = _batch(reconstructed, "reconstructed")
+    t = _batch(truth, "truth")
+    return mse(r[match(r, t)], t)
+
+
+def _batch(x: Any, name: str) -> np.ndarray:
+    arr = np.asarray(x.detach().cpu().to(torch.float64).numpy() if isinstance(x, torch.Tensor)
+                     else x, dtype=np.float64)
+    if arr.ndim < 2 or len(arr) == 0:
+        raise ValueError(f"{name} must be a non-empty batch (B, ...), got shape {arr.shape}")
+    return arr
+
+
+def success(value: float, threshold: float = 0.01, *, metric: str = "mse") -> bool:
+    """Attack success test: ``MSE <= threshold`` (default 0.01), or with ``metric="ssim"``
+    ``SSIM >= threshold``. NaN never succeeds."""
+    _check_threshold(threshold)
+    value = float(value)
+    if math.isnan(value):
+        return False
+    if metric == "mse":
+        return value <= threshold
+    if metric == "ssim":
+        return value >= threshold
+    raise ValueError(f"metric must be 'mse' or 'ssim', got {metric!r}")
+
+
+def attack_success_rate(values: Iterable[float], threshold: float = 0.01, *,
+                        metric: str = "mse") -> float:
+    """ASR: the fraction of attacked examples whose value passes :func:`success`; NaN for
+    no examples."""
+    flags = [success(v, threshold, metric=metric) for v in values]
+    return sum(flags) / len(flags) if flags else math.nan
+
+
+def tau(history: Sequence[Mapping[str, Any]], threshold: float = 0.01,
+        limit: int = 300) -> int:
+    """Iterations to success: the first recorded ``"iteration"`` of an attack history whose
+    ``"mse"`` is ``<= threshold``, else ``limit`` (the paper's tables use 300). The resolution
+    is the attack's ``track_every``. A history without any ``"mse"`` (an attack run without
+    ``track``) is refused."""
+    _check_threshold(threshold)
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
+        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+    recorded = [h for h in history if "mse" in h]
+    if history and not recorded:
+        raise ValueError("history has no 'mse' entries: run the attack with track= to record it")
+    for entry in recorded:
+        if success(entry["mse"], threshold):
+            return int(entry["iteration"])
+    return int(limit)
+
+
+def label_accuracy(predicted: Any, true: Any) -> float:
+    """Fraction of labels recovered, as multisets (the order of a batch is unknown): the
+    size of the multiset intersection divided by the batch size. For one example: 1.0 or 0.0."""
+    p = _labels(predicted, "predicted")
+    t = _labels(true, "true")
+    if len(p) != len(t):
+        raise ValueError(f"predicted has {len(p)} labels, true has {len(t)}")
+    if not t:
+        raise ValueError("no labels")
+    common = Counter(p) & Counter(t)
+    return sum(common.values()) / len(t)
+
+
+def _labels(x: Any, name: str) -> list[int]:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().reshape(-1).tolist()
+    arr = np.asarray(x).reshape(-1)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integer labels, got dtype {arr.dtype}")
+    return [int(v) for v in arr]
+
+
+def _check_threshold(threshold: float) -> None:
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
+            or not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}")

@@ -1,0 +1,106 @@
+"""The one-call audit: end to end on digits at a tiny size, resume, trained models, CLI."""
+
+import json
+
+import pytest
+import torch
+
+import leakaudit
+from leakaudit import models
+from leakaudit.auditor import audit
+from leakaudit.cli import main as cli_main
+
+TINY = dict(examples=1, rounds=1, max_iterations=25, progress=False, workers=1)
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audit") / "results.jsonl"
+    rep = audit(defenses=["none", "fed-cdp"], attacks=("idlg",), points=(0, 1, 2),
+                results=str(path), **TINY)
+    return rep, path
+
+
+def test_none_leaks_and_fed_cdp_resists(tiny_report):
+    rep, _ = tiny_report
+    res = rep.resilience()
+    none = next(k for k in res if k.startswith("none"))
+    cdp = next(k for k in res if k.startswith("fed-cdp"))
+    assert res[none] == {0: False, 1: False, 2: False}
+    assert res[cdp] == {0: True, 1: True, 2: True}
+    rows = {(r["defense"], r["point"]): r for r in rep.rows()}
+    assert rows[(none, 2)]["label_accuracy"] == 1.0 and rows[(none, 2)]["mse"] < 1e-3
+    d = {r["defense"]: r for r in rep.defense_rows()}
+    assert d[none]["eps_sound"] == float("inf")
+    assert 0 < d[cdp]["eps_claimed"] < float("inf") and d[cdp]["reason"]
+
+
+def test_resume_skips_finished_cells(tiny_report, monkeypatch):
+    rep, path = tiny_report
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2 + 2 * 3  # two training records, six cells
+
+    def boom(*a, **k):
+        raise AssertionError("a finished cell was recomputed")
+
+    monkeypatch.setattr("leakaudit.attacks.reconstruct", boom)
+    again = audit(defenses=["none", "fed-cdp"], attacks=("idlg",), points=(0, 1, 2),
+                  results=str(path), **TINY)
+    assert again.rows() == rep.rows()
+    assert path.read_text().splitlines() == lines  # nothing appended
+
+
+def test_partial_file_resumes_the_rest(tiny_report, tmp_path):
+    _, path = tiny_report
+    lines = path.read_text().splitlines()
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("\n".join(lines[:4]) + "\n")  # as if killed after a few cells
+    rep = audit(defenses=["none", "fed-cdp"], attacks=("idlg",), points=(0, 1, 2),
+                results=str(partial), **TINY)
+    assert len(partial.read_text().splitlines()) == len(lines)
+    assert len(rep.rows()) == 6
+
+
+def test_worker_processes_give_identical_results(tiny_report):
+    rep, _ = tiny_report
+    par = audit(defenses=["none", "fed-cdp"], attacks=("idlg",), points=(0, 1, 2),
+                **{**TINY, "workers": 2})
+    strip = ("seconds",)
+    a = [{k: v for k, v in c.items() if k not in strip} for c in rep.cells]
+    b = [{k: v for k, v in c.items() if k not in strip} for c in par.cells]
+    assert a == b
+
+
+def test_audit_an_already_trained_model():
+    model = models.lenet(generator=torch.Generator().manual_seed(3))
+    rep = audit(defenses=["none"], model=model, trained=True, attacks=("idlg",), points=(2,),
+                **TINY)
+    assert len(rep.rows()) == 1
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="attacks"):
+        audit(defenses=["none"], attacks=("magic",), **TINY)
+    with pytest.raises(ValueError, match="points"):
+        audit(defenses=["none"], points=(3,), **TINY)
+    with pytest.raises(ValueError, match="profile"):
+        audit(defenses=["none"], profile="slow", **TINY)
+    with pytest.raises(ValueError, match="unknown defense"):
+        audit(defenses=["nope"], **TINY)
+
+
+def test_cli_audit_writes_every_format(tmp_path, capsys):
+    code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
+                     "--examples", "1", "--rounds", "1", "--iterations", "20", "--out",
+                     str(tmp_path), "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "| defense | point | attack | resilient |" in out
+    for ext in ("md", "csv", "tex", "json", "png"):
+        assert (tmp_path / f"audit.{ext}").exists()
+    assert json.loads((tmp_path / "audit.json").read_text())["rows"][0]["point"] == 2
+    assert (tmp_path / "results.jsonl").exists()
+
+
+def test_top_level_audit_name():
+    assert leakaudit.audit is audit

@@ -1,0 +1,115 @@
+"""Reconstruction metrics against hand-computed values (SPEC-attacks.md, "Metrics")."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from leakaudit import metrics
+
+
+def constant(value, shape=(1, 28, 28)):
+    return torch.full(shape, float(value))
+
+
+def test_mse_rmse_psnr_of_a_constant_offset():
+    x, y = constant(0.5), constant(0.6)
+    assert metrics.mse(x, y) == pytest.approx(0.01)
+    assert metrics.rmse(x, y) == pytest.approx(0.1)
+    assert metrics.psnr(x, y) == pytest.approx(20.0)
+    # 0.01 offset: MSE 1e-4, 40 dB; numpy arrays work the same
+    assert metrics.psnr(np.full((3, 8, 8), 0.2), np.full((3, 8, 8), 0.21)) == pytest.approx(40.0)
+
+
+def test_identical_images():
+    x = torch.rand(3, 32, 32, generator=torch.Generator().manual_seed(0))
+    assert metrics.mse(x, x) == 0.0
+    assert metrics.psnr(x, x) == math.inf
+    assert metrics.ssim(x, x) == pytest.approx(1.0)
+    assert metrics.ssim(constant(0.3), constant(0.3)) == pytest.approx(1.0)
+
+
+def test_batches_average_over_examples():
+    truth = torch.stack([constant(0.5), constant(0.5)])
+    rec = torch.stack([constant(0.6), constant(0.51)])  # MSE 1e-2 and 1e-4: 20 and 40 dB
+    assert metrics.mse(rec, truth) == pytest.approx((1e-2 + 1e-4) / 2)
+    assert metrics.psnr(rec, truth) == pytest.approx(30.0)
+    s = [metrics.ssim(rec[i], truth[i]) for i in range(2)]
+    assert metrics.ssim(rec, truth) == pytest.approx(sum(s) / 2)
+
+
+def test_ssim_small_images_and_tabular():
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.rand(1, 8, 8, generator=gen), torch.rand(1, 8, 8, generator=gen)
+    value = metrics.ssim(x, y)
+    assert -1.0 <= value < 0.5  # two independent noise images are dissimilar
+    assert math.isfinite(metrics.ssim(x[:, :5, :5], y[:, :5, :5]))  # 5x5 window
+    assert math.isnan(metrics.ssim(x[:, :2, :2], y[:, :2, :2]))  # no valid window
+    assert math.isnan(metrics.ssim(torch.zeros(30), torch.ones(30)))  # tabular
+    assert math.isnan(metrics.ssim(torch.zeros(4, 30), torch.ones(4, 30)))
+    assert metrics.mse(torch.zeros(4, 30), torch.ones(4, 30)) == 1.0
+
+
+def test_ssim_falls_with_noise():
+    gen = torch.Generator().manual_seed(2)
+    x = torch.rand(3, 32, 32, generator=gen)
+    slightly = (x + 0.01 * torch.randn(x.shape, generator=gen)).clamp(0, 1)
+    very = (x + 0.3 * torch.randn(x.shape, generator=gen)).clamp(0, 1)
+    assert 1.0 > metrics.ssim(slightly, x) > metrics.ssim(very, x)
+
+
+def test_match_recovers_a_permutation():
+    gen = torch.Generator().manual_seed(3)
+    truth = torch.rand(5, 1, 8, 8, generator=gen)
+    order = torch.tensor([3, 0, 4, 1, 2])
+    rec = truth[order] + 0.01
+    perm = metrics.match(rec, truth)
+    assert torch.equal(rec[perm], truth + 0.01)
+    assert metrics.matched_mse(rec, truth) == pytest.approx(1e-4, rel=1e-5)
+    assert metrics.mse(rec, truth) > 1e-2  # unmatched order is far off
+    assert metrics.match(truth[:1], truth[:1]).tolist() == [0]
+
+
+def test_success_asr_and_tau():
+    assert metrics.success(0.01) and not metrics.success(0.0101)
+    assert metrics.success(0.005, threshold=0.005)
+    assert not metrics.success(math.nan)
+    assert metrics.success(0.8, 0.5, metric="ssim") and not metrics.success(0.4, 0.5, metric="ssim")
+    assert metrics.attack_success_rate([0.001, 0.02, 0.01, math.nan]) == 0.5
+    assert math.isnan(metrics.attack_success_rate([]))
+    history = [{"iteration": 0, "gradient_loss": 9.0, "mse": 0.3},
+               {"iteration": 10, "gradient_loss": 1.0, "mse": 0.02},
+               {"iteration": 20, "gradient_loss": 0.1, "mse": 0.009},
+               {"iteration": 23, "gradient_loss": 0.01, "mse": 0.001}]
+    assert metrics.tau(history) == 20
+    assert metrics.tau(history, threshold=0.001) == 23
+    assert metrics.tau(history, threshold=1e-4) == 300
+    assert metrics.tau(history, threshold=1e-4, limit=50) == 50
+    assert metrics.tau([]) == 300
+    with pytest.raises(ValueError, match="track"):
+        metrics.tau([{"iteration": 0, "gradient_loss": 1.0}])
+
+
+def test_label_accuracy_is_multiset_aware():
+    assert metrics.label_accuracy([3], [3]) == 1.0
+    assert metrics.label_accuracy(torch.tensor([2]), torch.tensor([3])) == 0.0
+    assert metrics.label_accuracy([1, 2, 3, 3], [3, 1, 3, 2]) == 1.0
+    assert metrics.label_accuracy([1, 1, 1, 2], [1, 2, 2, 3]) == 0.5
+    with pytest.raises(ValueError, match="labels"):
+        metrics.label_accuracy([1, 2], [1])
+    with pytest.raises(ValueError, match="integer"):
+        metrics.label_accuracy([1.5], [1])
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.mse(torch.zeros(1, 8, 8), torch.zeros(1, 8, 7))
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.match(torch.zeros(2, 4), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="threshold"):
+        metrics.success(0.1, threshold=math.nan)
+    with pytest.raises(ValueError, match="metric"):
+        metrics.success(0.1, metric="psnr")
+    with pytest.raises(ValueError, match="limit"):
+        metrics.tau([], limit=-1)
