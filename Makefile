@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.leakaudit-installed
 
-.PHONY: setup audit test lint bench clean
+.PHONY: setup audit epsilon-demo test lint bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,14 @@ $(STAMP): pyproject.toml | $(PY)
 
 setup: $(STAMP)
 
-# Main job on built-in data. Until the audit lands, the accountant demo.
+# Main job on built-in data: the resilience audit of the baseline defenses on digits
+# (prints the table; writes results/audit.{md,csv,tex,json,png}; resumes from
+# results/results.jsonl if interrupted).
 audit: setup
+	$(PY) -m leakaudit audit --dataset digits --out results
+
+# The accountant demo: every method side by side, constant and decaying sigma.
+epsilon-demo: setup
 	$(PY) -m accounting epsilon --q 0.01 --sigma 6 --steps 10000 --delta 1e-5
 	$(PY) -m accounting epsilon --q 0.01 --sigma 15 --sigma-end 4.85 --schedule exponential --steps 10000 --delta 1e-5
 
