@@ -209,26 +209,31 @@ def _validate_model(model: nn.Module, ds: Any) -> None:
                          f"dataset has {ds.num_classes} classes")
 
 
-_FLUSH_DEPTH = [0]
+_FLUSH_STATE = {"depth": 0, "was_on": False}
+
+
+def _flush_is_on() -> bool:
+    return torch.tensor([1e-40], dtype=torch.float32).mul(1.0).item() == 0.0
 
 
 @contextlib.contextmanager
 def _flush_denormals():
-    """Flush subnormal floats to zero while training or attacking (torch's default is off).
+    """Flush subnormal floats to zero while training or attacking.
 
     Saturated sigmoids produce subnormal gradients that make CPU arithmetic ~4x slower;
     values below ~1e-38 are numerically irrelevant here. Nested uses are counted, and the
-    default (off) is restored when the outermost one ends.
+    caller's own mode is restored when the outermost one ends.
     """
-    _FLUSH_DEPTH[0] += 1
-    if _FLUSH_DEPTH[0] == 1:
+    if _FLUSH_STATE["depth"] == 0:
+        _FLUSH_STATE["was_on"] = _flush_is_on()
         torch.set_flush_denormal(True)
+    _FLUSH_STATE["depth"] += 1
     try:
         yield
     finally:
-        _FLUSH_DEPTH[0] -= 1
-        if _FLUSH_DEPTH[0] == 0:
-            torch.set_flush_denormal(False)
+        _FLUSH_STATE["depth"] -= 1
+        if _FLUSH_STATE["depth"] == 0:
+            torch.set_flush_denormal(_FLUSH_STATE["was_on"])
 
 
 # ------------------------------------------------------------------------------ simulate

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["flat_norms", "clip_flat", "clip_per_layer", "gaussian_like", "prune_smallest",
+__all__ = ["flat_norms", "clip_flat", "clipped_sum", "clip_per_layer", "gaussian_like", "prune_smallest",
            "update_norm"]
 
 
@@ -23,6 +23,23 @@ def clip_flat(grads: list[torch.Tensor], clip: float) -> tuple[list[torch.Tensor
     factor = (clip / (norms + 1e-12)).clamp(max=1.0)
     clipped = [g * factor.view(-1, *([1] * (g.dim() - 1))) for g in grads]
     return clipped, norms
+
+
+def clipped_sum(grads: list[torch.Tensor], clip: float,
+                per_layer: bool = False) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Sum over the batch of the clipped per-example gradients, without materialising them.
+
+    Returns the sums and the clipped norms: (B,) for flat clipping, (B, layers) per layer.
+    Same result as clipping then summing, one fused contraction per parameter.
+    """
+    if per_layer:
+        norms = torch.stack([g.reshape(g.shape[0], -1).norm(dim=1) for g in grads], dim=1)
+        factors = (clip / (norms + 1e-12)).clamp(max=1.0)
+        sums = [torch.einsum("b,b...->...", factors[:, i], g) for i, g in enumerate(grads)]
+        return sums, norms * factors
+    norms = flat_norms(grads)
+    factor = (clip / (norms + 1e-12)).clamp(max=1.0)
+    return [torch.einsum("b,b...->...", factor, g) for g in grads], norms * factor
 
 
 def clip_per_layer(grads: list[torch.Tensor],

@@ -25,7 +25,7 @@ import torch
 
 from accounting import schedules
 
-from ._ops import clip_per_layer, gaussian_like
+from ._ops import clipped_sum, gaussian_like
 from .base import ClientContext
 from .fed_cdp import FedCDP
 from .validate import check_positive
@@ -86,15 +86,15 @@ class FedAlphaCDP(FedCDP):
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         batch = grads[0].shape[0]
-        clipped, layer_norms = clip_per_layer(grads, self.clip)
+        sums, layer_norms = clipped_sum(grads, self.clip, per_layer=True)
         s = float(layer_norms.max())
         sigma_t = self.noise_multiplier(ctx.round)
-        noise = gaussian_like([g[0] for g in clipped], sigma_t * s, ctx.generator)
+        noise = gaussian_like(sums, sigma_t * s, ctx.generator)
         sensitivity = self.clip * math.sqrt(len(grads))
         effective = sigma_t * s / sensitivity
         ctx.sound.step(q=ctx.batch_rate, sigma=effective,
                        note=f"{self.name}: noise sigma_t*S, S={s:.4g}, sensitivity C*sqrt(L)")
-        return [(g.sum(dim=0) + n) / batch for g, n in zip(clipped, noise)]
+        return [(g + n) / batch for g, n in zip(sums, noise)]
 
     @property
     def claimed_vs_sound(self) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import clip_flat, gaussian_like
+from ._ops import clipped_sum, gaussian_like
 from .base import ClientContext, Defense, RoundContext
 from .validate import check_nonneg, check_positive
 
@@ -45,10 +45,10 @@ class FedCDP(Defense):
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         batch = grads[0].shape[0]
-        clipped, _ = clip_flat(grads, self.clip)
-        noise = gaussian_like([g[0] for g in clipped], self.sigma * self.clip, ctx.generator)
+        sums, _ = clipped_sum(grads, self.clip)
+        noise = gaussian_like(sums, self.sigma * self.clip, ctx.generator)
         ctx.sound.step(q=ctx.batch_rate, sigma=self.sigma, note="fed-cdp local step")
-        return [(g.sum(dim=0) + n) / batch for g, n in zip(clipped, noise)]
+        return [(s + n) / batch for s, n in zip(sums, noise)]
 
     def claimed_round(self, ctx: RoundContext) -> None:
         q = min(1.0, ctx.batch_size * ctx.clients_per_round / ctx.total_examples)
