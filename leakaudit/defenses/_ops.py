@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["flat_norms", "clip_flat", "clipped_sum", "clip_per_layer", "gaussian_like", "prune_smallest",
-           "update_norm"]
+__all__ = ["flat_norms", "clip_flat", "clipped_sum", "clip_per_layer", "gaussian_like",
+           "prune_smallest", "update_norm"]
 
 
 def flat_norms(grads: list[torch.Tensor]) -> torch.Tensor:
