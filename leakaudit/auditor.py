@@ -20,8 +20,10 @@ import math
 import multiprocessing
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,7 +145,9 @@ def audit(
         trained: ``model`` is already trained: skip the training run (accuracy is then
             measured on the given weights, eps is that of the one audited round).
         workers: processes for the attack cells (default: the CPU count, at most 4; 1 runs
-            them in this process). Results are identical whatever the number.
+            them in this process). Results are identical whatever the number. Workers are
+            spawned: call audit() under ``if __name__ == "__main__":`` in a script (if they
+            fail, the audit warns and finishes in this process).
     """
     from . import attacks as attacks_mod
 
@@ -219,10 +223,22 @@ def audit(
                     store.put("cell", ck, _attack_cell(job))
                     bar.update(1)
             else:
-                futures = {pool.submit(_attack_cell, job): ck for ck, job in jobs}
-                for fut in as_completed(futures):
-                    store.put("cell", futures[fut], fut.result())  # written as each finishes
-                    bar.update(1)
+                try:
+                    futures = {pool.submit(_attack_cell, job): ck for ck, job in jobs}
+                    for fut in as_completed(futures):
+                        store.put("cell", futures[fut], fut.result())  # written when done
+                        bar.update(1)
+                except BrokenProcessPool as exc:
+                    # e.g. audit() called from a script without `if __name__ == "__main__":`
+                    # (spawned workers re-run it): finish in this process, nothing is lost
+                    warnings.warn(f"worker processes failed ({exc}); continuing in this "
+                                  "process", RuntimeWarning, stacklevel=2)
+                    pool.shutdown(cancel_futures=True)
+                    pool = None
+                    for ck, job in jobs:
+                        if not store.has("cell", ck):
+                            store.put("cell", ck, _attack_cell(job))
+                            bar.update(1)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

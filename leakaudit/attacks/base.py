@@ -12,7 +12,9 @@ one attempt optimises (:meth:`Attack.attempt`). Everything else is here and comm
 * the L-BFGS loop: ``torch.optim.LBFGS`` defaults (lr 1, max_iter 20, history 100), an
   "iteration" is one ``step(closure)``; ``line_search="strong_wolfe"`` by default, ``None`` for
   the reference behaviour; stops early when the gradient loss is <= ``early_stop`` or when a
-  step no longer moves the dummy;
+  step no longer moves the dummy; with the built-in objective, the evaluations L-BFGS and the
+  history repeat (the point where the previous step stopped) are reused, not recomputed, which
+  leaves every result bit-for-bit unchanged;
 * restarts: attempt seeds come from one ``torch.Generator`` seeded with ``seed``; the winner is
   the attempt with the lowest gradient loss (never the distance to the ground truth, which the
   attacker does not have). An attempt whose loss becomes NaN/inf, or grows above
@@ -259,14 +261,34 @@ class Attack:
             logits = start.label_logits.clone().requires_grad_(True)
         variables = [x] if logits is None else [x, logits]
         opt = torch.optim.LBFGS(variables, line_search_fn=cfg.options["line_search"])
+        # the built-in objective is a pure function of the dummy: reuse its evaluations (a
+        # subclass's own objective may count or vary its calls, so it gets every call)
+        memo = _Memo() if type(self).objective is Attack.objective else None
 
         def closure() -> torch.Tensor:
             opt.zero_grad()
+            if memo is not None:
+                hit = memo.get(variables)
+                if hit is not None:
+                    loss, grads = hit
+                    for v, g in zip(variables, grads):
+                        v.grad = g.clone()
+                    return loss
             loss = self.objective(problem, x, logits, cfg)
             loss.backward()
+            if memo is not None:
+                memo.put(variables, loss, [v.grad for v in variables])
             return loss
 
         def evaluate() -> float:
+            if memo is not None:
+                hit = memo.get(variables)
+                if hit is None:  # evaluate as the closure would: its next call is likely here
+                    with torch.enable_grad():
+                        loss = self.objective(problem, x, logits, cfg)
+                        grads = torch.autograd.grad(loss, variables)
+                    hit = memo.put(variables, loss, grads)
+                return float(hit[0])
             ld = None if logits is None else logits.detach()
             return float(self.objective(problem, x.detach(), ld, cfg, create_graph=False))
 
@@ -308,6 +330,53 @@ class Attack:
                 value = self.check_option(key, value)
             out[key] = value
         return out
+
+
+_BITS = {torch.float64: torch.int64, torch.float32: torch.int32, torch.float16: torch.int16,
+         torch.bfloat16: torch.int16}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-for-bit equality (0.0 and -0.0 differ, equal NaNs match): same bits in, same
+    bits out."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype in _BITS:
+        return torch.equal(a.view(_BITS[a.dtype]), b.view(_BITS[b.dtype]))
+    return torch.equal(a, b)
+
+
+class _Memo:
+    """The objective's last few evaluations (point -> loss, gradients) in one attempt.
+
+    ``torch.optim.LBFGS`` starts every ``step`` by evaluating the point where the previous
+    step's line search stopped, which that line search had already evaluated, and the tracked
+    history evaluates it once more: both are answered from here (about one evaluation in 20
+    per step, and the tracked one). The stored values are the very numbers computed at that
+    point (the loss with or without ``create_graph`` is the same float), so the optimisation
+    path is unchanged bit for bit."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self.entries: list[tuple[list[torch.Tensor], torch.Tensor, list[torch.Tensor]]] = []
+
+    def get(self, variables: list[torch.Tensor]
+            ) -> tuple[torch.Tensor, list[torch.Tensor]] | None:
+        for point, loss, grads in reversed(self.entries):
+            if all(_same(p, v.detach()) for p, v in zip(point, variables)):
+                return loss, grads
+        return None
+
+    def put(self, variables: list[torch.Tensor], loss: torch.Tensor,
+            grads: Sequence[torch.Tensor | None]
+            ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        point = [v.detach().clone() for v in variables]
+        kept = [torch.zeros_like(v) if g is None else g.detach().clone()
+                for v, g in zip(variables, grads)]
+        self.entries.append((point, loss.detach(), kept))
+        if len(self.entries) > self.size:
+            self.entries.pop(0)
+        return loss.detach(), kept
 
 
 class _Run:

@@ -1,0 +1,833 @@
+"""Seconds per attack iteration of DLG and CPL on LeNet, speed-up experiments, and the wall
+time of the quick audit.
+
+Cases: ``leakaudit.models.lenet`` (sigmoid, U(-0.5, 0.5) weights, seed 0) at 1x28x28 and
+3x32x32 with 10 classes, batch 1 and 4; the observed gradient is
+``leakaudit.fl.batch_gradient`` of random inputs in [0, 1] with distinct random labels (seed 1).
+Every timing uses one torch thread (``torch.set_num_threads(1)``, as the attacks do by
+default) with subnormals flushed (as the attacks do), ``time.perf_counter``, best of the
+repetitions; the variants being compared are interleaved inside each repetition so that a busy
+machine slows all of them alike.
+
+Sections:
+
+1. Seconds per L-BFGS step of ``leakaudit.attacks.reconstruct("dlg"|"cpl", ...)`` for a fixed
+   number of steps with ``early_stop=0`` (every run does the same work; strong-Wolfe line
+   search, the default), *before* (the attempt loop as first written, kept verbatim below as
+   ``reference_attempt`` and patched in for the measurement) and *after* (the package as it is
+   now), with the number of objective evaluations per step, the isolated cost of one
+   gradient-matching evaluation (forward, backward with ``create_graph``, backward again) and
+   whether both give bit-for-bit the same reconstruction.
+2. (a) Other ways to compute one evaluation (CPL objective: hard labels, input only), each
+   timed alone and inside the same L-BFGS loop: the current autograd closure, the same with
+   PyTorch's native convolutions instead of oneDNN (``torch.backends.mkldnn.flags(enabled=
+   False)``), ``torch.func`` (``grad`` of a function that takes ``grad`` of the cross-entropy
+   through ``functional_call``), ``torch.func`` forward-over-reverse (``jvp`` of the input
+   gradient in the direction 2 (g - g_obs)), and ``torch.compile`` of the ``torch.func``
+   version (compile time reported separately). (b) Restarts: ``R`` restarts run one after
+   the other (``reconstruct(restarts=R)``) against the same ``R`` starts optimised together,
+   one L-BFGS over all of them with a block-diagonal loss (sum over restarts of each
+   restart's gradient distance, per-restart parameter gradients through ``vmap``).
+3. Wall time of ``leakaudit.audit()`` with its defaults (profile "quick", every default
+   defense, attacks dlg/idlg/cpl, points 0/1/2) with ``workers=1`` and ``workers=2``, with the
+   load average; ``--audit-variants`` also times ``workers=1`` with the reference attempt loop
+   and with native convolutions during the attacks, and counts the cells whose outcome
+   changes.
+
+Usage::
+
+    python benchmarks/attack_speed.py                      # quick profile (~25 min, audit incl.)
+    python benchmarks/attack_speed.py --no-audit           # sections 1-2 only (~5 min)
+    python benchmarks/attack_speed.py --profile full --audit-variants --out results
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import math
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad, grad_and_value, jvp, vmap
+
+import leakaudit
+from leakaudit import attacks, fl, models
+from leakaudit.attacks import base
+from leakaudit.metrics import matched_mse
+
+SHAPES = ((1, 28), (3, 32))
+BATCHES = (1, 4)
+CLASSES = 10
+
+
+class Profile(NamedTuple):
+    """Sizes of one benchmark run."""
+
+    steps: int  # L-BFGS steps per timed attack (section 1 and 2a)
+    repeats: int  # timed repetitions, best kept
+    eval_repeats: int  # repetitions of one isolated evaluation
+    restarts: int  # R in section 2b
+    restart_steps: int  # L-BFGS steps per restart in section 2b
+    restart_batches: tuple[int, ...]  # batch sizes of section 2b
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(steps=10, repeats=3, eval_repeats=30, restarts=4, restart_steps=20,
+                     restart_batches=(1,)),
+    "full": Profile(steps=30, repeats=5, eval_repeats=100, restarts=4, restart_steps=40,
+                    restart_batches=(1, 4)),
+}
+
+
+class Report:
+    """Collects Markdown lines, printing each one as it comes."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, text: str = "") -> None:
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        self.line("| " + " | ".join(headers) + " |")
+        self.line("|" + "|".join("---" for _ in headers) + "|")
+        for row in rows:
+            self.line("| " + " | ".join(row) + " |")
+        self.line()
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _g(value: float, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}g}"
+
+
+def _ratio(before: float, after: float) -> str:
+    return f"{before / after:.2f}x" if after > 0 else "-"
+
+
+def _best(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _load() -> str:
+    try:
+        return "load average " + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " (1/5/15 min)"
+    except OSError:
+        return "load average unavailable"
+
+
+# ------------------------------------------------------------------------------- the cases
+class Case(NamedTuple):
+    name: str
+    shape: tuple[int, int, int]
+    batch: int
+    model: torch.nn.Module
+    truth: torch.Tensor
+    labels: torch.Tensor
+    grads: list[torch.Tensor]
+
+
+def make_case(channels: int, side: int, batch: int) -> Case:
+    model = models.lenet(channels, side, CLASSES, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(1)
+    truth = torch.rand((batch, channels, side, side), generator=gen)
+    labels = torch.randperm(CLASSES, generator=gen)[:batch]
+    grads = fl.batch_gradient(model, truth, labels)
+    return Case(f"{channels}x{side}x{side}", (channels, side, side), batch, model, truth,
+                labels, grads)
+
+
+def _cases() -> list[Case]:
+    return [make_case(c, s, b) for c, s in SHAPES for b in BATCHES]
+
+
+# ---------------------------------------------------------------- the attempt loop, before
+#: seconds spent inside the objective's evaluations by :func:`reference_attempt` (the two
+#: ``perf_counter`` calls per evaluation are all it adds)
+EVAL_SECONDS = [0.0]
+
+
+def reference_attempt(self: base.Attack, problem: base.GradientProblem, start: base.Start,
+                      cfg: base.Config, monitor: base.Monitor = None) -> base.Attempt:
+    """``Attack.attempt`` as first written (before this benchmark): every L-BFGS closure call
+    and every tracked evaluation recomputes the objective. Verbatim except that it adds the
+    time spent in evaluations to ``EVAL_SECONDS``."""
+    x = start.inputs.clone().requires_grad_(True)
+    logits = None
+    if start.label_logits is not None:
+        logits = start.label_logits.clone().requires_grad_(True)
+    variables = [x] if logits is None else [x, logits]
+    opt = torch.optim.LBFGS(variables, line_search_fn=cfg.options["line_search"])
+
+    def closure() -> torch.Tensor:
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = self.objective(problem, x, logits, cfg)
+        loss.backward()
+        EVAL_SECONDS[0] += time.perf_counter() - t0
+        return loss
+
+    def evaluate() -> float:
+        t0 = time.perf_counter()
+        ld = None if logits is None else logits.detach()
+        value = float(self.objective(problem, x.detach(), ld, cfg, create_graph=False))
+        EVAL_SECONDS[0] += time.perf_counter() - t0
+        return value
+
+    run = base._Run(cfg, x, logits, evaluate, monitor)
+    if run.failed:
+        return run.result()
+    while run.iterations < cfg.max_iterations:
+        before = x.detach().clone()
+        before_logits = None if logits is None else logits.detach().clone()
+        start_loss = float(opt.step(closure).detach())
+        if not run.after_step(start_loss, before, before_logits):
+            break
+    return run.result()
+
+
+@contextlib.contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = obj.__dict__[name]
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def reference_loop() -> contextlib.AbstractContextManager[None]:
+    """Run the attacks with :func:`reference_attempt` (the "before")."""
+    return _patched(base.Attack, "attempt", reference_attempt)
+
+
+def native_convolutions() -> contextlib.AbstractContextManager[None]:
+    """Run the attacks with PyTorch's native convolutions instead of oneDNN's."""
+    current = base.Attack.__dict__["attempt"]
+
+    def attempt(self: base.Attack, *args: Any, **kwargs: Any) -> base.Attempt:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.backends.mkldnn.flags(enabled=False):
+                return current(self, *args, **kwargs)
+
+    return _patched(base.Attack, "attempt", attempt)
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.full = 0  # with create_graph (what L-BFGS needs)
+        self.cheap = 0  # without (the tracked value only)
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[_Counter]:
+    """Count the gradient-matching evaluations (``GradientProblem.l2`` calls)."""
+    counter = _Counter()
+    l2 = base.GradientProblem.l2
+
+    def counted(self: base.GradientProblem, x: torch.Tensor,
+                label_logits: torch.Tensor | None = None,
+                create_graph: bool = True) -> torch.Tensor:
+        if create_graph:
+            counter.full += 1
+        else:
+            counter.cheap += 1
+        return l2(self, x, label_logits, create_graph)
+
+    with _patched(base.GradientProblem, "l2", counted):
+        yield counter
+
+
+def _start(name: str, case: Case, seed: int = 0, index: int = 0) -> base.Start:
+    """The ``index``-th start ``reconstruct(name, ..., seed=seed)`` draws (no retries)."""
+    attack = attacks.get(name)
+    cfg = _config(name, case, 1, seed)
+    master = torch.Generator().manual_seed(seed)
+    for _ in range(index + 1):
+        sub = int(torch.randint(0, 2**62, (1,), generator=master))
+    return attack.start(torch.Generator().manual_seed(sub), cfg)
+
+
+def _config(name: str, case: Case, steps: int, seed: int, restarts: int = 1) -> base.Config:
+    return base.Config(input_shape=case.shape, num_classes=CLASSES, batch_size=case.batch,
+                       max_iterations=steps, restarts=restarts, seed=seed, track_every=10,
+                       options=attacks.get(name).options({"early_stop": 0.0}))
+
+
+def _problem(name: str, case: Case) -> base.GradientProblem:
+    problem = base.GradientProblem(case.model, case.grads, None)
+    if not attacks.get(name).learns_labels:
+        problem.labels, _ = attacks.infer_labels(case.model, case.grads, case.batch, CLASSES)
+    return problem
+
+
+def _eval_costs(name: str, case: Case, repeats: int) -> tuple[float, float]:
+    """Seconds of one evaluation with create_graph + backward (what the closure does) and of
+    one without (the tracked value), at the attack's first start."""
+    problem = _problem(name, case)
+    start = _start(name, case)
+    x = start.inputs.clone().requires_grad_(True)
+    logits = None if problem.labels is not None else start.label_logits.clone().requires_grad_(
+        True)
+
+    def full() -> None:
+        x.grad = None
+        if logits is not None:
+            logits.grad = None
+        problem.l2(x, logits).backward()
+
+    def cheap() -> None:
+        problem.l2(x.detach(), None if logits is None else logits.detach(), create_graph=False)
+
+    with fl._flush_denormals():
+        return _best(full, repeats), _best(cheap, repeats)
+
+
+# ------------------------------------------------------------------------- section 1
+def section_steps(rep: Report, prof: Profile, cases: list[Case]) -> list[dict[str, Any]]:
+    rep.line(f"## 1. Seconds per L-BFGS step ({prof.steps} steps, early_stop=0, best of "
+             f"{prof.repeats})")
+    rep.line()
+    rep.line("`reconstruct(attack, lenet, batch_gradient(x, y), max_iterations=STEPS, "
+             "early_stop=0, seed=0)`, strong-Wolfe line search (default), one thread. "
+             "*before*: the attempt loop as first written; *after*: the package now. Evals/step: "
+             "objective evaluations with create_graph per step (+ tracked evaluations without). "
+             "ms/eval: one evaluation alone (forward + backward with create_graph + backward), "
+             "best of "
+             f"{prof.eval_repeats}; outside evals: the share of the best *before* run not "
+             "spent inside evaluations, timed in the run (L-BFGS's own work: its two-loop "
+             "recursion over up to 100 stored pairs in ~4 small tensor ops each, the line "
+             "search, book-keeping, input validation).")
+    rep.line()
+    rows, out = [], []
+    for case in cases:
+        for name in ("dlg", "cpl"):
+            best = {"before": math.inf, "after": math.inf}
+            outside = 1.0
+            recs: dict[str, Any] = {}
+            counts: dict[str, _Counter] = {}
+            for _ in range(prof.repeats):
+                for impl in ("before", "after"):
+                    ctx = reference_loop() if impl == "before" else contextlib.nullcontext()
+                    EVAL_SECONDS[0] = 0.0
+                    with ctx, counting() as counter:
+                        t0 = time.perf_counter()
+                        rec = attacks.reconstruct(
+                            name, case.model, case.grads, input_shape=case.shape,
+                            num_classes=CLASSES, batch_size=case.batch,
+                            max_iterations=prof.steps, early_stop=0.0, seed=0)
+                        dt = time.perf_counter() - t0
+                    if dt < best[impl]:
+                        best[impl] = dt
+                        if impl == "before":
+                            outside = 1.0 - EVAL_SECONDS[0] / dt
+                    recs[impl], counts[impl] = rec, counter
+            b, a = recs["before"], recs["after"]
+            same = (torch.equal(b.inputs, a.inputs) and b.gradient_loss == a.gradient_loss
+                    and b.history == a.history and b.iterations == a.iterations)
+            steps = max(b.iterations, 1)
+            full_s, _ = _eval_costs(name, case, prof.eval_repeats)
+            cb, ca = counts["before"], counts["after"]
+            row = {"attack": name, "input": case.name, "batch": case.batch, "steps": steps,
+                   "before": best["before"] / steps, "after": best["after"] / steps,
+                   "eval_ms": 1e3 * full_s, "outside": outside, "same": same,
+                   "evals_before": (cb.full, cb.cheap), "evals_after": (ca.full, ca.cheap)}
+            out.append(row)
+            rows.append([name.upper(), case.name, str(case.batch), str(steps),
+                         f"{cb.full / steps:.1f} (+{cb.cheap}) / {ca.full / steps:.1f} "
+                         f"(+{ca.cheap})",
+                         _g(row["before"]), _g(row["after"]), _ratio(row["before"], row["after"]),
+                         _g(row["eval_ms"]), f"{100 * outside:.0f}%",
+                         "yes" if same else "NO",
+                         f"{a.gradient_loss:.2e}"])
+    rep.table(["attack", "input", "B", "steps", "evals/step before / after",
+               "s/step before", "s/step after", "speed-up", "ms/eval", "outside evals",
+               "identical result", "gradient loss"], rows)
+    return out
+
+
+def section_audit_cells(rep: Report, prof: Profile, cases: list[Case]) -> list[dict[str, Any]]:
+    rep.line("## 1b. As the audit runs them (track every step, default early stop)")
+    rep.line()
+    rep.line("`reconstruct(attack, ..., max_iterations=40, track=x, track_every=1)` with every "
+             "other option at its default (early_stop=1e-6), as `leakaudit.audit` calls it for "
+             f"each cell; 1x28x28, B = 1; best of {prof.repeats}, before and after interleaved.")
+    rep.line()
+    case = next(c for c in cases if c.shape == (1, 28, 28) and c.batch == 1)
+    rows, out = [], []
+    for name in ("dlg", "idlg", "cpl"):
+        best = {"before": math.inf, "after": math.inf}
+        recs: dict[str, Any] = {}
+        counts: dict[str, _Counter] = {}
+        for _ in range(prof.repeats):
+            for impl in ("before", "after"):
+                ctx = reference_loop() if impl == "before" else contextlib.nullcontext()
+                with ctx, counting() as counter:
+                    t0 = time.perf_counter()
+                    rec = attacks.reconstruct(name, case.model, case.grads,
+                                              input_shape=case.shape, num_classes=CLASSES,
+                                              batch_size=1, max_iterations=40, seed=0,
+                                              track=case.truth, track_every=1)
+                    best[impl] = min(best[impl], time.perf_counter() - t0)
+                recs[impl], counts[impl] = rec, counter
+        b, a = recs["before"], recs["after"]
+        same = (torch.equal(b.inputs, a.inputs) and b.gradient_loss == a.gradient_loss
+                and b.history == a.history and b.iterations == a.iterations)
+        cb, ca = counts["before"], counts["after"]
+        row = {"attack": name, "before": best["before"], "after": best["after"],
+               "iterations": a.iterations, "same": same}
+        out.append(row)
+        rows.append([name.upper(), str(a.iterations), f"{cb.full} + {cb.cheap}",
+                     f"{ca.full} + {ca.cheap}", _g(best["before"]), _g(best["after"]),
+                     _ratio(best["before"], best["after"]), "yes" if same else "NO",
+                     f"{a.history[-1].get('mse', math.nan):.1e}"])
+    rep.table(["attack", "steps", "evals before (full + tracked)", "evals after",
+               "s before", "s after", "speed-up", "identical result", "final MSE"], rows)
+    return out
+
+
+# ------------------------------------------------------------------------- section 2a
+class Variant(NamedTuple):
+    name: str
+    #: x (detached) -> (loss, d loss / dx)
+    value_and_grad: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None
+    note: str
+
+
+def _variants(case: Case, use_compile: bool) -> list[Variant]:
+    problem = _problem("cpl", case)
+    labels = problem.labels
+    names = problem.names
+    params = {n: p.detach() for n, p in zip(names, problem.params)}
+    consts = dict(problem.constants)
+    observed = problem.observed
+
+    def current(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.requires_grad_(True)
+        loss = problem.l2(x, None)
+        (gx,) = torch.autograd.grad(loss, [x])
+        return loss.detach(), gx
+
+    def native(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.backends.mkldnn.flags(enabled=False):
+            return current(x)
+
+    def ce(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(functional_call(case.model, {**p, **consts}, (x,)), labels)
+
+    def l2(x: torch.Tensor) -> torch.Tensor:
+        g = grad(ce)(params, x)
+        return torch.stack([(g[n] - o).pow(2).sum() for n, o in zip(names, observed)]).sum()
+
+    func_vg = grad_and_value(l2)
+
+    def func(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        gx, loss = func_vg(x)
+        return loss, gx
+
+    input_grad = grad(ce, argnums=1)
+
+    def fwd_rev(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        g = grad(ce)(params, x)
+        diff = {n: g[n] - o for n, o in zip(names, observed)}
+        loss = torch.stack([d.pow(2).sum() for d in diff.values()]).sum()
+        tangent = {n: 2.0 * d for n, d in diff.items()}
+        _, gx = jvp(lambda p: input_grad(p, x), (params,), (tangent,))
+        return loss, gx
+
+    out = [
+        Variant("autograd, create_graph (current)", current, "oneDNN convolutions"),
+        Variant("same, native convolutions", native, "torch.backends.mkldnn off"),
+        Variant("torch.func grad(grad)", func, "functional_call, nested grad"),
+        Variant("torch.func jvp(grad) (forward-over-reverse)", fwd_rev, "no double backward"),
+    ]
+    if use_compile:
+        out.append(Variant("torch.compile(torch.func grad(grad))", func, "compile"))
+    else:
+        out.append(Variant("torch.compile(torch.func grad(grad))", None, "not run (--no-compile)"))
+    return out
+
+
+def _compile(variant: Variant, x: torch.Tensor) -> tuple[Variant, float, str]:
+    """Compile a variant; returns it (value_and_grad None on failure), seconds, a note."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compiled = torch.compile(variant.value_and_grad, dynamic=False)
+            compiled(x.clone())
+    except Exception as exc:  # noqa: BLE001 - report whatever went wrong
+        return variant._replace(value_and_grad=None), time.perf_counter() - t0, (
+            f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
+    seconds = time.perf_counter() - t0
+    return variant._replace(value_and_grad=compiled), seconds, f"compile {seconds:.0f} s"
+
+
+def lbfgs_steps(value_and_grad: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+                x0: torch.Tensor, steps: int) -> tuple[torch.Tensor, float, int]:
+    """``steps`` L-BFGS steps (torch defaults, strong Wolfe) on one variable; returns the
+    final point, its loss and the number of evaluations."""
+    x = x0.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([x], line_search_fn="strong_wolfe")
+    count = [0]
+
+    def closure() -> torch.Tensor:
+        count[0] += 1
+        loss, gx = value_and_grad(x.detach())
+        x.grad = gx
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    loss, _ = value_and_grad(x.detach())
+    return x.detach(), float(loss), count[0]
+
+
+def section_variants(rep: Report, prof: Profile, cases: list[Case],
+                     use_compile: bool) -> list[dict[str, Any]]:
+    rep.line("## 2a. One evaluation, other implementations (CPL objective)")
+    rep.line()
+    rep.line("Each variant computes the same loss and input gradient at CPL's first start "
+             "(labels inferred). ms/eval: best of "
+             f"{prof.eval_repeats}; s/step: {prof.steps} L-BFGS steps (torch defaults, strong "
+             f"Wolfe) driven by that variant alone, best of {prof.repeats}; max rel. diff: max "
+             "|grad - grad_current| / max |grad_current| at the start; final loss after the "
+             "steps (the paths part once rounding differs).")
+    rep.line()
+    rows, out = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the oneDNN TF32 notice of mkldnn.flags
+        for case in cases:
+            x0 = _start("cpl", case).inputs.clone()
+            variants = _variants(case, use_compile)
+            notes: dict[str, str] = {}
+            ready = []
+            for v in variants:
+                if v.note == "compile":
+                    v, _, note = _compile(v, x0)
+                    notes[v.name] = note
+                ready.append(v)
+            ref_loss, ref_grad = ready[0].value_and_grad(x0.clone())
+            per_eval: dict[str, float] = {}
+            per_step: dict[str, float] = {}
+            finals: dict[str, tuple[float, int]] = {}
+            diffs: dict[str, float] = {}
+            for v in ready:
+                if v.value_and_grad is None:
+                    continue
+                try:
+                    _, gx = v.value_and_grad(x0.clone())
+                except Exception as exc:  # noqa: BLE001 - a variant that cannot run is reported
+                    notes[v.name] = f"failed: {type(exc).__name__}: {str(exc)[:80]}"
+                    continue
+                diffs[v.name] = float((gx - ref_grad).abs().max() / ref_grad.abs().max())
+                fn = v.value_and_grad
+                per_eval[v.name] = _best(lambda fn=fn, x0=x0: fn(x0.clone()), prof.eval_repeats)
+            for _ in range(prof.repeats):  # interleaved
+                for v in ready:
+                    if v.name not in per_eval:
+                        continue
+                    t0 = time.perf_counter()
+                    _, loss, evals = lbfgs_steps(v.value_and_grad, x0, prof.steps)
+                    dt = time.perf_counter() - t0
+                    per_step[v.name] = min(per_step.get(v.name, math.inf), dt / prof.steps)
+                    finals[v.name] = (loss, evals)
+            cur = ready[0].name
+            for v in ready:
+                if v.name not in per_eval:
+                    rows.append([case.name, str(case.batch), v.name, "-", "-", "-", "-", "-",
+                                 "-", notes.get(v.name, v.note)])
+                    continue
+                row = {"input": case.name, "batch": case.batch, "variant": v.name,
+                       "eval_ms": 1e3 * per_eval[v.name], "step_s": per_step[v.name],
+                       "diff": diffs[v.name], "loss": finals[v.name][0]}
+                out.append(row)
+                rows.append([case.name, str(case.batch), v.name, _g(row["eval_ms"]),
+                             _ratio(per_eval[cur], per_eval[v.name]), _g(row["step_s"]),
+                             _ratio(per_step[cur], per_step[v.name]),
+                             f"{diffs[v.name]:.1e}", f"{finals[v.name][0]:.2e}",
+                             notes.get(v.name, v.note)])
+    rep.table(["input", "B", "variant", "ms/eval", "eval speed-up", "s/step", "step speed-up",
+               "max rel. diff", "final loss", "note"], rows)
+    return out
+
+
+# ------------------------------------------------------------------------- section 2b
+def _joint(name: str, case: Case, restarts: int, steps: int, seed: int
+           ) -> tuple[list[float], list[float], int, Callable[[], Any]]:
+    """``restarts`` starts of ``reconstruct(name, restarts=R, seed=seed)`` optimised together by
+    one L-BFGS (block-diagonal loss through vmap). Returns per-restart gradient losses and
+    MSEs (scoring only), the number of evaluations, and one batched evaluation (for timing)."""
+    problem = _problem(name, case)
+    dlg = problem.labels is None
+    names = problem.names
+    params = {n: p.detach() for n, p in zip(names, problem.params)}
+    consts = dict(problem.constants)
+    observed = problem.observed
+    starts = [_start(name, case, seed, i) for i in range(restarts)]
+    xs = torch.stack([s.inputs for s in starts])
+
+    def l2_one(x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
+        target = F.softmax(logits, dim=-1) if dlg else problem.labels
+
+        def ce(p: dict[str, torch.Tensor]) -> torch.Tensor:
+            return F.cross_entropy(functional_call(case.model, {**p, **consts}, (x,)), target)
+
+        g = grad(ce)(params)
+        return torch.stack([(g[n] - o).pow(2).sum() for n, o in zip(names, observed)]).sum()
+
+    if dlg:
+        ls = torch.stack([s.label_logits for s in starts])
+        per = vmap(l2_one)
+        vg = grad_and_value(lambda a, b: per(a, b).sum(), argnums=(0, 1))
+        variables = [xs.clone().requires_grad_(True), ls.clone().requires_grad_(True)]
+    else:
+        per = vmap(lambda a: l2_one(a, None))
+        vg = grad_and_value(lambda a: per(a).sum())
+        variables = [xs.clone().requires_grad_(True)]
+    opt = torch.optim.LBFGS(variables, line_search_fn="strong_wolfe")
+    count = [0]
+
+    def closure() -> torch.Tensor:
+        count[0] += 1
+        grads, loss = vg(*(v.detach() for v in variables))
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        for v, gv in zip(variables, grads):
+            v.grad = gv
+        return loss
+
+    for _ in range(steps):
+        opt.step(closure)
+    with torch.no_grad():
+        losses = per(*(v.detach() for v in variables)).tolist()
+    mses = [matched_mse(x.clamp(0, 1), case.truth) for x in variables[0].detach()]
+    return losses, mses, count[0], lambda: vg(*(v.detach() for v in variables))
+
+
+def section_restarts(rep: Report, prof: Profile) -> list[dict[str, Any]]:
+    r, steps = prof.restarts, prof.restart_steps
+    rep.line(f"## 2b. {r} restarts: one after the other vs optimised together (vmap)")
+    rep.line()
+    rep.line(f"Sequential: `reconstruct(attack, ..., restarts={r}, max_iterations={steps}, "
+             f"early_stop=0)`; joint: the same {r} starts as one L-BFGS over all of them "
+             "(loss = sum of the per-restart gradient distances, per-restart parameter gradients "
+             f"through `vmap`), {steps} steps. ms/restart-eval: one evaluation of all {r} "
+             f"restarts divided by {r} (sequential: one evaluation of one restart). Best loss / "
+             "MSE: the restart with the lowest gradient loss and its matched MSE (the ground "
+             "truth scores, never selects); solved: restarts with MSE <= 1e-3. One timed run "
+             "each (the joint run's line search couples the restarts, so the two do not do the "
+             "same work: compare the outcome too).")
+    rep.line()
+    rows, out = [], []
+    for c, s in SHAPES:
+        for b in prof.restart_batches:
+            case = make_case(c, s, b)
+            for name in ("dlg", "cpl"):
+                t0 = time.perf_counter()
+                with counting() as counter:
+                    rec = attacks.reconstruct(name, case.model, case.grads,
+                                              input_shape=case.shape, num_classes=CLASSES,
+                                              batch_size=b, max_iterations=steps, restarts=r,
+                                              early_stop=0.0, seed=0)
+                seq_s = time.perf_counter() - t0
+                # every attempt's final MSE is not reported by reconstruct: rerun each start
+                seq_losses = [a["gradient_loss"] for a in rec.attempts]
+                seq_mse = matched_mse(rec.inputs, case.truth)
+                seq_solved = _solved_sequential(name, case, r, steps)
+                full_s, _ = _eval_costs(name, case, prof.eval_repeats)
+                with fl._flush_denormals():
+                    t0 = time.perf_counter()
+                    losses, mses, evals, one = _joint(name, case, r, steps, 0)
+                    joint_s = time.perf_counter() - t0
+                    joint_eval = _best(one, prof.eval_repeats)
+                win = min(range(r), key=lambda i: losses[i])
+                row = {"attack": name, "input": case.name, "batch": b, "sequential_s": seq_s,
+                       "joint_s": joint_s, "seq_eval_ms": 1e3 * full_s,
+                       "joint_eval_ms": 1e3 * joint_eval / r,
+                       "seq_best": min(seq_losses), "joint_best": losses[win],
+                       "seq_mse": seq_mse, "joint_mse": mses[win],
+                       "seq_solved": seq_solved, "joint_solved": sum(m <= 1e-3 for m in mses),
+                       "seq_evals": counter.full, "joint_evals": evals}
+                out.append(row)
+                rows.append([name.upper(), case.name, str(b), _g(seq_s), _g(joint_s),
+                             _ratio(seq_s, joint_s), f"{counter.full} / {evals}",
+                             f"{_g(row['seq_eval_ms'])} / {_g(row['joint_eval_ms'])}",
+                             f"{row['seq_best']:.1e} / {row['joint_best']:.1e}",
+                             f"{seq_mse:.1e} / {row['joint_mse']:.1e}",
+                             f"{seq_solved}/{r} / {row['joint_solved']}/{r}"])
+    rep.table(["attack", "input", "B", "sequential s", "joint s", "speed-up",
+               "evals seq / joint", "ms/restart-eval seq / joint", "best loss seq / joint",
+               "MSE seq / joint", "solved seq / joint"], rows)
+    return out
+
+
+def _solved_sequential(name: str, case: Case, restarts: int, steps: int) -> int:
+    """How many of the sequential restarts reach MSE <= 1e-3 (each start run alone; scoring
+    only, not timed)."""
+    solved = 0
+    for i in range(restarts):
+        start = _start(name, case, 0, i)
+        attack = attacks.get(name)
+        problem = _problem(name, case)
+        cfg = _config(name, case, steps, 0)
+        with base._threads(1), fl._flush_denormals():
+            attempt = attack.attempt(problem, start, cfg, None)
+        solved += matched_mse(cfg.report(attempt.inputs), case.truth) <= 1e-3
+    return solved
+
+
+# ------------------------------------------------------------------------- section 3
+def _audit(workers: int) -> tuple[float, Any, str, str]:
+    before = _load()
+    t0 = time.perf_counter()
+    report = leakaudit.audit(workers=workers, progress=False)
+    return time.perf_counter() - t0, report, before, _load()
+
+
+def _outcome(report: Any) -> list[tuple[Any, ...]]:
+    return [(c["defense"], c["point"], c["attack"], c["example"], c["success"], c["mse"],
+             c["iterations"], c["gradient_loss"]) for c in report.cells]
+
+
+def section_audit(rep: Report, variants: bool) -> list[dict[str, Any]]:
+    rep.line("## 3. The quick audit's wall time")
+    rep.line()
+    rep.line("`leakaudit.audit(workers=W, progress=False)` with every other argument at its "
+             "default: profile quick (40 L-BFGS steps, 1 restart, 3 examples), the 7 default "
+             "defenses, attacks dlg/idlg/cpl, points 0/1/2 (189 attack cells on digits "
+             "1x28x28, LeNet) and the 7 training runs, run as a user would: torch's default "
+             f"thread count ({torch.get_num_threads()}) in this process for the training, the "
+             "attacks pin themselves to 1 thread (in this process when W = 1, in each worker "
+             "process otherwise). Attack s: the sum of the cells' own times.")
+    rep.line()
+    runs: list[tuple[str, int, contextlib.AbstractContextManager[None]]] = [
+        ("package now", 1, contextlib.nullcontext()),
+        ("package now", 2, contextlib.nullcontext()),
+    ]
+    if variants:
+        runs += [("before (reference attempt loop)", 1, reference_loop()),
+                 ("native convolutions in the attacks", 1, native_convolutions())]
+    rows, out = [], []
+    base_outcome = None
+    for label, workers, ctx in runs:
+        with ctx:
+            seconds, report, load0, load1 = _audit(workers)
+        outcome = _outcome(report)
+        if base_outcome is None:
+            base_outcome = outcome
+        changed = sum(a != b for a, b in zip(outcome, base_outcome))
+        flips = sum(a[4] != b[4] for a, b in zip(outcome, base_outcome))
+        asr = sum(bool(c["success"]) for c in report.cells)
+        attack_s = sum(float(c["seconds"]) for c in report.cells)
+        row = {"run": label, "workers": workers, "seconds": seconds, "attack_s": attack_s,
+               "cells": len(report.cells), "successes": asr, "changed": changed,
+               "flips": flips, "load_before": load0, "load_after": load1}
+        out.append(row)
+        rows.append([label, str(workers), f"{seconds:.0f}", f"{attack_s:.0f}",
+                     f"{asr}/{len(report.cells)}", f"{changed} ({flips} success flips)",
+                     load0.replace("load average ", ""), load1.replace("load average ", "")])
+    rep.table(["run", "workers", "wall s", "attack s (sum)", "successful cells",
+               "cells differing from the first run", "load before", "load after"], rows)
+    w1 = next(r for r in out if r["workers"] == 1)
+    w2 = next(r for r in out if r["workers"] == 2)
+    faster = "workers=2" if w2["seconds"] < w1["seconds"] else "workers=1"
+    rep.line(f"Faster: **{faster}** ({w1['seconds']:.0f} s with 1 worker, {w2['seconds']:.0f} s "
+             f"with 2; ratio {w1['seconds'] / w2['seconds']:.2f}).")
+    rep.line()
+    return out
+
+
+# ------------------------------------------------------------------------------ main
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    p.add_argument("--out", type=Path, default=None, help="also write DIR/attack_speed.md")
+    p.add_argument("--steps", type=int, default=None, help="override the profile's steps")
+    p.add_argument("--repeats", type=int, default=None, help="override the repetitions")
+    p.add_argument("--no-audit", action="store_true", help="skip section 3")
+    p.add_argument("--audit-variants", action="store_true",
+                   help="section 3 also times workers=1 with the reference loop and with "
+                        "native convolutions (two more audits)")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (2a)")
+    p.add_argument("--sections", default="1,2a,2b,3",
+                   help="comma-separated subset of 1,2a,2b,3 (default: all)")
+    args = p.parse_args(argv)
+    prof = PROFILES[args.profile]
+    if args.steps is not None:
+        prof = prof._replace(steps=args.steps, restart_steps=args.steps)
+    if args.repeats is not None:
+        prof = prof._replace(repeats=args.repeats, eval_repeats=max(3, args.repeats))
+    args.prof = prof
+    args.sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    if args.no_audit:
+        args.sections.discard("3")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the sections; print Markdown (and write it under --out)."""
+    args = parse_args(argv)
+    prof: Profile = args.prof
+    rep = Report()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        rep.line("# Attack speed benchmark")
+        rep.line()
+        rep.line(f"{_dt.datetime.now():%Y-%m-%d %H:%M}, profile `{args.profile}` "
+                 f"({prof.steps} steps, best of {prof.repeats}), {os.cpu_count()} cores, "
+                 f"{platform.machine()}, Python {platform.python_version()}, torch "
+                 f"{torch.__version__}, torch threads 1 (was {threads}); {_load()}.")
+        rep.line()
+        cases = _cases()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", attacks.ReLUWarning)
+            if "1" in args.sections:
+                section_steps(rep, prof, cases)
+                section_audit_cells(rep, prof, cases)
+            if "2a" in args.sections:
+                with fl._flush_denormals():
+                    section_variants(rep, prof, cases, not args.no_compile)
+            if "2b" in args.sections:
+                section_restarts(rep, prof)
+            if "3" in args.sections:
+                torch.set_num_threads(threads)  # the audit as a user runs it
+                section_audit(rep, args.audit_variants)
+        rep.line(f"Total benchmark time: {time.perf_counter() - t0:.0f} s; {_load()}.")
+    finally:
+        torch.set_num_threads(threads)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "attack_speed.md").write_text(rep.text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
