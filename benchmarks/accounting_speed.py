@@ -29,6 +29,7 @@ import datetime as _dt
 import math
 import os
 import platform
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -39,6 +40,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 import accounting as A
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
+from _markdown import Report  # noqa: E402
 
 T = TypeVar("T")
 
@@ -62,30 +66,6 @@ DP_ACCOUNTING_TEST_COUNT = 50
 
 
 # ---------------------------------------------------------------------------------- output
-class Report:
-    """Collects Markdown lines, printing each one as it comes."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def line(self, text: str = "") -> None:
-        """Print and keep one line (or several, separated by newlines)."""
-        print(text, flush=True)
-        self.lines.append(text)
-
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        """A Markdown table followed by a blank line."""
-        self.line("| " + " | ".join(headers) + " |")
-        self.line("|" + "|".join("---" for _ in headers) + "|")
-        for row in rows:
-            self.line("| " + " | ".join(row) + " |")
-        self.line()
-
-    def text(self) -> str:
-        """Everything printed so far."""
-        return "\n".join(self.lines) + "\n"
-
-
 def fmt_s(seconds: float) -> str:
     """Seconds with three significant digits."""
     return f"{seconds:.3g}"

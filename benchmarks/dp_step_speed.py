@@ -35,6 +35,7 @@ import copy
 import datetime as _dt
 import platform
 import statistics
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -51,6 +52,9 @@ import leakaudit.defenses as D
 from leakaudit import models
 from leakaudit.fl import per_example_gradients
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
+from _markdown import Report  # noqa: E402
+
 BATCHES = (8, 64, 256)
 LR = 0.05
 CLIP = 1.0
@@ -61,26 +65,6 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "LeNet (sigmoid)": lambda: models.lenet(generator=torch.Generator().manual_seed(0)),
     "Adap DP-FL CNN": lambda: models.adap_cnn(generator=torch.Generator().manual_seed(0)),
 }
-
-
-class Report:
-    """Collects Markdown lines, printing each one as it comes."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def line(self, text: str = "") -> None:
-        """Print and keep one line."""
-        print(text, flush=True)
-        self.lines.append(text)
-
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        """A Markdown table followed by a blank line."""
-        self.line("| " + " | ".join(headers) + " |")
-        self.line("|" + "|".join("---" for _ in headers) + "|")
-        for row in rows:
-            self.line("| " + " | ".join(row) + " |")
-        self.line()
 
 
 def _context(batch: int, seed: int = 0) -> D.ClientContext:

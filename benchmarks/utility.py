@@ -25,6 +25,7 @@ import argparse
 import csv
 import datetime as _dt
 import math
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -36,6 +37,9 @@ import torch
 import leakaudit.defenses as D
 from leakaudit import data
 from leakaudit.fl import simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
+from _markdown import Report  # noqa: E402
 
 DELTA = 1e-5
 
@@ -103,18 +107,6 @@ CSV_FIELDS = ["profile", "dataset", "defense", "parameters", "final_accuracy", "
               "claimed_eps", "sound_eps", "claimed_vs_sound", "seconds", "clients",
               "clients_per_round", "rounds", "local_steps", "batch_size", "lr", "optimizer",
               "seed", "partition"]
-
-
-class Report:
-    """Collects Markdown lines, printing each one as it comes."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def line(self, text: str = "") -> None:
-        """Print and keep one line."""
-        print(text, flush=True)
-        self.lines.append(text)
 
 
 def fmt_eps(eps: float) -> str:

@@ -23,3 +23,17 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
         assert heading in text
     assert "extrapolated" in text and "0.41280281" in text  # our exact eps, 10,000 steps
     assert capsys.readouterr().out.strip()
+
+
+def test_utility_runs_and_writes_its_table(tmp_path):
+    bench = _load("utility")
+    bench.main(["--defenses", "none,fed-cdp", "--rounds", "1", "--out", str(tmp_path)])
+    text = (tmp_path / "utility.md").read_text()
+    assert "| none |" in text and "| fed-cdp |" in text
+    assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows
+
+
+def test_dp_step_speed_runs(tmp_path):
+    bench = _load("dp_step_speed")
+    assert bench.main(["--batches", "8", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert "ours/opacus" in (tmp_path / "dp_step_speed.md").read_text()

@@ -1,0 +1,29 @@
+"""Shared by the benchmark scripts: Markdown output printed as it is produced."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class Report:
+    """Collects Markdown lines, printing each one as it comes."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def line(self, text: str = "") -> None:
+        """Print and keep one line."""
+        print(text, flush=True)
+        self.lines.append(text)
+
+    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """A Markdown table followed by a blank line."""
+        self.line("| " + " | ".join(headers) + " |")
+        self.line("|" + "|".join("---" for _ in headers) + "|")
+        for row in rows:
+            self.line("| " + " | ".join(row) + " |")
+        self.line()
+
+    def text(self) -> str:
+        """Everything printed so far."""
+        return "\n".join(self.lines) + "\n"
