@@ -51,6 +51,7 @@ import datetime as _dt
 import math
 import os
 import platform
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,9 @@ import leakaudit
 from leakaudit import attacks, fl, models
 from leakaudit.attacks import base
 from leakaudit.metrics import matched_mse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
+from _markdown import Report  # noqa: E402
 
 SHAPES = ((1, 28), (3, 32))
 BATCHES = (1, 4)
@@ -89,27 +93,6 @@ PROFILES: dict[str, Profile] = {
     "full": Profile(steps=30, repeats=5, eval_repeats=100, restarts=4, restart_steps=40,
                     restart_batches=(1, 4), audit_repeats=2),
 }
-
-
-class Report:
-    """Collects Markdown lines, printing each one as it comes."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def line(self, text: str = "") -> None:
-        print(text, flush=True)
-        self.lines.append(text)
-
-    def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        self.line("| " + " | ".join(headers) + " |")
-        self.line("|" + "|".join("---" for _ in headers) + "|")
-        for row in rows:
-            self.line("| " + " | ".join(row) + " |")
-        self.line()
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 def _g(value: float, digits: int = 3) -> str:
