@@ -36,9 +36,10 @@ from accounting import PrivacyLedger
 
 from .defenses import ClientContext, Defense, RoundContext
 from .defenses import get as get_defense
+from .optim import OPTIMIZERS, make_optimizer
 
-__all__ = ["Tap", "Observation", "Run", "simulate", "batch_gradient", "per_example_gradients",
-           "NonFiniteGradientError"]
+__all__ = ["Tap", "Observation", "Run", "LocalBatch", "simulate", "batch_gradient",
+           "per_example_gradients", "NonFiniteGradientError"]
 
 
 class NonFiniteGradientError(FloatingPointError):
@@ -104,6 +105,8 @@ class Run:
     sound: list[PrivacyLedger]
     observations: list[Observation]
     settings: dict[str, Any]
+    #: per round, the clients whose update entered aggregation
+    uploads: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float:
@@ -160,6 +163,62 @@ def batch_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[t
     buffers = {k: v.detach() for k, v in model.named_buffers()}
     g = grad(_loss_mean(model))(params, buffers, x, y)
     return [g[k] for k in params]
+
+
+class LocalBatch:
+    """One local iteration's batch as a defense may use it: gradients at any weights.
+
+    A defense never reads the examples; it asks for per-example gradients or the mean-loss
+    gradient at weights of its choice, for gradients of inputs it makes itself (random noise:
+    data-independent), or for a freshly sampled batch of the same client (``fresh``).
+    NaN/inf in any gradient raises :class:`NonFiniteGradientError` naming client and round.
+    """
+
+    def __init__(self, model: nn.Module, buffers: dict[str, torch.Tensor], x: torch.Tensor,
+                 y: torch.Tensor, *, num_classes: int, draw: Any = None,
+                 where: str = "") -> None:
+        self._model, self._buffers = model, buffers
+        self.x, self.y = x, y
+        self.num_classes = int(num_classes)
+        self._draw = draw
+        self._where = where
+
+    @property
+    def size(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    def _checked(self, g: list[torch.Tensor], what: str) -> list[torch.Tensor]:
+        if not _finite(g):
+            raise NonFiniteGradientError(f"NaN/inf in a {what} of {self._where}")
+        return g
+
+    def per_example(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """(B, *shape) per parameter; an empty batch gives one all-zero row."""
+        if self.size == 0:
+            return [torch.zeros((1, *v.shape), dtype=v.dtype) for v in params.values()]
+        return self._checked(per_example_gradients(self._model, params, self._buffers,
+                                                   self.x, self.y), "per-example gradient")
+
+    def mean(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Gradient of the mean cross-entropy of the batch."""
+        g = grad(_loss_mean(self._model))(params, self._buffers, self.x, self.y)
+        return self._checked([g[k] for k in params], "gradient")
+
+    def gradients_at(self, params: dict[str, torch.Tensor], x: torch.Tensor,
+                     y: torch.Tensor) -> list[torch.Tensor]:
+        """Per-example gradients of inputs the caller made (not the client's data)."""
+        return self._checked(per_example_gradients(self._model, params, self._buffers, x, y),
+                             "per-example gradient of caller-made inputs")
+
+    def fresh(self) -> LocalBatch:
+        """Another batch of the same client, sampled independently by the same rule."""
+        if self._draw is None:
+            raise RuntimeError("this batch cannot draw another one")
+        return self._draw()
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -303,8 +362,8 @@ def _simulate(
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) \
             or lr <= 0:
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if batch_sampling not in ("shuffle", "poisson"):
         raise ValueError(f"batch_sampling must be 'shuffle' or 'poisson', got {batch_sampling!r}")
     if not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
@@ -367,8 +426,10 @@ def _simulate(
     buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
     names = list(params)
     sizes = tuple(len(p) for p in parts)
-    claimed = [PrivacyLedger() for _ in range(clients)]
-    sound = [PrivacyLedger() for _ in range(clients)]
+    claimed = [PrivacyLedger(orders=the_defense.orders) for _ in range(clients)]
+    sound = [PrivacyLedger(orders=the_defense.orders) for _ in range(clients)]
+    opt_name = the_defense.optimizer or optimizer
+    uploads: list[tuple[int, ...]] = []
     the_defense.start(rounds)
     per_example = "example" in the_defense.sites
     xv, yv = ds.x_train[val_idx], ytr[val_idx]
@@ -388,41 +449,39 @@ def _simulate(
                                  client_sizes=sizes, participants=participants,
                                  claimed=claimed, sound=sound)
         updates, weights = [], []
+        uploaded: list[int] = []
         for pos, c in enumerate(participants):
+            if not the_defense.uploads(c, round_ctx):
+                continue
+            uploaded.append(c)
             idx_all = parts[c]
             n_c = len(idx_all)
             local = {n: v.clone() for n, v in params.items()}
-            adam_m = {n: torch.zeros_like(v) for n, v in local.items()}
-            adam_v = {n: torch.zeros_like(v) for n, v in local.items()}
+            opt = make_optimizer(opt_name, float(lr))
             used: list[np.ndarray] = []
             ctx = ClientContext(round=r, client=c, local_step=0, n_examples=n_c,
                                 batch_size=min(batch_size, n_c), lr=float(lr),
                                 generator=noise_gen, round_ctx=round_ctx,
                                 claimed=claimed[c], sound=sound[c])
-            for step in range(local_steps):
-                ctx.local_step = step
+
+            def draw(idx_all: np.ndarray = idx_all, n_c: int = n_c, used: list = used,
+                     c: int = c, r: int = r) -> LocalBatch:
                 if batch_sampling == "shuffle":
                     bidx = idx_all[np_rng.choice(n_c, size=min(batch_size, n_c), replace=False)]
                 else:
                     bidx = idx_all[np_rng.random(n_c) < min(1.0, batch_size / n_c)]
                 used.append(bidx)
-                if bidx.size == 0:  # an empty Poisson batch: only the defense's noise
-                    if not per_example:
-                        continue
-                x, y = ds.x_train[bidx], ytr[bidx]
-                if per_example:
-                    if bidx.size == 0:
-                        zeros = [torch.zeros((1, *v.shape)) for v in local.values()]
-                        g = the_defense.privatize_batch(zeros, ctx)
-                    else:
-                        pex = per_example_gradients(model, local, buffers, x, y)
-                        if not _finite(pex):
-                            raise NonFiniteGradientError(
-                                f"NaN/inf in a per-example gradient of client {c} in round {r}")
-                        g = the_defense.privatize_batch(pex, ctx)
-                else:
-                    gd = grad(_loss_mean(model))(local, buffers, x, y)
-                    g = [gd[n] for n in names]
+                return LocalBatch(model, buffers, ds.x_train[bidx], ytr[bidx],
+                                  num_classes=ds.num_classes, draw=draw,
+                                  where=f"client {c} in round {r}")
+
+            for step in range(local_steps):
+                ctx.local_step = step
+                batch = draw()
+                if batch.size == 0 and not per_example:  # empty Poisson batch, no noise
+                    continue
+                before = local
+                local, g = the_defense.local_step(local, batch, opt, ctx)
                 if not _finite(g):
                     raise NonFiniteGradientError(
                         f"NaN/inf in the gradient of client {c} in round {r}, local step {step}")
@@ -430,20 +489,9 @@ def _simulate(
                     observations.append(Observation(
                         point=2, round=r, client=c, local_step=step,
                         tensors=[t.detach().clone() for t in g],
-                        weights={n: v.clone() for n, v in local.items()}, lr=float(lr),
-                        local_steps=1, batch_size=int(bidx.size), inputs=x.clone(),
-                        labels=y.clone(), defense=the_defense.name))
-                if optimizer == "sgd":
-                    local = {n: local[n] - lr * gi for n, gi in zip(names, g)}
-                else:
-                    b1, b2, eps_ = 0.9, 0.999, 1e-8
-                    t_ = step + 1
-                    for n, gi in zip(names, g):
-                        adam_m[n] = b1 * adam_m[n] + (1 - b1) * gi
-                        adam_v[n] = b2 * adam_v[n] + (1 - b2) * gi * gi
-                        mhat = adam_m[n] / (1 - b1**t_)
-                        vhat = adam_v[n] / (1 - b2**t_)
-                        local[n] = local[n] - lr * mhat / (vhat.sqrt() + eps_)
+                        weights={n: v.clone() for n, v in before.items()}, lr=float(lr),
+                        local_steps=1, batch_size=batch.size, inputs=batch.x.clone(),
+                        labels=batch.y.clone(), defense=the_defense.name))
             update = [local[n] - params[n] for n in names]
             update = the_defense.privatize_update(update, ctx)
             seen = np.unique(np.concatenate(used)) if used else np.empty(0, dtype=np.int64)
@@ -459,9 +507,11 @@ def _simulate(
                                                 batch_size, truth_x, truth_y, the_defense))
             updates.append(update)
             weights.append(float(n_c) if the_defense.weighted_aggregation else 1.0)
+        uploads.append(tuple(uploaded))
         total = sum(weights)
-        for i, n in enumerate(names):
-            params[n] = params[n] + sum(w / total * u[i] for w, u in zip(weights, updates))
+        if updates:  # no upload (every sampled client stopped): the model stays
+            for i, n in enumerate(names):
+                params[n] = params[n] + sum(w / total * u[i] for w, u in zip(weights, updates))
         the_defense.claimed_round(round_ctx)
         _, vloss = _evaluate(model, params, buffers, xv, yv)
         val_losses.append(vloss)
@@ -476,13 +526,13 @@ def _simulate(
             if n in params:
                 p.copy_(params[n])
     settings = dict(clients=clients, clients_per_round=k, rounds=rounds,
-                    local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=optimizer,
+                    local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=opt_name,
                     partition=partition if isinstance(partition, str) else "explicit",
                     seed=seed, val_fraction=val_fraction, batch_sampling=batch_sampling,
                     dataset=ds.name, defense=the_defense.describe())
     return Run(model=model, defense=the_defense, accuracy=accuracy, loss=losses,
                val_loss=val_losses, claimed=claimed, sound=sound, observations=observations,
-               settings=settings)
+               settings=settings, uploads=uploads)
 
 
 @functools.wraps(_simulate)

@@ -1,11 +1,16 @@
-"""Pure tensor operations the defenses share: per-example clipping, noise, pruning."""
+"""Pure tensor operations the defenses share: per-example clipping, noise, pruning.
+
+Every noise draw of a defense goes through :func:`gaussian_like` or :func:`laplace_like`,
+called as ``_ops.gaussian_like(...)`` (one call = one release), so that tests can count the
+releases a defense makes and compare them with the steps its ledger holds.
+"""
 
 from __future__ import annotations
 
 import torch
 
 __all__ = ["flat_norms", "clip_flat", "clipped_sum", "clip_per_layer", "gaussian_like",
-           "prune_smallest", "update_norm"]
+           "laplace_like", "prune_smallest", "update_norm", "l1_norm"]
 
 
 def flat_norms(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -63,6 +68,25 @@ def gaussian_like(tensors: list[torch.Tensor], std: float,
     """Independent N(0, std^2) noise shaped like each tensor, from the given generator."""
     return [torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device) * std
             for t in tensors]
+
+
+def laplace_like(tensors: list[torch.Tensor], scale: float,
+                 generator: torch.Generator) -> list[torch.Tensor]:
+    """Independent Laplace(0, scale) noise shaped like each tensor, from the given generator.
+
+    Inverse CDF of a uniform on (-1/2, 1/2): -scale * sign(u) * log(1 - 2|u|).
+    """
+    out = []
+    for t in tensors:
+        u = torch.rand(t.shape, generator=generator, dtype=torch.float64, device=t.device) - 0.5
+        u = u.clamp(min=-0.5 + 1e-16, max=0.5 - 1e-16)
+        out.append((-scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())).to(t.dtype))
+    return out
+
+
+def l1_norm(update: list[torch.Tensor]) -> torch.Tensor:
+    """L1 norm of a whole update (all parameters concatenated)."""
+    return sum(u.abs().sum() for u in update)
 
 
 def update_norm(update: list[torch.Tensor]) -> torch.Tensor:

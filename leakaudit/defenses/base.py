@@ -10,6 +10,11 @@ A defense is one object with a few hooks the simulator calls (data flows one way
 * ``sanitize_update`` (site "server"): one client's update as the server receives it, in,
   what enters aggregation out.
 * ``end_round``: the server's validation loss after each round (event-driven decays).
+* ``local_step``: one whole local iteration (gradient(s), privatisation, optimizer step). The
+  default calls ``privatize_batch`` (or the plain mean gradient) and the optimizer; defenses
+  that evaluate several gradients per iteration (adadp) or own their optimizer override it.
+* ``uploads``: whether a sampled client trains and uploads this round (a client that has
+  spent its budget stops, adap-dp-fl).
 
 Privacy: every data-dependent release is recorded twice, in the per-client ledgers of the
 :class:`ClientContext` (``claimed``: what the defense's paper would count; ``sound``: every
@@ -21,11 +26,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from accounting import PrivacyLedger
+
+if TYPE_CHECKING:
+    from ..fl import LocalBatch
+    from ..optim import SGD, Adam
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES"]
 
@@ -88,6 +97,24 @@ class Defense:
     level: ClassVar[str] = "none"
     #: FedAvg weighted by client data size (False: unweighted mean of updates)
     weighted_aggregation: ClassVar[bool] = True
+    #: local optimizer the defense prescribes ("sgd", "adam"); None: the simulator's choice
+    optimizer: ClassVar[str | None] = None
+    #: Rényi orders of the per-client ledgers (None: accounting's default grid)
+    orders: ClassVar[object] = None
+
+    def local_step(self, params: dict[str, torch.Tensor], batch: LocalBatch,
+                   optimizer: SGD | Adam, ctx: ClientContext
+                   ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+        """One local iteration: the new weights and the gradient applied (the type-2 view)."""
+        if "example" in self.sites:
+            g = self.privatize_batch(batch.per_example(params), ctx)
+        else:
+            g = batch.mean(params)
+        return optimizer.step(params, g), g
+
+    def uploads(self, client: int, ctx: RoundContext) -> bool:
+        """Does sampled ``client`` train and upload in this round? (default: always)"""
+        return True
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         """Per-example gradients (B, *shape) per parameter -> the batch gradient to apply."""

@@ -25,7 +25,7 @@ import torch
 
 from accounting import schedules
 
-from ._ops import clipped_sum, gaussian_like
+from . import _ops
 from .base import ClientContext
 from .fed_cdp import FedCDP
 from .validate import check_positive
@@ -86,10 +86,10 @@ class FedAlphaCDP(FedCDP):
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         batch = grads[0].shape[0]
-        sums, layer_norms = clipped_sum(grads, self.clip, per_layer=True)
+        sums, layer_norms = _ops.clipped_sum(grads, self.clip, per_layer=True)
         s = float(layer_norms.max())
         sigma_t = self.noise_multiplier(ctx.round)
-        noise = gaussian_like(sums, sigma_t * s, ctx.generator)
+        noise = _ops.gaussian_like(sums, sigma_t * s, ctx.generator)
         sensitivity = self.clip * math.sqrt(len(grads))
         effective = sigma_t * s / sensitivity
         ctx.sound.step(q=ctx.batch_rate, sigma=effective,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import clipped_sum, gaussian_like
+from . import _ops
 from .base import ClientContext, Defense, RoundContext
 from .validate import check_nonneg, check_positive
 
@@ -45,8 +45,8 @@ class FedCDP(Defense):
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         batch = grads[0].shape[0]
-        sums, _ = clipped_sum(grads, self.clip)
-        noise = gaussian_like(sums, self.sigma * self.clip, ctx.generator)
+        sums, _ = _ops.clipped_sum(grads, self.clip)
+        noise = _ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
         ctx.sound.step(q=ctx.batch_rate, sigma=self.sigma, note="fed-cdp local step")
         return [(s + n) / batch for s, n in zip(sums, noise)]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ._ops import gaussian_like, update_norm
+from . import _ops
 from .base import ClientContext, Defense, RoundContext
 from .validate import check_nonneg, check_positive
 
@@ -47,9 +47,9 @@ class FedSDP(Defense):
         return self.sigma
 
     def _sanitise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        norm = float(update_norm(update))
+        norm = float(_ops.update_norm(update))
         factor = min(1.0, self.clip / (norm + 1e-12))
-        noise = gaussian_like(update, self.sigma * self.clip, ctx.generator)
+        noise = _ops.gaussian_like(update, self.sigma * self.clip, ctx.generator)
         return [u * factor + n for u, n in zip(update, noise)]
 
     def privatize_update(self, update: list[torch.Tensor],

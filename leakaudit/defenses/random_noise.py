@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ._ops import gaussian_like
+from . import _ops
 from .base import ClientContext, Defense, record_no_privacy
 from .validate import check_nonneg
 
@@ -28,5 +28,5 @@ class RandomNoise(Defense):
     def privatize_update(self, update: list[torch.Tensor],
                          ctx: ClientContext) -> list[torch.Tensor]:
         record_no_privacy(ctx, "noisy but unclipped client update")
-        noise = gaussian_like(update, math.sqrt(self.variance), ctx.generator)
+        noise = _ops.gaussian_like(update, math.sqrt(self.variance), ctx.generator)
         return [u + n for u, n in zip(update, noise)]
