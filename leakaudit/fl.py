@@ -107,6 +107,11 @@ class Run:
     settings: dict[str, Any]
     #: per round, the clients whose update entered aggregation
     uploads: list[tuple[int, ...]] = field(default_factory=list)
+    #: the rounds (0-based) after which ``accuracy`` and ``loss`` were measured
+    eval_rounds: list[int] = field(default_factory=list)
+    #: with ``track_epsilon=delta``: (round, worst claimed eps, worst sound eps) at each
+    #: evaluation, so accuracy can be read against the privacy spent so far
+    eps_history: list[tuple[int, float, float]] = field(default_factory=list)
 
     @property
     def final_accuracy(self) -> float:
@@ -120,13 +125,28 @@ class Run:
         """
         if kind not in ("claimed", "sound"):
             raise ValueError(f"kind must be 'claimed' or 'sound', got {kind!r}")
-        ledgers = self.claimed if kind == "claimed" else self.sound
-        import warnings
+        return _worst_epsilon(self.claimed if kind == "claimed" else self.sound, delta, method)
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            values = [lg.epsilon(delta, method) for lg in ledgers]
-        return max(values) if values else 0.0
+    def accuracy_within(self, eps_budget: float) -> tuple[int, float] | None:
+        """(round, accuracy) of the last evaluation whose sound eps was <= ``eps_budget``
+        (None when none was); needs ``simulate(..., track_epsilon=delta)``."""
+        if not self.eps_history:
+            raise ValueError("no eps history: run simulate(..., track_epsilon=delta)")
+        best = None
+        for (r, _, sound), acc in zip(self.eps_history, self.accuracy):
+            if sound <= eps_budget:
+                best = (r, acc)
+        return best
+
+
+def _worst_epsilon(ledgers: Sequence[PrivacyLedger], delta: float, method: str = "rdp") -> float:
+    """The worst client's eps (parallel composition over disjoint client data)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        values = [lg.epsilon(delta, method) for lg in ledgers]
+    return max(values) if values else 0.0
 
     def observations_at(self, point: int) -> list[Observation]:
         return [o for o in self.observations if o.point == point]
@@ -316,6 +336,7 @@ def _simulate(
     val_fraction: float = 0.1,
     batch_sampling: str = "shuffle",
     eval_every: int = 1,
+    track_epsilon: float | None = None,
 ) -> Run:
     """Train a federated model under a defense; return accuracy, ledgers and tapped views.
 
@@ -333,6 +354,8 @@ def _simulate(
         val_fraction: share of the training data the server keeps as validation set.
         batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c).
         eval_every: evaluate the test set every this many rounds (and after the last).
+        track_epsilon: a delta: also record the worst client's claimed and sound eps at
+            every evaluation (``Run.eps_history``; accuracy against privacy spent).
     """
     from . import data as data_mod
     from . import models as models_mod
@@ -366,6 +389,10 @@ def _simulate(
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     if batch_sampling not in ("shuffle", "poisson"):
         raise ValueError(f"batch_sampling must be 'shuffle' or 'poisson', got {batch_sampling!r}")
+    if track_epsilon is not None and (isinstance(track_epsilon, bool) or not isinstance(
+            track_epsilon, (int, float)) or not 0.0 < track_epsilon < 1.0):
+        raise ValueError(f"track_epsilon must be a delta in (0, 1) or None, "
+                         f"got {track_epsilon!r}")
     if not isinstance(val_fraction, (int, float)) or not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
     taps = tuple(taps)
@@ -430,6 +457,8 @@ def _simulate(
     sound = [PrivacyLedger(orders=the_defense.orders) for _ in range(clients)]
     opt_name = the_defense.optimizer or optimizer
     uploads: list[tuple[int, ...]] = []
+    eval_rounds: list[int] = []
+    eps_history: list[tuple[int, float, float]] = []
     the_defense.start(rounds)
     per_example = "example" in the_defense.sites
     xv, yv = ds.x_train[val_idx], ytr[val_idx]
@@ -520,6 +549,10 @@ def _simulate(
             acc, loss = _evaluate(model, params, buffers, ds.x_test, ds.y_test)
             accuracy.append(acc)
             losses.append(loss)
+            eval_rounds.append(r)
+            if track_epsilon is not None:
+                eps_history.append((r, _worst_epsilon(claimed, track_epsilon),
+                                    _worst_epsilon(sound, track_epsilon)))
 
     with torch.no_grad():
         for n, p in model.named_parameters():
@@ -529,10 +562,12 @@ def _simulate(
                     local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=opt_name,
                     partition=partition if isinstance(partition, str) else "explicit",
                     seed=seed, val_fraction=val_fraction, batch_sampling=batch_sampling,
+                    client_sizes=list(sizes),
                     dataset=ds.name, defense=the_defense.describe())
     return Run(model=model, defense=the_defense, accuracy=accuracy, loss=losses,
                val_loss=val_losses, claimed=claimed, sound=sound, observations=observations,
-               settings=settings, uploads=uploads)
+               settings=settings, uploads=uploads, eval_rounds=eval_rounds,
+               eps_history=eps_history)
 
 
 @functools.wraps(_simulate)

@@ -181,3 +181,18 @@ def test_partitions_by_name(digits):
                       partition_kwargs={"alpha": 0.5}, seed=0, **SMALL)
     assert len(run.accuracy) == 3
     assert np.isfinite(run.val_loss).all()
+
+
+def test_eps_history_tracks_privacy_spent_at_every_evaluation():
+    run = fl.simulate(dataset="digits", defense="fed-cdp", clients=3, clients_per_round=2,
+                   rounds=3, local_steps=1, batch_size=8, progress=False, seed=0,
+                   track_epsilon=1e-5)
+    assert [r for r, _, _ in run.eps_history] == run.eval_rounds == [0, 1, 2]
+    sound = [s for _, _, s in run.eps_history]
+    assert sound == sorted(sound) and sound[0] > 0
+    assert sound[-1] == pytest.approx(run.epsilon(1e-5, "sound"))
+    assert run.accuracy_within(math.inf) == (2, run.accuracy[-1])
+    assert run.accuracy_within(sound[0] / 2) is None
+    assert run.accuracy_within(sound[1]) == (1, run.accuracy[1])
+    with pytest.raises(ValueError, match="track_epsilon"):
+        fl.simulate(dataset="digits", rounds=1, progress=False, track_epsilon=1.5)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from .adap_dp_fl import AdapDPFL
 from .base import SITES, ClientContext, Defense, RoundContext
 from .fed_alpha_cdp import FedAlphaCDP
 from .fed_cdp import FedCDP
@@ -18,7 +19,7 @@ from .prune import Prune
 from .random_noise import RandomNoise
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
-           "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise"]
+           "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL"]
 
 _REGISTRY: dict[str, Callable[..., Defense]] = {}
 
@@ -58,5 +59,6 @@ register("fed-cdp", FedCDP)
 register("fed-alpha-cdp", FedAlphaCDP)
 for _short in ("linear", "staircase", "exp", "cyclic"):
     register(f"fed-alpha-cdp-{_short}", partial(FedAlphaCDP, decay=_short, sigma=15.0))
+register("adap-dp-fl", AdapDPFL)
 register("prune", Prune)
 register("random-noise", RandomNoise)
