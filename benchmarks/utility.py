@@ -8,6 +8,13 @@ and why the two differ. Two requirements are checked and printed: the non-privat
 reaches a sane accuracy (digits: > 90%) and every defense learns above chance (final accuracy
 above 1/classes by more than three standard errors of a chance classifier on the test set).
 
+Accuracy at the same privacy: every run records the worst client's sound eps after each round
+(``simulate(track_epsilon=delta)``); a second table gives each DP defense's test accuracy at
+the last round whose sound eps is within one budget (``--budget``; default: fed-cdp's sound
+eps at the end of its run, so fed-cdp's own entry is its final accuracy). ``utility.png``
+plots accuracy against sound eps, round by round: fixed sigma against the decays, and the
+adaptive defenses against fed-cdp.
+
 Profiles: ``quick`` trains on the built-in digits (a few minutes on 2 cores); ``full`` on
 Fashion-MNIST (``leakaudit.data.load("fashion-mnist")``; skipped, saying why, when it is not
 installed). The defense parameters of each profile are in :data:`DEFENSE_PARAMS`.
@@ -17,14 +24,17 @@ Usage::
     python benchmarks/utility.py                                   # quick profile (digits)
     python benchmarks/utility.py --profile full                    # Fashion-MNIST
     python benchmarks/utility.py --defenses none,fed-cdp --rounds 5 --seed 1 --out results
+    python benchmarks/utility.py --budget 10 --jobs 2      # accuracy within sound eps <= 10
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures as cf
 import csv
 import datetime as _dt
 import math
+import multiprocessing as mp
 import sys
 import time
 import warnings
@@ -104,7 +114,8 @@ DEFENSE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 CSV_FIELDS = ["profile", "dataset", "defense", "parameters", "final_accuracy", "best_accuracy",
-              "claimed_eps", "sound_eps", "claimed_vs_sound", "seconds", "clients",
+              "claimed_eps", "sound_eps", "acc_at_budget", "rounds_at_budget", "budget",
+              "claimed_vs_sound", "seconds", "clients",
               "clients_per_round", "rounds", "local_steps", "batch_size", "lr", "optimizer",
               "seed", "partition"]
 
@@ -136,16 +147,22 @@ def chance_margin(classes: int, n_test: int) -> tuple[float, float]:
     return p, 3.0 * math.sqrt(p * (1.0 - p) / n_test)
 
 
-def run_one(name: str, params: dict[str, Any], ds: data.Dataset, settings: dict[str, Any],
-            seed: int, progress: bool) -> dict[str, Any]:
-    """Train one defense; return its row (accuracies, eps, reason, time)."""
+def run_one(name: str, params: dict[str, Any], ds: data.Dataset | str,
+            settings: dict[str, Any], seed: int, progress: bool,
+            threads: int | None = None) -> dict[str, Any]:
+    """Train one defense; return its row (accuracies, eps, reason, time, eps history)."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if isinstance(ds, str):
+        ds = data.load(ds, seed=seed)
     defense = D.get(name, **params)
     t0 = time.perf_counter()
     run = simulate(None, ds, defense, clients=settings["clients"],
                    clients_per_round=settings["clients_per_round"], rounds=settings["rounds"],
                    local_steps=settings["local_steps"], batch_size=settings["batch_size"],
                    lr=settings["lr"], optimizer=settings["optimizer"],
-                   partition=settings["partition"], seed=seed, progress=progress)
+                   partition=settings["partition"], seed=seed, progress=progress,
+                   track_epsilon=DELTA)
     seconds = time.perf_counter() - t0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -154,7 +171,56 @@ def run_one(name: str, params: dict[str, Any], ds: data.Dataset, settings: dict[
     return dict(defense=name, parameters=defense.describe(), level=defense.level,
                 final_accuracy=run.final_accuracy, best_accuracy=max(run.accuracy),
                 claimed_eps=claimed, sound_eps=sound,
-                claimed_vs_sound=reason(defense, claimed, sound), seconds=seconds)
+                claimed_vs_sound=reason(defense, claimed, sound), seconds=seconds,
+                accuracy=list(run.accuracy), eps_history=list(run.eps_history))
+
+
+def accuracy_within(row: dict[str, Any], budget: float) -> tuple[int, float] | None:
+    """(round, accuracy) of the last round whose sound eps is <= budget (None: never)."""
+    best = None
+    for (r, _, sound), acc in zip(row["eps_history"], row["accuracy"]):
+        if sound <= budget:
+            best = (r, acc)
+    return best
+
+
+def _train_all(names: list[str], profile: str, ds: data.Dataset, settings: dict[str, Any],
+               seed: int, progress: bool, jobs: int,
+               threads: int) -> tuple[list[dict[str, Any]], list[str]]:
+    """Train every defense, ``jobs`` at a time (worker processes load the data by name)."""
+    rows: dict[str, dict[str, Any]] = {}
+    failed: list[str] = []
+
+    def done(name: str, row: dict[str, Any] | None, exc: Exception | None) -> None:
+        if exc is not None:
+            failed.append(f"{name} ({exc})")
+            print(f"  ... {name}: failed: {exc}", flush=True)
+            return
+        rows[name] = row
+        if not progress:
+            print(f"  ... {row['parameters']}: final {row['final_accuracy']:.3f} in "
+                  f"{row['seconds']:.0f} s", flush=True)
+
+    if jobs == 1:
+        for name in names:
+            try:
+                row = run_one(name, DEFENSE_PARAMS[profile].get(name, {}), ds, settings, seed,
+                              progress)
+            except (ValueError, FloatingPointError) as exc:  # bad parameters, divergence
+                done(name, None, exc)
+                continue
+            done(name, row, None)
+    else:
+        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
+            futures = {pool.submit(run_one, name, DEFENSE_PARAMS[profile].get(name, {}),
+                                   settings["dataset"], settings, seed, False, threads): name
+                       for name in names}
+            for fut in cf.as_completed(futures):
+                try:
+                    done(futures[fut], fut.result(), None)
+                except (ValueError, FloatingPointError) as exc:
+                    done(futures[fut], None, exc)
+    return [rows[n] for n in names if n in rows], failed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,8 +235,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads while training (default 1: small models, "
                         "faster than 2 threads on a busy 2-core machine)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="defenses trained at once in worker processes (default 1)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="sound eps budget of the equal-privacy table (default: fed-cdp's "
+                        "final sound eps in this run)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="write DIR/utility.md and DIR/utility.csv")
+                        help="write DIR/utility.md, DIR/utility.csv and DIR/utility.png")
     parser.add_argument("--progress", action="store_true", help="tqdm bars per run")
     parser.add_argument("--strict", action="store_true",
                         help="exit with status 1 when a requirement is not met")
@@ -191,6 +262,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--seed must be >= 0")
     if args.threads < 1:
         parser.error("--threads must be >= 1")
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    if args.budget is not None and not args.budget > 0:
+        parser.error("--budget must be > 0")
 
     settings = dict(PROFILES[args.profile])
     if args.rounds is not None:
@@ -203,27 +278,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         ds = data.load(settings["dataset"], seed=args.seed)
     except (FileNotFoundError, ValueError, OSError) as exc:
         report.line(f"Skipped: {settings['dataset']} cannot be loaded ({exc}).")
-        _write(args.out, report, [])
+        _write(args.out, report, [], None)
         return 0
 
     before = torch.get_num_threads()
     torch.set_num_threads(args.threads)
-    rows: list[dict[str, Any]] = []
-    failed: list[str] = []
     t_all = time.perf_counter()
     try:
-        for name in names:
-            params = DEFENSE_PARAMS[args.profile].get(name, {})
-            try:
-                rows.append(run_one(name, params, ds, settings, args.seed, args.progress))
-            except (ValueError, FloatingPointError) as exc:  # a new defense, bad parameters
-                failed.append(f"{name} ({exc})")
-                print(f"  ... {name}: failed: {exc}", flush=True)
-                continue
-            if not args.progress:
-                r = rows[-1]
-                print(f"  ... {r['parameters']}: final {r['final_accuracy']:.3f} in "
-                      f"{r['seconds']:.0f} s", flush=True)
+        rows, failed = _train_all(names, args.profile, ds, settings, args.seed, args.progress,
+                                  args.jobs, args.threads)
     finally:
         torch.set_num_threads(before)
     total = time.perf_counter() - t_all
@@ -237,7 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"L = {settings['local_steps']} local steps, B = {settings['batch_size']}, "
                 f"lr = {settings['lr']}, optimizer = {settings['optimizer']} (fresh state every "
                 f"round), partition = {settings['partition']}, seed = {args.seed}; eps at "
-                f"delta = {DELTA:g}; torch threads {args.threads}; {total:.0f} s in total.")
+                f"delta = {DELTA:g}; torch threads {args.threads}, {args.jobs} worker "
+                f"process(es); {total:.0f} s in total.")
     report.line()
     report.line("| defense | parameters | final acc. | best acc. | claimed eps | sound eps | "
                 "why they differ | time (s) |")
@@ -251,6 +315,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if failed:
         report.line(f"Failed to train: {'; '.join(failed)}.")
         report.line()
+
+    budget = _equal_privacy_table(report, rows, args.budget)
 
     chance, margin = chance_margin(ds.num_classes, n_test)
     low = [r["defense"] for r in rows if not r["final_accuracy"] > chance + margin]
@@ -274,20 +340,93 @@ def main(argv: Sequence[str] | None = None) -> int:
                  **{k: settings[k] for k in ("clients", "clients_per_round", "rounds",
                                              "local_steps", "batch_size", "lr", "optimizer",
                                              "partition")})
-    _write(args.out, report, rows)
+    _write(args.out, report, rows, budget)
     return 1 if args.strict and (low or not ok_base) else 0
 
 
-def _write(out: Path | None, report: Report, rows: list[dict[str, Any]]) -> None:
-    """DIR/utility.md (the printed Markdown) and DIR/utility.csv (one row per defense)."""
+def _equal_privacy_table(report: Report, rows: list[dict[str, Any]],
+                         budget: float | None) -> float | None:
+    """Accuracy of every DP defense at the last round within one sound eps budget."""
+    if budget is None:
+        ref = [r for r in rows if r["defense"] == "fed-cdp"]
+        if not ref or not math.isfinite(ref[0]["sound_eps"]):
+            report.line("Equal-privacy table: no budget (give --budget, or include fed-cdp).")
+            report.line()
+            return None
+        budget, source = ref[0]["sound_eps"], "fed-cdp's sound eps at the end of its run"
+    else:
+        source = "--budget"
+    report.line(f"## Accuracy at the same sound eps budget: eps <= {budget:.3g} "
+                f"(delta = {DELTA:g}; {source})")
+    report.line()
+    report.line("Each DP defense's test accuracy after the last round whose sound eps (every "
+                "release counted, worst client) is within the budget; '-' when even its first "
+                "round spends more.")
+    report.line()
+    table = []
+    for r in rows:
+        if r["level"] == "none":
+            continue
+        hit = accuracy_within(r, budget)
+        r["acc_at_budget"] = math.nan if hit is None else hit[1]
+        r["rounds_at_budget"] = 0 if hit is None else hit[0] + 1
+        table.append([r["defense"],
+                      "-" if hit is None else f"{100 * hit[1]:.1f}%",
+                      "-" if hit is None else str(hit[0] + 1),
+                      f"{100 * r['final_accuracy']:.1f}%", fmt_eps(r["sound_eps"])])
+    report.table(["defense", "acc. within budget", "rounds within budget",
+                  "final acc.", "final sound eps"], table)
+    return budget
+
+
+def _plot(path: Path, rows: list[dict[str, Any]], budget: float | None) -> None:
+    """Accuracy against sound eps, round by round: fixed sigma vs decays, adaptive vs fed-cdp."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fixed = {"fed-cdp", "fed-alpha-cdp"}
+    panels = [("Fixed sigma and the decays",
+               lambda n: n in fixed or n.startswith("fed-alpha-cdp-")),
+              ("Adaptive and other defenses vs fed-cdp",
+               lambda n: n == "fed-cdp" or (n not in fixed and not n.startswith("fed-alpha")))]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, (title, keep) in zip(axes, panels):
+        for r in rows:
+            eps = [s for _, _, s in r["eps_history"]]
+            if r["level"] == "none" or not keep(r["defense"]) or not eps \
+                    or not math.isfinite(eps[-1]):
+                continue
+            ax.plot(eps, [100 * a for a in r["accuracy"]], marker=".", label=r["defense"])
+        if budget is not None:
+            ax.axvline(budget, color="grey", linestyle="--", linewidth=1,
+                       label=f"budget {budget:.3g}")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"sound eps (delta = {DELTA:g}), worst client")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("test accuracy (%)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _write(out: Path | None, report: Report, rows: list[dict[str, Any]],
+           budget: float | None) -> None:
+    """DIR/utility.md (the printed Markdown), DIR/utility.csv (one row per defense) and
+    DIR/utility.png (accuracy against sound eps)."""
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
     (out / "utility.md").write_text("\n".join(report.lines) + "\n")
+    _plot(out / "utility.png", rows, budget)
     with (out / "utility.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
         writer.writeheader()
         for r in rows:
+            r = {"budget": budget, "acc_at_budget": "", "rounds_at_budget": "", **r}
             writer.writerow({k: (_csv_eps(r[k]) if k.endswith("_eps") else r[k])
                              for k in CSV_FIELDS})
 

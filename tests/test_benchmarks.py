@@ -27,10 +27,23 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
 
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = _load("utility")
-    bench.main(["--defenses", "none,fed-cdp", "--rounds", "1", "--out", str(tmp_path)])
+    bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--out", str(tmp_path)])
     text = (tmp_path / "utility.md").read_text()
     assert "| none |" in text and "| fed-cdp |" in text
     assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows
+    # the equal-privacy table: fed-cdp's own budget keeps both of its rounds
+    assert "## Accuracy at the same sound eps budget" in text
+    assert "| fed-cdp | " in text.split("## Accuracy at the same")[1]
+    assert (tmp_path / "utility.png").stat().st_size > 10_000
+
+
+def test_accuracy_within_a_budget_reads_the_last_round_inside_it():
+    bench = _load("utility")
+    row = {"eps_history": [(0, 1.0, 2.0), (1, 1.5, 3.0), (2, 2.0, 4.0)],
+           "accuracy": [0.2, 0.5, 0.4]}
+    assert bench.accuracy_within(row, 3.5) == (1, 0.5)
+    assert bench.accuracy_within(row, 1.0) is None
+    assert bench.accuracy_within(row, 4.0) == (2, 0.4)
 
 
 def test_dp_step_speed_runs(tmp_path):
