@@ -127,6 +127,9 @@ class Run:
             raise ValueError(f"kind must be 'claimed' or 'sound', got {kind!r}")
         return _worst_epsilon(self.claimed if kind == "claimed" else self.sound, delta, method)
 
+    def observations_at(self, point: int) -> list[Observation]:
+        return [o for o in self.observations if o.point == point]
+
     def accuracy_within(self, eps_budget: float) -> tuple[int, float] | None:
         """(round, accuracy) of the last evaluation whose sound eps was <= ``eps_budget``
         (None when none was); needs ``simulate(..., track_epsilon=delta)``."""
@@ -147,9 +150,6 @@ def _worst_epsilon(ledgers: Sequence[PrivacyLedger], delta: float, method: str =
         warnings.simplefilter("ignore")
         values = [lg.epsilon(delta, method) for lg in ledgers]
     return max(values) if values else 0.0
-
-    def observations_at(self, point: int) -> list[Observation]:
-        return [o for o in self.observations if o.point == point]
 
 
 # ------------------------------------------------------------------------------ gradients

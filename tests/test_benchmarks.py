@@ -50,3 +50,20 @@ def test_dp_step_speed_runs(tmp_path):
     bench = _load("dp_step_speed")
     assert bench.main(["--batches", "8", "--repeats", "1", "--out", str(tmp_path)]) == 0
     assert "ours/opacus" in (tmp_path / "dp_step_speed.md").read_text()
+
+
+def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
+    bench = _load("resilience")
+    argv = ["--tiny", "--defenses", "none,fed-cdp", "--attacks", "dlg", "--points", "0,2",
+            "--engine", "serial", "--out", str(tmp_path)]
+    assert bench.main(argv) == 0
+    text = (tmp_path / "resilience.md").read_text()
+    assert "## Resilient against every attack, per leak point" in text
+    assert "| defense | type 0 | type 2 |" in text
+    for ext in ("csv", "tex", "json", "png"):
+        assert (tmp_path / f"resilience.{ext}").stat().st_size > 0
+    results = tmp_path / "resilience.jsonl"
+    lines = results.read_text().splitlines()
+    assert len(lines) == 2 + 2 * 2  # two training records, 2 defenses x 2 points
+    assert bench.main(argv) == 0  # everything is in the results file: nothing reruns
+    assert results.read_text().splitlines() == lines
