@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.leakaudit-installed
 
-.PHONY: setup audit epsilon-demo test lint bench clean
+.PHONY: setup audit epsilon-demo test lint bench results clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ lint: setup
 
 bench: setup
 	$(PY) benchmarks/accounting_speed.py --profile quick
+
+# The results page: the four quick profiles (each under 5 minutes on 2 cores), then
+# docs/results.md with their tables and figures.
+results: setup
+	$(PY) benchmarks/resilience.py --profile quick --out docs/results
+	$(PY) benchmarks/privacy.py --profile quick --out docs/results
+	$(PY) benchmarks/utility.py --profile quick --jobs 2 --out docs/results
+	$(PY) benchmarks/speed.py --profile quick --out docs/results
+	$(PY) benchmarks/collect.py --dir docs/results --out docs/results.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks

@@ -67,3 +67,18 @@ def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
     assert len(lines) == 2 + 2 * 2  # two training records, 2 defenses x 2 points
     assert bench.main(argv) == 0  # everything is in the results file: nothing reruns
     assert results.read_text().splitlines() == lines
+
+
+def test_collect_embeds_each_section_with_its_command_and_figure(tmp_path):
+    bench = _load("collect")
+    res = tmp_path / "res"
+    res.mkdir()
+    (res / "privacy.md").write_text("# Privacy (2026-01-01)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    (res / "privacy.png").write_bytes(b"png")
+    out = tmp_path / "docs" / "results.md"
+    assert bench.main(["--dir", str(res), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Privacy: one setting, every accountant" in text
+    assert "## Privacy (2026-01-01)" in text  # demoted heading keeps the date
+    assert "python benchmarks/privacy.py" in text and "](../res/privacy.png)" in text
+    assert "No output yet for: resilience, utility, speed." in text

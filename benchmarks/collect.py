@@ -1,0 +1,72 @@
+"""Assemble docs/results.md from the benchmark outputs in one directory.
+
+Each benchmark writes ``NAME.md`` (its printed Markdown, which starts with the date) and
+``NAME.png`` into the directory; this page embeds them in a fixed order, with the command
+that produced each. ``make results`` runs the four quick profiles and then this script.
+
+Usage::
+
+    python benchmarks/collect.py --dir docs/results --out docs/results.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+#: (file stem, title, command that produced it)
+SECTIONS = (
+    ("resilience", "Resilience of the defenses to gradient-leakage attacks",
+     "python benchmarks/resilience.py --profile quick --out docs/results"),
+    ("privacy", "Privacy: one setting, every accountant",
+     "python benchmarks/privacy.py --profile quick --out docs/results"),
+    ("utility", "Utility: accuracy, claimed and sound eps, accuracy at one budget",
+     "python benchmarks/utility.py --profile quick --jobs 2 --out docs/results"),
+    ("speed", "Speed against the peers, measured in the same run",
+     "python benchmarks/speed.py --profile quick --out docs/results"),
+)
+
+
+def page(directory: Path, out: Path) -> str:
+    """The results page: every section found in ``directory`` (missing ones are named)."""
+    rel = Path(os.path.relpath(directory, out.parent))
+    lines = ["# Results", "",
+             "Tables and figures as measured on this project's development machine (2 CPU "
+             "cores, no GPU), each with the command that produced it; the first line of "
+             "each section gives the date. Regenerate all of them with `make results`.", ""]
+    missing = []
+    for stem, title, command in SECTIONS:
+        md = directory / f"{stem}.md"
+        if not md.exists():
+            missing.append(stem)
+            continue
+        lines += [f"## {title}", "", f"Command: `{command}`", ""]
+        body = md.read_text().strip().splitlines()
+        for line in body:  # demote the benchmark's own headings under this section
+            lines.append("#" + line if line.startswith("#") else line)
+        if (directory / f"{stem}.png").exists():
+            lines += ["", f"![{stem}]({(rel / f'{stem}.png').as_posix()})"]
+        lines.append("")
+    if missing:
+        lines += ["## Not yet measured", "",
+                  "No output yet for: " + ", ".join(missing) + ".", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=Path("docs/results"))
+    parser.add_argument("--out", type=Path, default=Path("docs/results.md"))
+    args = parser.parse_args(argv)
+    if not args.dir.is_dir():
+        parser.error(f"--dir {args.dir} is not a directory (run the benchmarks first)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(page(args.dir, args.out))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
