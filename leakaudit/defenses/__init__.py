@@ -11,6 +11,8 @@ from functools import partial
 
 from .adap_dp_fl import AdapDPFL
 from .base import SITES, ClientContext, Defense, RoundContext
+from .cos_adaptive_laplace import CosAdaptiveLaplace
+from .dssgd import DSSGD
 from .fed_alpha_cdp import FedAlphaCDP
 from .fed_cdp import FedCDP
 from .fed_sdp import FedSDP
@@ -19,7 +21,8 @@ from .prune import Prune
 from .random_noise import RandomNoise
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
-           "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL"]
+           "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL",
+           "CosAdaptiveLaplace", "DSSGD"]
 
 _REGISTRY: dict[str, Callable[..., Defense]] = {}
 
@@ -60,5 +63,9 @@ register("fed-alpha-cdp", FedAlphaCDP)
 for _short in ("linear", "staircase", "exp", "cyclic"):
     register(f"fed-alpha-cdp-{_short}", partial(FedAlphaCDP, decay=_short, sigma=15.0))
 register("adap-dp-fl", AdapDPFL)
+register("cos-adaptive-laplace", CosAdaptiveLaplace)
+register("cos-adaptive-laplace-public", partial(CosAdaptiveLaplace, similarity="public"))
+register("dssgd", DSSGD)
+register("dssgd-dp", partial(DSSGD, tau=None, gamma=0.05, laplace_eps=500.0))
 register("prune", Prune)
 register("random-noise", RandomNoise)
