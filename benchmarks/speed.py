@@ -1,0 +1,416 @@
+"""One table of speed ratios, every peer measured in the same run as ours.
+
+Rows (ratio = peer seconds / our seconds: above 1 means ours is faster):
+
+* (a) accountant: eps of a 10,000-step exponential noise schedule (sigma 15 -> 4.85, a
+  different sigma every step, q = 1/120, delta = 1e-5) from a fresh
+  :class:`accounting.PrivacyLedger`, against Opacus's ``RDPAccountant`` and dp-accounting's
+  ``RdpAccountant`` on the same Rényi orders (the functions of ``accounting_speed.py``). In
+  the quick profile the peers run the first ``--peer-steps`` steps and their time is
+  extrapolated linearly to 10,000 steps (their cost is linear in the number of distinct
+  steps); ``--profile full`` runs them on all 10,000 steps.
+* (b) one per-example DP local step (clip, noise, update) of LeNet-Sigmoid on 1x28x28
+  inputs, batch ``--batch``: ours (``per_example_gradients`` + fed-cdp + functional SGD)
+  against ``opacus.GradSampleModule`` + ``DPOptimizer`` and against a plain, non-private
+  step (the closures of ``dp_step_speed.py``, interleaved, best of the repetitions), on one
+  torch thread unless ``--threads`` says otherwise.
+* (c) the DLG attack on LeNet-Sigmoid, 1x28x28, batch 1 (the case of ``attack_speed.py``):
+  one gradient-matching evaluation (forward, backward with create_graph, backward) of
+  ``GradientProblem.l2`` against the original DLG code's closure (Zhu et al. 2019: the
+  module called directly, ``torch.autograd.grad`` over its parameters, a Python sum of
+  squared differences), and one L-BFGS step of ``leakaudit.attacks.reconstruct("dlg")``
+  against the same attempt loop without the evaluation memo (``reference_attempt``: every
+  closure and tracked evaluation recomputed; same path bit for bit). No gradient-inversion
+  library is installed as a peer, so both peers are these naive forms. One torch thread, as
+  the attacks use.
+
+Writes ``speed.md``, ``speed.csv`` and ``speed.png`` (bar chart of the ratios) under ``--out``
+(default ``results/benchmarks``) and prints the Markdown.
+
+Usage::
+
+    python benchmarks/speed.py                    # quick profile (1-2 minutes)
+    python benchmarks/speed.py --profile full     # peers on all 10,000 steps, more repeats
+    python benchmarks/speed.py --tiny --out /tmp/speed   # seconds: for tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime as _dt
+import math
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import accounting as A
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper and scripts
+import accounting_speed as acc_bench  # noqa: E402
+import attack_speed as att_bench  # noqa: E402
+import dp_step_speed as dp_bench  # noqa: E402
+from _markdown import Report  # noqa: E402
+
+
+class Profile(NamedTuple):
+    """Sizes of one run."""
+
+    peer_steps: int | None  # accountant steps the peers run (None: all 10,000)
+    acc_repeats: int  # repetitions of our accountant, best kept
+    batch: int  # DP-step batch size
+    step_warmup: int  # DP-step warm-up calls per method
+    step_repeats: int  # DP-step interleaved repetitions, best kept
+    eval_repeats: int  # repetitions of one attack evaluation, best kept
+    attack_steps: int  # L-BFGS steps per timed DLG run
+    attack_repeats: int  # DLG runs per implementation, best kept
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(peer_steps=1000, acc_repeats=5, batch=64, step_warmup=3, step_repeats=20,
+                     eval_repeats=30, attack_steps=10, attack_repeats=3),
+    "full": Profile(peer_steps=None, acc_repeats=5, batch=64, step_warmup=5, step_repeats=60,
+                    eval_repeats=100, attack_steps=30, attack_repeats=5),
+}
+#: --tiny: a few seconds, for the tests (the numbers are then mostly noise).
+TINY = Profile(peer_steps=20, acc_repeats=1, batch=8, step_warmup=1, step_repeats=2,
+               eval_repeats=3, attack_steps=2, attack_repeats=1)
+
+
+class Row(NamedTuple):
+    """One comparison: our time, the peer's, and how the peer's was obtained."""
+
+    group: str
+    what: str
+    ours_s: float
+    peer: str
+    peer_s: float
+    how: str
+
+    @property
+    def ratio(self) -> float:
+        """peer / ours (above 1: ours faster)."""
+        return self.peer_s / self.ours_s if self.ours_s > 0 else math.nan
+
+
+# ---------------------------------------------------------------------------- (a) accountant
+def accountant_rows(prof: Profile) -> tuple[list[Row], list[str]]:
+    """Ours vs Opacus and dp-accounting on the 10,000-step exponential schedule."""
+    sigmas = A.schedules.exponential(acc_bench.SIGMA0, acc_bench.SIGMA_END, acc_bench.STEPS)
+    n_peer = acc_bench.STEPS if prof.peer_steps is None else min(prof.peer_steps,
+                                                                 acc_bench.STEPS)
+    prefix = sigmas[:n_peer]
+    scale = acc_bench.STEPS / n_peer
+    orders = acc_bench.ORDERS
+    t_ours, (e_ours, _) = acc_bench.best_of(lambda: acc_bench.ours_eps(sigmas, orders),
+                                            prof.acc_repeats)
+    e_prefix, _ = acc_bench.ours_eps(prefix, orders)
+    what = (f"(a) accountant: eps of a {acc_bench.STEPS:,}-step exponential schedule "
+            f"({np.unique(sigmas).size:,} distinct sigmas)")
+    how = ("measured" if n_peer == acc_bench.STEPS
+           else f"{n_peer:,} steps measured, x{scale:g} extrapolated")
+    rows: list[Row] = []
+    notes = [f"(a) ours: eps = {e_ours:.8g} on {acc_bench.STEPS:,} steps (best of "
+             f"{prof.acc_repeats}, fresh ledger each time)."]
+    op_cls, op_status = acc_bench.load_opacus()
+    dp_mod, dp_status = acc_bench.load_dp_accounting()
+    for label, available, status, fn in (
+        ("Opacus RDPAccountant", op_cls is not None, op_status,
+         lambda: acc_bench.opacus_eps(op_cls, prefix, orders)),
+        ("dp-accounting RdpAccountant", dp_mod is not None, dp_status,
+         lambda: acc_bench.dp_accounting_eps(dp_mod, prefix, orders)),
+    ):
+        if not available:
+            notes.append(f"(a) {label}: {status}, row left out.")
+            continue
+        t, (e, _) = acc_bench.best_of(fn, 1)
+        rows.append(Row("a", what, t_ours, f"{label} {status}", t * scale, how))
+        notes.append(f"(a) {label} on the first {n_peer:,} steps: eps = {e:.8g}, ours on the "
+                     f"same steps {e_prefix:.8g} (relative difference "
+                     f"{acc_bench.rel(e, e_prefix)}).")
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- (b) DP step
+def dp_step_rows(prof: Profile, threads: int = 1) -> tuple[list[Row], list[str]]:
+    """Ours vs Opacus and vs a plain step, LeNet-Sigmoid, interleaved, best of the repeats,
+    on ``threads`` torch threads (0: torch's default)."""
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _dp_step_rows(prof)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
+    name = "LeNet (sigmoid)"
+    make = dp_bench.MODELS[name]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(prof.batch, 1, 28, 28, generator=gen)
+    y = torch.randint(0, 10, (prof.batch,), generator=gen)
+    steps = dp_bench.build_steps(make, x, y)
+    methods: dict[str, Callable[[], None]] = {"plain": steps.plain, "ours": steps.ours}
+    if steps.opacus is not None:
+        methods["opacus"] = steps.opacus
+    times: dict[str, list[float]] = {k: [] for k in methods}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Opacus's secure-RNG and hook warnings
+        for _ in range(prof.step_warmup):
+            for fn in methods.values():
+                fn()
+        for _ in range(prof.step_repeats):
+            for key, fn in methods.items():
+                times[key].append(dp_bench._time(fn))
+    best = {k: min(v) for k, v in times.items()}
+    what = (f"(b) one DP local step, {name}, batch {prof.batch} (clip {dp_bench.CLIP:g}, "
+            f"sigma {dp_bench.SIGMA:g})")
+    how = f"interleaved, best of {prof.step_repeats}"
+    rows = []
+    notes = []
+    if "opacus" in best:
+        from importlib import metadata
+
+        rows.append(Row("b", what, best["ours"],
+                        f"Opacus {metadata.version('opacus')} GradSampleModule + DPOptimizer",
+                        best["opacus"], how))
+    else:
+        notes.append("(b) Opacus not installed: its row is left out.")
+    rows.append(Row("b", what, best["ours"], "plain non-private step (autograd + SGD)",
+                    best["plain"], how))
+    notes.append(f"(b) torch threads {torch.get_num_threads()}; subnormals flushed for all; "
+                 f"a ratio below 1 against the plain step is the cost of privacy "
+                 f"(ours = {best['ours'] / best['plain']:.2f}x plain).")
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- (c) attack
+def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], None]:
+    """The original DLG code's closure (Zhu et al. 2019), on its own copy of the weights:
+    forward through the module, ``autograd.grad`` with create_graph over the parameters,
+    a Python sum of squared differences, backward."""
+    import copy
+
+    net = copy.deepcopy(case.model)
+    observed = [g.detach().clone() for g in case.grads]
+    start = att_bench._start("dlg", case)
+    dummy_data = start.inputs.clone().requires_grad_(True)
+    dummy_label = start.label_logits.clone().requires_grad_(True)
+
+    def closure() -> None:
+        dummy_data.grad = None
+        dummy_label.grad = None
+        net.zero_grad()
+        pred = net(dummy_data)
+        loss = F.cross_entropy(pred, F.softmax(dummy_label, dim=-1))
+        dy_dx = torch.autograd.grad(loss, list(net.parameters()), create_graph=True)
+        grad_diff = 0
+        for gx, gy in zip(dy_dx, observed):
+            grad_diff = grad_diff + ((gx - gy) ** 2).sum()
+        grad_diff.backward()
+
+    return closure
+
+
+def attack_rows(prof: Profile) -> tuple[list[Row], list[str]]:
+    """One DLG evaluation and one DLG L-BFGS step, ours against the naive forms."""
+    from leakaudit import attacks, fl
+
+    case = att_bench.make_case(1, 28, 1)
+    rows, notes = [], []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", attacks.ReLUWarning)
+            ours_eval, _ = att_bench._eval_costs("dlg", case, prof.eval_repeats)
+            with fl._flush_denormals():
+                naive_eval = att_bench._best(naive_dlg_evaluation(case), prof.eval_repeats)
+            rows.append(Row("c", f"(c) one DLG gradient-matching evaluation, LeNet, "
+                            f"{case.name}, batch 1", ours_eval,
+                            "original DLG closure (module + autograd.grad)", naive_eval,
+                            f"best of {prof.eval_repeats}"))
+            best = {"before": math.inf, "after": math.inf}
+            recs: dict[str, Any] = {}
+            evals: dict[str, tuple[int, int]] = {}
+            for _ in range(prof.attack_repeats):
+                for impl in ("before", "after"):
+                    ctx = (att_bench.reference_loop() if impl == "before"
+                           else contextlib.nullcontext())
+                    with ctx, att_bench.counting() as counter:
+                        t0 = time.perf_counter()
+                        rec = attacks.reconstruct(
+                            "dlg", case.model, case.grads, input_shape=case.shape,
+                            num_classes=att_bench.CLASSES, batch_size=case.batch,
+                            max_iterations=prof.attack_steps, early_stop=0.0, seed=0)
+                        best[impl] = min(best[impl], time.perf_counter() - t0)
+                    recs[impl] = rec
+                    evals[impl] = (counter.full, counter.cheap)
+            steps = max(recs["after"].iterations, 1)
+            same = (torch.equal(recs["before"].inputs, recs["after"].inputs)
+                    and recs["before"].gradient_loss == recs["after"].gradient_loss)
+            rows.append(Row("c", f"(c) one DLG L-BFGS step (strong Wolfe), LeNet, {case.name}, "
+                            "batch 1", best["after"] / steps,
+                            "same loop without the evaluation memo", best["before"] / steps,
+                            f"{steps} steps, best of {prof.attack_repeats}"))
+            notes.append(f"(c) one torch thread; the L-BFGS paths of ours and the naive loop "
+                         f"are {'identical' if same else 'DIFFERENT'} (final gradient loss "
+                         f"{recs['after'].gradient_loss:.3e}); objective evaluations in "
+                         f"{steps} steps (with create_graph + tracked): ours "
+                         f"{evals['after'][0]} + {evals['after'][1]}, naive loop "
+                         f"{evals['before'][0]} + {evals['before'][1]}.")
+    finally:
+        torch.set_num_threads(threads)
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- output
+def _s(seconds: float) -> str:
+    return f"{seconds:.3g}"
+
+
+def write_csv(path: Path, rows: list[Row]) -> None:
+    """One line per comparison, full precision."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["group", "what", "ours_s", "peer", "peer_s", "ratio_peer_over_ours", "how"])
+        for r in rows:
+            w.writerow([r.group, r.what, repr(r.ours_s), r.peer, repr(r.peer_s), repr(r.ratio),
+                        r.how])
+
+
+def write_png(path: Path, rows: list[Row]) -> None:
+    """Horizontal bars of peer / ours on a log axis, 1 marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.what.split(':')[0].split(',')[0]}\nvs {r.peer}" for r in rows]
+    ratios = [r.ratio for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.75 * len(rows)))
+    colors = ["tab:green" if v >= 1 else "tab:red" for v in ratios]
+    ax.barh(range(len(rows)), ratios, color=colors)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="black", lw=1)
+    for i, v in enumerate(ratios):
+        ax.text(v, i, f" {v:.3g}x", va="center", fontsize=8)
+    ax.set_xlabel("peer time / our time (log scale; > 1: ours faster)")
+    ax.set_title("Speed against the peers, measured in the same run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line options."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    p.add_argument("--tiny", action="store_true",
+                   help="smallest sizes (a few seconds, for tests); overrides the profile")
+    p.add_argument("--peer-steps", type=int, default=None,
+                   help="accountant steps the peers run before extrapolation")
+    p.add_argument("--batch", type=int, default=None, help="DP-step batch size")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="repetitions of every timing (DP step, evaluation, DLG runs)")
+    p.add_argument("--attack-steps", type=int, default=None,
+                   help="L-BFGS steps per timed DLG run")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads for the DP step (default 1: stable on a shared "
+                        "machine; 0 keeps torch's default); the attack always uses 1")
+    p.add_argument("--out", type=Path, default=Path("results/benchmarks"),
+                   help="directory for speed.md, speed.csv, speed.png (default "
+                        "results/benchmarks)")
+    args = p.parse_args(argv)
+    prof = TINY if args.tiny else PROFILES[args.profile]
+    for opt in ("peer_steps", "batch", "repeats", "attack_steps"):
+        value = getattr(args, opt)
+        if value is not None and value < 1:
+            p.error(f"--{opt.replace('_', '-')} must be >= 1")
+    if args.threads < 0:
+        p.error("--threads must be >= 0")
+    if args.peer_steps is not None:
+        prof = prof._replace(peer_steps=args.peer_steps)
+    if args.batch is not None:
+        prof = prof._replace(batch=args.batch)
+    if args.repeats is not None:
+        prof = prof._replace(acc_repeats=args.repeats, step_repeats=args.repeats,
+                             eval_repeats=args.repeats, attack_repeats=args.repeats)
+    if args.attack_steps is not None:
+        prof = prof._replace(attack_steps=args.attack_steps)
+    args.prof = prof
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the three comparisons; print the Markdown and write the three files."""
+    args = parse_args(argv)
+    prof: Profile = args.prof
+    torch.manual_seed(0)
+    flush_before = dp_bench._flushing_denormals()
+    t_start = time.perf_counter()
+    rep = Report()
+    name = "tiny" if args.tiny else args.profile
+    rep.line("# Speed against the peers")
+    rep.line()
+    rep.line(f"{_dt.datetime.now():%Y-%m-%d %H:%M}, profile `{name}`, {acc_bench._cpus()} "
+             f"cores, {platform.machine()}, Python {platform.python_version()}, numpy "
+             f"{np.__version__}, torch {torch.__version__}; opacus "
+             f"{acc_bench.version('opacus')}, dp-accounting "
+             f"{acc_bench.version('dp-accounting')}. Every peer is timed in this run; ratio = "
+             f"peer time / our time (above 1: ours is faster). At the start: "
+             f"{att_bench._load()}.")
+    rep.line()
+    rows: list[Row] = []
+    notes: list[str] = []
+    timings: dict[str, float] = {}
+    try:
+        sections: tuple[tuple[str, Callable[[Profile], tuple[list[Row], list[str]]]], ...] = (
+            ("a", accountant_rows), ("b", lambda p: dp_step_rows(p, args.threads)),
+            ("c", attack_rows))
+        for key, fn in sections:
+            t0 = time.perf_counter()
+            if key == "b":
+                torch.set_flush_denormal(True)  # as leakaudit.fl.simulate does while training
+            try:
+                r, n = fn(prof)
+            finally:
+                torch.set_flush_denormal(flush_before)
+            timings[key] = time.perf_counter() - t0
+            rows += r
+            notes += n
+    finally:
+        torch.set_flush_denormal(flush_before)
+    rep.table(["what", "ours (s)", "peer", "peer (s)", "peer / ours", "how"],
+              [[r.what, _s(r.ours_s), r.peer, _s(r.peer_s), f"{r.ratio:.3g}", r.how]
+               for r in rows])
+    for n in notes:
+        rep.line(f"- {n}")
+    rep.line()
+    rep.line("Seconds per section: " + ", ".join(f"({k}) {v:.0f}" for k, v in timings.items())
+             + f"; total {time.perf_counter() - t_start:.0f} s; at the end: "
+             f"{att_bench._load()}.")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_csv(args.out / "speed.csv", rows)
+    write_png(args.out / "speed.png", rows)
+    rep.line()
+    rep.line(f"Files: {args.out / 'speed.md'}, {args.out / 'speed.csv'}, "
+             f"{args.out / 'speed.png'}.")
+    (args.out / "speed.md").write_text(rep.text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
