@@ -100,6 +100,8 @@ DEFENSE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "cos-adaptive-laplace-public": dict(eps_round=1000.0, clip=300.0),
         "dssgd": dict(share=0.1, tau=0.0),
         "dssgd-dp": dict(share=0.1, tau=None, gamma=0.05, laplace_eps=500.0),
+        "quantile-clip": dict(clip=3.0, noise_multiplier=0.15, sigma_b=0.25),
+        "adaclip": dict(clip=1.0, sigma=2.0, init_clip=4.0),
         "prune": dict(rate=0.9),
         "random-noise": dict(variance=0.01),
     },

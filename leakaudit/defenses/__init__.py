@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from .adaclip import AdaClip
 from .adap_dp_fl import AdapDPFL
 from .base import SITES, ClientContext, Defense, RoundContext
 from .cos_adaptive_laplace import CosAdaptiveLaplace
@@ -18,11 +19,12 @@ from .fed_cdp import FedCDP
 from .fed_sdp import FedSDP
 from .none import NoDefense
 from .prune import Prune
+from .quantile_clip import QuantileClip
 from .random_noise import RandomNoise
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
            "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL",
-           "CosAdaptiveLaplace", "DSSGD"]
+           "CosAdaptiveLaplace", "DSSGD", "QuantileClip", "AdaClip"]
 
 _REGISTRY: dict[str, Callable[..., Defense]] = {}
 
@@ -67,5 +69,7 @@ register("cos-adaptive-laplace", CosAdaptiveLaplace)
 register("cos-adaptive-laplace-public", partial(CosAdaptiveLaplace, similarity="public"))
 register("dssgd", DSSGD)
 register("dssgd-dp", partial(DSSGD, tau=None, gamma=0.05, laplace_eps=500.0))
+register("quantile-clip", QuantileClip)
+register("adaclip", AdaClip)
 register("prune", Prune)
 register("random-noise", RandomNoise)
