@@ -11,17 +11,24 @@ three leak points differ only by where the defense acted) and taps points 0, 1, 
 g = -dW / (lr * L) as the gradient (exact for L = 1).
 
 Every finished cell is appended to the results file; a rerun with the same file skips what
-is done (:mod:`leakaudit.results`).
+is done (:mod:`leakaudit.results`). The attack cells are independent and run on an *engine*
+(``ENGINES``): "serial" (this process), "process" (a local process pool) or "ray" (Ray tasks,
+on a local Ray instance or a cluster). Whatever the engine, results come back to this process,
+which alone writes the results file, as each cell finishes: resuming works the same way and
+the same seed gives the same table.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
+import sys
+import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -39,7 +46,10 @@ from . import models as models_mod
 from .report import AuditReport
 from .results import ResultsFile
 
-__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile"]
+__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES"]
+
+#: where the attack cells run (``audit(engine=...)``)
+ENGINES = ("process", "serial", "ray")
 
 DEFAULT_DEFENSES = ("none", "fed-sdp-server", "fed-sdp-client", "fed-cdp", "fed-alpha-cdp",
                     "prune", "random-noise")
@@ -129,6 +139,8 @@ def audit(
     trained: bool = False,
     workers: int | None = None,
     progress: bool = True,
+    engine: str = "process",
+    ray_address: str | None = None,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring.
 
@@ -148,9 +160,23 @@ def audit(
             them in this process). Results are identical whatever the number. Workers are
             spawned: call audit() under ``if __name__ == "__main__":`` in a script (if they
             fail, the audit warns and finishes in this process).
+        engine: where the attack cells run: "process" (default; the local process pool of
+            ``workers``), "serial" (this process; ``workers`` is ignored) or "ray" (one Ray
+            task per cell; needs ``pip install leakaudit[ray]``). Training runs in this
+            process for every engine, and the same seed gives the same results.
+        ray_address: with engine="ray", the cluster to connect to (``ray.init(address=...)``;
+            every node needs leakaudit and torch installed). None starts a local Ray instance
+            with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
+            used as it is and left running; a Ray started by audit() is shut down at the end.
     """
     from . import attacks as attacks_mod
 
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
+    if ray_address is not None and engine != "ray":
+        raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
+    if engine == "ray":
+        _import_ray()  # fail before any work if Ray is missing
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     prof = PROFILES[profile]
@@ -187,7 +213,7 @@ def audit(
     cells = [(d, p, a, e) for d in defs for p in points for a in attacks for e in range(examples)]
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
     report = AuditReport(config=config, threshold=threshold, delta=delta)
-    pool = _make_pool(workers) if workers > 1 else None
+    runner: _Engine | None = None
     try:
         for d in defs:
             key = d.describe()
@@ -218,30 +244,15 @@ def audit(
                     input_shape=tuple(ds.input_shape), num_classes=ds.num_classes,
                     image=ds.kind == "image", max_iterations=max_iterations,
                     restarts=restarts, seed=seed + e, threshold=threshold)))
-            if pool is None:
-                for ck, job in jobs:
-                    store.put("cell", ck, _attack_cell(job))
+            if runner is None:  # started at the first pending cell: a full resume starts none
+                runner = _make_engine(engine, workers, ray_address)
+            with contextlib.closing(runner.run(jobs)) as finished:
+                for ck, rec in finished:
+                    store.put("cell", ck, rec)  # written as each finishes, by this process
                     bar.update(1)
-            else:
-                try:
-                    futures = {pool.submit(_attack_cell, job): ck for ck, job in jobs}
-                    for fut in as_completed(futures):
-                        store.put("cell", futures[fut], fut.result())  # written when done
-                        bar.update(1)
-                except BrokenProcessPool as exc:
-                    # e.g. audit() called from a script without `if __name__ == "__main__":`
-                    # (spawned workers re-run it): finish in this process, nothing is lost
-                    warnings.warn(f"worker processes failed ({exc}); continuing in this "
-                                  "process", RuntimeWarning, stacklevel=2)
-                    pool.shutdown(cancel_futures=True)
-                    pool = None
-                    for ck, job in jobs:
-                        if not store.has("cell", ck):
-                            store.put("cell", ck, _attack_cell(job))
-                            bar.update(1)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        if runner is not None:
+            runner.close()
         bar.close()
     for cell in cells:  # canonical order, whatever order the cells finished in
         report.add_cell(store.get("cell", _cell_key(*cell)))
@@ -249,7 +260,21 @@ def audit(
 
 
 def _attack_cell(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one attack on one observation and score it (a pure function: runs in a worker)."""
+    """Run one attack on one observation and score it (a pure function: runs in a worker).
+
+    Always on one torch thread: float results depend on how a reduction is split between
+    threads, and one thread is what a worker process or a Ray task has (one per core); so
+    every engine, and any number of workers, gives the same results.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run_attack_cell(job)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_attack_cell(job: dict[str, Any]) -> dict[str, Any]:
     from . import attacks as attacks_mod
     from . import metrics
 
@@ -284,6 +309,130 @@ def _worker_init() -> None:
 def _make_pool(workers: int) -> ProcessPoolExecutor:
     ctx = multiprocessing.get_context("spawn")  # fork after torch threads start can hang
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+
+
+# ---------------------------------------------------------------------------- engines
+Jobs = list[tuple[str, dict[str, Any]]]
+
+
+class _Engine:
+    """Runs attack cells; ``run`` yields (cell key, record) as each cell finishes."""
+
+    def run(self, jobs: Jobs) -> Iterator[tuple[str, dict[str, Any]]]:
+        for ck, job in jobs:
+            yield ck, _attack_cell(job)
+
+    def close(self) -> None:
+        pass
+
+
+class _SerialEngine(_Engine):
+    """In this process, one cell after another."""
+
+
+class _ProcessEngine(_Engine):
+    """A local pool of spawned processes; if they fail, the rest runs in this process."""
+
+    def __init__(self, workers: int) -> None:
+        self.pool = _make_pool(workers) if workers > 1 else None
+
+    def run(self, jobs: Jobs) -> Iterator[tuple[str, dict[str, Any]]]:
+        if self.pool is None:
+            yield from super().run(jobs)
+            return
+        done: set[str] = set()
+        try:
+            futures = {self.pool.submit(_attack_cell, job): ck for ck, job in jobs}
+            for fut in as_completed(futures):
+                rec = fut.result()
+                done.add(futures[fut])
+                yield futures[fut], rec
+        except BrokenProcessPool as exc:
+            # e.g. audit() called from a script without `if __name__ == "__main__":`
+            # (spawned workers re-run it): finish in this process, nothing is lost
+            warnings.warn(f"worker processes failed ({exc}); continuing in this process",
+                          RuntimeWarning, stacklevel=3)
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+            yield from super().run([(ck, job) for ck, job in jobs if ck not in done])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("engine='ray' needs Ray, which is not installed: "
+                          "pip install 'leakaudit[ray]'") from exc
+    return ray
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration (those the caller set are kept)."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        os.environ.setdefault(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+class _RayEngine(_Engine):
+    """One Ray task per cell; the driver collects results as they finish (``ray.wait``)."""
+
+    def __init__(self, workers: int, address: str | None) -> None:
+        ray = self.ray = _import_ray()
+        self.started = False
+        if not ray.is_initialized():
+            kwargs: dict[str, Any] = {}
+            if address is None and not os.environ.get("RAY_ADDRESS"):
+                # a local single-node instance with `workers` CPUs (with RAY_ADDRESS set,
+                # ray.init joins that cluster, which takes no num_cpus)
+                kwargs.update(num_cpus=workers, include_dashboard=False)
+                if sys.platform.startswith("linux") and not os.path.isdir("/dev/shm"):
+                    # Ray sizes and places its object store by /dev/shm; the cells are small
+                    kwargs.update(object_store_memory=256 * 2**20,
+                                  _plasma_directory=tempfile.gettempdir())
+            # no usage statistics sent anywhere; the caller's own setting wins
+            with _env(RAY_USAGE_STATS_ENABLED="0"):
+                ray.init(address=address, **kwargs)
+            self.started = True
+        self.task = ray.remote(num_cpus=1)(_attack_cell)  # a cell: one CPU
+
+    def run(self, jobs: Jobs) -> Iterator[tuple[str, dict[str, Any]]]:
+        ray = self.ray
+        keys = {self.task.remote(job): ck for ck, job in jobs}
+        pending = list(keys)
+        try:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    yield keys[ref], ray.get(ref)
+        finally:
+            for ref in pending:  # an error or an interrupt: stop what has not finished
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
+
+    def close(self) -> None:
+        if self.started:  # never shut down a Ray the caller started
+            self.ray.shutdown()
+            self.started = False
+
+
+def _make_engine(engine: str, workers: int, ray_address: str | None) -> _Engine:
+    if engine == "serial":
+        return _SerialEngine()
+    if engine == "ray":
+        return _RayEngine(workers, ray_address)
+    return _ProcessEngine(workers)
 
 
 def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:

@@ -37,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--out", default="results", help="directory for md/csv/tex/json/png and "
                    "the resumable results file")
+    a.add_argument("--engine", default="process", choices=["process", "serial", "ray"],
+                   help="where the attack cells run: a local process pool (default), this "
+                   "process, or Ray tasks (pip install 'leakaudit[ray]')")
+    a.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --engine ray: the Ray cluster to use (default: a local Ray)")
     a.add_argument("--no-progress", action="store_true")
     sub.add_parser("defenses", help="list the registered defenses")
     for name in ACCOUNTANT_COMMANDS:
@@ -60,7 +65,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    attacks=_csv(args.attacks), points=points, examples=args.examples,
                    rounds=args.rounds, seed=args.seed, profile=args.profile,
                    results=str(out / "results.jsonl"), threshold=args.threshold,
-                   max_iterations=args.iterations, progress=not args.no_progress)
+                   max_iterations=args.iterations, progress=not args.no_progress,
+                   engine=args.engine, ray_address=args.ray_address)
     print(report.to_markdown())
     paths = report.save(out)
     print("wrote " + ", ".join(str(p) for p in paths.values()))

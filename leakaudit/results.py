@@ -3,6 +3,8 @@
 Every finished cell is one line, written and flushed (and fsync'ed) as soon as it is done.
 A rerun with the same file and the same configuration reads the finished keys and skips
 them: nothing is lost and nothing is repeated. A line cut short by a kill is ignored.
+Only the audit's own process writes the file, whatever engine runs the cells (worker
+processes and Ray tasks send their results back to it), so there is one writer.
 """
 
 from __future__ import annotations
