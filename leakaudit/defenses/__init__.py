@@ -10,9 +10,11 @@ from collections.abc import Callable
 from functools import partial
 
 from .adaclip import AdaClip
+from .adadp import AdaDP
 from .adap_dp_fl import AdapDPFL
 from .base import SITES, ClientContext, Defense, RoundContext
 from .cos_adaptive_laplace import CosAdaptiveLaplace
+from .dpfl_agn import DPFLAGN
 from .dssgd import DSSGD
 from .fed_alpha_cdp import FedAlphaCDP
 from .fed_cdp import FedCDP
@@ -24,7 +26,8 @@ from .random_noise import RandomNoise
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
            "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL",
-           "CosAdaptiveLaplace", "DSSGD", "QuantileClip", "AdaClip"]
+           "CosAdaptiveLaplace", "DSSGD", "QuantileClip", "AdaClip",
+           "DPFLAGN", "AdaDP"]
 
 _REGISTRY: dict[str, Callable[..., Defense]] = {}
 
@@ -69,6 +72,9 @@ register("cos-adaptive-laplace", CosAdaptiveLaplace)
 register("cos-adaptive-laplace-public", partial(CosAdaptiveLaplace, similarity="public"))
 register("dssgd", DSSGD)
 register("dssgd-dp", partial(DSSGD, tau=None, gamma=0.05, laplace_eps=500.0))
+register("dpfl-agn", DPFLAGN)
+register("adadp", AdaDP)
+register("adadp-nonprivate", partial(AdaDP, private=False))
 register("quantile-clip", QuantileClip)
 register("adaclip", AdaClip)
 register("prune", Prune)
