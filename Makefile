@@ -45,7 +45,7 @@ bench: setup
 # The results page: the four quick profiles (each under 5 minutes on 2 cores), then
 # docs/results.md with their tables and figures.
 results: setup
-	$(PY) benchmarks/resilience.py --profile quick --out docs/results
+	$(PY) benchmarks/resilience.py --profile quick --out docs/results --results results/resilience.jsonl
 	$(PY) benchmarks/privacy.py --profile quick --out docs/results
 	$(PY) benchmarks/utility.py --profile quick --jobs 2 --out docs/results
 	$(PY) benchmarks/speed.py --profile quick --out docs/results

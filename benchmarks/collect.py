@@ -19,7 +19,8 @@ from pathlib import Path
 #: (file stem, title, command that produced it)
 SECTIONS = (
     ("resilience", "Resilience of the defenses to gradient-leakage attacks",
-     "python benchmarks/resilience.py --profile quick --out docs/results"),
+     "python benchmarks/resilience.py --profile quick --out docs/results "
+     "--results results/resilience.jsonl"),
     ("privacy", "Privacy: one setting, every accountant",
      "python benchmarks/privacy.py --profile quick --out docs/results"),
     ("utility", "Utility: accuracy, claimed and sound eps, accuracy at one budget",

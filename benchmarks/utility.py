@@ -35,6 +35,7 @@ import csv
 import datetime as _dt
 import math
 import multiprocessing as mp
+import os
 import sys
 import time
 import warnings
@@ -245,8 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch.set_num_threads while training (default 1: small models, "
                         "faster than 2 threads on a busy 2-core machine)")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="defenses trained at once in worker processes (default 1)")
+    parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+                        help="defenses trained at once in worker processes (default: the "
+                        "CPU count, at most 4; 1 trains in this process)")
     parser.add_argument("--budget", type=float, default=None,
                         help="sound eps budget of the equal-privacy table (default: fed-cdp's "
                         "final sound eps in this run)")

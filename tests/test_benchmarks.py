@@ -27,7 +27,8 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
 
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = _load("utility")
-    bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--out", str(tmp_path)])
+    bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
+                "--out", str(tmp_path)])
     text = (tmp_path / "utility.md").read_text()
     assert "| none |" in text and "| fed-cdp |" in text
     assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows

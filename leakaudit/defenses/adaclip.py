@@ -94,8 +94,11 @@ class AdaClip(Defense):
         self.state: dict[int, tuple[Tensors, Tensors, Tensors]] = {}
 
     def params(self) -> dict[str, object]:
-        return {"clip": self.clip, "sigma": self.sigma, "init_clip": self.init_clip,
-                "beta1": self.beta1, "beta2": self.beta2, "h1": self.h1, "h2": self.h2}
+        out: dict[str, object] = {"clip": self.clip, "sigma": self.sigma,
+                                  "init_clip": self.init_clip}
+        defaults = {"beta1": 0.9, "beta2": 0.999, "h1": 1e-12, "h2": 1.0}
+        out.update({k: getattr(self, k) for k, v in defaults.items() if getattr(self, k) != v})
+        return out
 
     def noise_multiplier(self, round_index: int) -> float:
         return self.sigma

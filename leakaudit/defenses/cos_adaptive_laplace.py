@@ -114,8 +114,13 @@ class CosAdaptiveLaplace(Defense):
         self._val_losses: list[float] = []
 
     def params(self) -> dict[str, object]:
-        return {"eps_round": self.eps_round, "clip": self.clip, "c_min": self.c_min,
-                "c_max": self.c_max, "weights": self.weights, "similarity": self.similarity}
+        out: dict[str, object] = {"eps_round": self.eps_round, "clip": self.clip}
+        if (self.c_min, self.c_max) != (0.5, 1.5):
+            out.update(c_min=self.c_min, c_max=self.c_max)
+        if not all(math.isclose(w, 1 / 3) for w in self.weights):
+            out["weights"] = tuple(round(w, 4) for w in self.weights)
+        out["similarity"] = self.similarity
+        return out
 
     # ---------------------------------------------------------------- public state
     def start(self, rounds: int) -> None:
