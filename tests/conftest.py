@@ -1,7 +1,10 @@
 """Shared test settings (a bounded hypothesis profile so the suite fits CI's budget) and the
 release counter that checks ledgers against the noise draws defenses make."""
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -59,3 +62,29 @@ def release_counter(monkeypatch) -> ReleaseCounter:
     monkeypatch.setattr(_ops, "gaussian_like", wrap("gaussian"))
     monkeypatch.setattr(_ops, "laplace_like", wrap("laplace"))
     return counter
+
+
+def load_benchmark(name: str):
+    """Import ``benchmarks/<name>.py`` as module ``name`` (the scripts are not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses resolve string annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def replay_adam(observations, lr: float) -> None:
+    """Assert that type-2 observations of consecutive local steps are torch.optim.Adam fed
+    the gradients the client applied (the weights of step l+1 follow from step l)."""
+    import torch
+
+    obs = sorted(observations, key=lambda o: o.local_step)
+    ref = [w.clone().requires_grad_(True) for w in obs[0].weights.values()]
+    torch_adam = torch.optim.Adam(ref, lr=lr)
+    for o, nxt in zip(obs, obs[1:]):
+        for p, g in zip(ref, o.tensors):
+            p.grad = g.clone()
+        torch_adam.step()
+        for p, w in zip(ref, nxt.weights.values()):
+            torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-6)

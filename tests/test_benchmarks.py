@@ -1,22 +1,10 @@
 """The benchmark scripts run end to end at a tiny size, so they cannot rot."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark
 
 
 def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
-    bench = _load("accounting_speed")
+    bench = load_benchmark("accounting_speed")
     assert bench.main(["--peer-steps", "3", "--repeats", "1", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "accounting_speed.md").read_text()
     for heading in ("## 1.", "## 2. Conservative", "## 3. Scaling", "## 4."):
@@ -26,7 +14,7 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
 
 
 def test_utility_runs_and_writes_its_table(tmp_path):
-    bench = _load("utility")
+    bench = load_benchmark("utility")
     bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
                 "--out", str(tmp_path)])
     text = (tmp_path / "utility.md").read_text()
@@ -39,7 +27,7 @@ def test_utility_runs_and_writes_its_table(tmp_path):
 
 
 def test_accuracy_within_a_budget_reads_the_last_round_inside_it():
-    bench = _load("utility")
+    bench = load_benchmark("utility")
     row = {"eps_history": [(0, 1.0, 2.0), (1, 1.5, 3.0), (2, 2.0, 4.0)],
            "accuracy": [0.2, 0.5, 0.4]}
     assert bench.accuracy_within(row, 3.5) == (1, 0.5)
@@ -48,13 +36,13 @@ def test_accuracy_within_a_budget_reads_the_last_round_inside_it():
 
 
 def test_dp_step_speed_runs(tmp_path):
-    bench = _load("dp_step_speed")
+    bench = load_benchmark("dp_step_speed")
     assert bench.main(["--batches", "8", "--repeats", "1", "--out", str(tmp_path)]) == 0
     assert "ours/opacus" in (tmp_path / "dp_step_speed.md").read_text()
 
 
 def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
-    bench = _load("resilience")
+    bench = load_benchmark("resilience")
     argv = ["--tiny", "--defenses", "none,fed-cdp", "--attacks", "dlg", "--points", "0,2",
             "--engine", "serial", "--out", str(tmp_path)]
     assert bench.main(argv) == 0
@@ -71,7 +59,7 @@ def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
 
 
 def test_collect_embeds_each_section_with_its_command_and_figure(tmp_path):
-    bench = _load("collect")
+    bench = load_benchmark("collect")
     res = tmp_path / "res"
     res.mkdir()
     (res / "privacy.md").write_text("# Privacy (2026-01-01)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")

@@ -1,27 +1,16 @@
 """The privacy and speed table scripts run at a tiny size and produce real content."""
 
 import csv
-import importlib.util
 import math
-import sys
 import warnings
-from pathlib import Path
+
+from conftest import load_benchmark
 
 import accounting as A
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
-    bench = _load("privacy")
+    bench = load_benchmark("privacy")
     steps = 60
     assert bench.main(["--steps", str(steps), "--out", str(tmp_path)]) == 0
     for name in ("privacy.md", "privacy.csv", "privacy.png"):
@@ -54,7 +43,7 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
 
 
 def test_speed_table_has_its_three_comparisons(tmp_path, capsys):
-    bench = _load("speed")
+    bench = load_benchmark("speed")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
     for name in ("speed.md", "speed.csv", "speed.png"):
         assert (tmp_path / name).stat().st_size > 0

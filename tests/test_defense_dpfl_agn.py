@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import replay_adam
 
 import accounting as A
 from leakaudit import defenses as D
@@ -119,14 +120,7 @@ def test_applied_weights_are_torch_adam_fed_the_same_noisy_gradients():
     assert run.settings["optimizer"] == "adam"  # the defense prescribes Adam
     obs = sorted(run.observations_at(2), key=lambda o: o.local_step)
     assert len(obs) == steps
-    ref = [w.clone().requires_grad_(True) for w in obs[0].weights.values()]
-    torch_adam = torch.optim.Adam(ref, lr=0.01)
-    for o, nxt in zip(obs, obs[1:]):
-        for p, g in zip(ref, o.tensors):
-            p.grad = g.clone()
-        torch_adam.step()
-        for p, w in zip(ref, nxt.weights.values()):
-            torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-6)
+    replay_adam(obs, lr=0.01)
 
 
 @pytest.mark.parametrize("kwargs, name", [
