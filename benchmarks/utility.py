@@ -397,6 +397,7 @@ def _plot(path: Path, rows: list[dict[str, Any]], budget: float | None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fixed = {"fed-cdp", "fed-alpha-cdp"}
     panels = [("Fixed sigma and the decays",
@@ -415,10 +416,11 @@ def _plot(path: Path, rows: list[dict[str, Any]], budget: float | None) -> None:
             ax.axvline(budget, color="grey", linestyle="--", linewidth=1,
                        label=f"budget {budget:.3g}")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel(f"sound eps (delta = {DELTA:g}), worst client")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best")
     axes[0].set_ylabel("test accuracy (%)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
