@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-#: (file stem, title, command that produced it)
+#: (file stem, title if the output has none, command that produced it)
 SECTIONS = (
     ("resilience", "Resilience of the defenses to gradient-leakage attacks",
      "python benchmarks/resilience.py --profile quick --out docs/results "
@@ -43,9 +43,15 @@ def page(directory: Path, out: Path) -> str:
         if not md.exists():
             missing.append(stem)
             continue
-        lines += [f"## {title}", "", f"Command: `{command}`", ""]
         body = md.read_text().strip().splitlines()
-        for line in body:  # demote the benchmark's own headings under this section
+        if body and body[0].startswith("# "):  # the benchmark's own title (with its date)
+            heading, body = "#" + body[0], body[1:]
+        else:
+            heading = f"## {title}"
+        lines += [heading, ""]
+        if not any(line.startswith("Command:") for line in body):  # resilience says its own
+            lines += [f"Command: `{command}`", ""]
+        for line in body:  # demote the benchmark's own sub-headings under this section
             lines.append("#" + line if line.startswith("#") else line)
         if (directory / f"{stem}.png").exists():
             lines += ["", f"![{stem}]({(rel / f'{stem}.png').as_posix()})"]

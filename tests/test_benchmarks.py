@@ -67,7 +67,7 @@ def test_collect_embeds_each_section_with_its_command_and_figure(tmp_path):
     out = tmp_path / "docs" / "results.md"
     assert bench.main(["--dir", str(res), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "## Privacy: one setting, every accountant" in text
-    assert "## Privacy (2026-01-01)" in text  # demoted heading keeps the date
+    assert "## Privacy (2026-01-01)" in text  # the output's own title, with its date
+    assert "## Privacy: one setting" not in text  # no second title for the same section
     assert "python benchmarks/privacy.py" in text and "](../res/privacy.png)" in text
     assert "No output yet for: resilience, utility, speed." in text
