@@ -46,10 +46,10 @@ def page(directory: Path, out: Path) -> str:
         body = md.read_text().strip().splitlines()
         if body and body[0].startswith("# "):  # the benchmark's own title (with its date)
             heading, body = "#" + body[0], body[1:]
-        while body and not body[0].strip():
-            body = body[1:]
         else:
             heading = f"## {title}"
+        while body and not body[0].strip():
+            body = body[1:]
         lines += [heading, ""]
         if not any(line.startswith("Command:") for line in body):  # resilience says its own
             lines += [f"Command: `{command}`", ""]
