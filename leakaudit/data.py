@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ._validate import check_int as _check_int
+
 __all__ = [
     "Dataset",
     "SCHEMES",
@@ -765,14 +767,6 @@ def _dirichlet(
 
 # --------------------------------------------------------------------------------------------
 # validation helpers
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_positive_real(name: str, value: object) -> float:

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from accounting import PrivacyLedger
 
+from ._validate import check_int as _check_int
 from .defenses import ClientContext, Defense, RoundContext
 from .defenses import get as get_defense
 from .optim import OPTIMIZERS, make_optimizer
@@ -242,12 +243,6 @@ class LocalBatch:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _resolve_dataset(dataset: Any, seed: int):
     from . import data as data_mod
 

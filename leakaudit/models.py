@@ -19,11 +19,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
 from leakaudit.data import Dataset
+
+from ._validate import check_int as _check_int
 
 __all__ = ["ACTIVATIONS", "adap_cnn", "default_for", "lenet", "mlp"]
 
@@ -201,9 +202,3 @@ def _conv_out(size: int, kernel: int, stride: int, padding: int, image_size: int
     return out
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)

@@ -53,6 +53,7 @@ from torch.func import functional_call
 from leakaudit.fl import _flush_denormals
 from leakaudit.metrics import matched_mse
 
+from .._validate import check_int
 from .labels import infer_labels
 
 __all__ = [
@@ -555,14 +556,6 @@ def run_attack(attack: Attack, model: nn.Module, gradients: Sequence[torch.Tenso
 def trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """The model's trainable parameters in ``named_parameters()`` order (as the gradients)."""
     return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 def _check_float(name: str, value: object, minimum: float) -> float:
