@@ -33,6 +33,7 @@ __all__ = [
     "compose_basic",
     "compose_advanced",
     "compose_advanced_heterogeneous",
+    "joint_gaussian_multiplier",
     "zcdp_gaussian",
     "zcdp_sampled_gaussian_approx",
     "zcdp_to_dp",
@@ -227,6 +228,24 @@ def compose_advanced_heterogeneous(
     total = math.sqrt(2.0 * math.log(1.0 / delta_prime) * float(np.sum(e * e)))
     total += float(np.sum(e * np.expm1(e)))
     return DP(total, float(min(1.0, d.sum() + delta_prime)))
+
+
+def joint_gaussian_multiplier(*multipliers: float) -> float:
+    """The one noise multiplier of several Gaussian releases of the same data.
+
+    Gaussian mechanisms with multipliers sigma_i (noise std / sensitivity), even chosen
+    adaptively, compose to one Gaussian mechanism with multiplier
+    (sum_i sigma_i^-2)^(-1/2) (Dong, Roth & Su 2022, Cor. 3.3: mu-GDP composes as
+    sqrt(sum mu_i^2), mu_i = 1/sigma_i). On one Poisson subsample it is one sampled Gaussian
+    step with that multiplier (two releases at sigma: sigma / sqrt(2); Andrew et al. 2021's
+    update and count: z^-2 = sigma_Delta^-2 + (2 sigma_b)^-2).
+    """
+    if not multipliers:
+        raise ValueError("multipliers must name at least one Gaussian release")
+    sigmas = [check_sigma("multipliers", m) for m in multipliers]
+    if any(m == 0 for m in sigmas):
+        return 0.0
+    return float(sum(m**-2 for m in sigmas) ** -0.5)
 
 
 def zcdp_gaussian(sigma: float) -> float:

@@ -83,3 +83,22 @@ def test_zcdp():
 def test_zcdp_approx_is_labelled_and_small_q_only():
     assert A.zcdp_sampled_gaussian_approx(0.01, 4.0) == pytest.approx(1e-4 / 16)
     assert "APPROXIMATION" in A.zcdp_sampled_gaussian_approx.__doc__
+
+
+def test_joint_gaussian_multiplier_composes_as_gdp():
+    # two releases at sigma: one at sigma / sqrt(2); RDP of the Gaussian adds up the same way
+    assert A.joint_gaussian_multiplier(2.0, 2.0) == pytest.approx(2.0 / math.sqrt(2.0))
+    for alpha in (2.0, 8.0, 32.0):
+        joint = A.joint_gaussian_multiplier(1.5, 3.0)
+        assert alpha / (2 * joint**2) == pytest.approx(alpha / (2 * 1.5**2) + alpha / (2 * 9.0))
+    # Andrew et al.: the update multiplier left when the count (sensitivity 1/2) shares z
+    from leakaudit.defenses.quantile_clip import update_noise_multiplier
+
+    z, sigma_b = 0.8, 1.0
+    assert A.joint_gaussian_multiplier(update_noise_multiplier(z, sigma_b),
+                                       2 * sigma_b) == pytest.approx(z)
+    assert A.joint_gaussian_multiplier(0.0, 3.0) == 0.0
+    with pytest.raises(ValueError, match="multipliers"):
+        A.joint_gaussian_multiplier()
+    with pytest.raises(ValueError, match="multipliers"):
+        A.joint_gaussian_multiplier(-1.0)

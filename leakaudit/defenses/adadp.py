@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from accounting import joint_gaussian_multiplier
+
 from . import _ops
 from .base import ClientContext, Defense, record_no_privacy
 from .validate import check_nonneg, check_positive
@@ -147,7 +149,7 @@ class AdaDP(Defense):
         q = ctx.batch_rate
         ctx.claimed.step(q=q, sigma=self.sigma, count=2, note=f"{note}, two SGM steps")
         if self.same_batch:
-            ctx.sound.step(q=q, sigma=self.sigma / math.sqrt(2.0),
+            ctx.sound.step(q=q, sigma=joint_gaussian_multiplier(self.sigma, self.sigma),
                            note=f"{note} on one batch: one SGM step, sigma/sqrt(2)")
         else:
             ctx.sound.step(q=q, sigma=self.sigma, count=2,
