@@ -134,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = auditor.PROFILES[prof["audit_profile"]]
     report.line(f"Command: `python benchmarks/resilience.py {' '.join(argv or sys.argv[1:])}`"
                 f" ({seconds:.0f} s, engine {args.engine}; results file {results}).")
-    report.line(f"Training run: N = {max(sizes.clients, audited.config['examples'])} clients, "
+    report.line(f"Training run: N = {audited.config['clients']} clients, "
                 f"K = {sizes.clients_per_round}, T = {audited.config['rounds']} rounds, "
                 f"L = {sizes.local_steps}, B = {sizes.batch_size}, {sizes.optimizer} lr "
                 f"{sizes.lr}. Attacks: {audited.config['examples']} example(s) per cell, "

@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 import leakaudit.defenses as D
-from leakaudit import data
+from leakaudit import data, fl
 from leakaudit.fl import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
@@ -193,11 +193,7 @@ def run_one(name: str, params: dict[str, Any], ds: data.Dataset | str,
 
 def accuracy_within(row: dict[str, Any], budget: float) -> tuple[int, float] | None:
     """(round, accuracy) of the last round whose sound eps is <= budget (None: never)."""
-    best = None
-    for (r, _, sound), acc in zip(row["eps_history"], row["accuracy"]):
-        if sound <= budget:
-            best = (r, acc)
-    return best
+    return fl.accuracy_within(row["eps_history"], row["accuracy"], budget)
 
 
 def _train_all(names: list[str], profile: str, ds: data.Dataset, settings: dict[str, Any],

@@ -21,6 +21,7 @@ import contextlib
 import copy
 import functools
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,8 @@ from .defenses import ClientContext, Defense, RoundContext
 from .defenses import get as get_defense
 from .optim import OPTIMIZERS, make_optimizer
 
-__all__ = ["Tap", "Observation", "Run", "LocalBatch", "simulate", "batch_gradient",
+__all__ = ["Tap", "Observation", "Run", "LocalBatch", "simulate", "accuracy_within",
+           "batch_gradient",
            "per_example_gradients", "NonFiniteGradientError"]
 
 
@@ -136,17 +138,21 @@ class Run:
         (None when none was); needs ``simulate(..., track_epsilon=delta)``."""
         if not self.eps_history:
             raise ValueError("no eps history: run simulate(..., track_epsilon=delta)")
-        best = None
-        for (r, _, sound), acc in zip(self.eps_history, self.accuracy):
-            if sound <= eps_budget:
-                best = (r, acc)
-        return best
+        return accuracy_within(self.eps_history, self.accuracy, eps_budget)
+
+
+def accuracy_within(eps_history: Sequence[tuple[int, float, float]],
+                    accuracy: Sequence[float], eps_budget: float) -> tuple[int, float] | None:
+    """(round, accuracy) of the last evaluation whose sound eps is <= ``eps_budget``."""
+    best = None
+    for (r, _, sound), acc in zip(eps_history, accuracy):
+        if sound <= eps_budget:
+            best = (r, acc)
+    return best
 
 
 def _worst_epsilon(ledgers: Sequence[PrivacyLedger], delta: float, method: str = "rdp") -> float:
     """The worst client's eps (parallel composition over disjoint client data)."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         values = [lg.epsilon(delta, method) for lg in ledgers]

@@ -27,6 +27,8 @@ the paper, whose clients then overspend by the uncounted statistic).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from accounting import PrivacyLedger
@@ -36,11 +38,15 @@ from . import _ops
 from .base import ClientContext, Defense, RoundContext
 from .validate import check_nonneg, check_positive
 
+if TYPE_CHECKING:
+    from ..fl import LocalBatch
+    from ..optim import SGD, Adam
+
 __all__ = ["AdapDPFL", "initial_clip"]
 
 
-def initial_clip(batch, params: dict[str, torch.Tensor], scale: float, batch_size: int,
-                 generator: torch.Generator) -> float:
+def initial_clip(batch: LocalBatch, params: dict[str, torch.Tensor], scale: float,
+                 batch_size: int, generator: torch.Generator) -> float:
     """C_0 = scale * mean per-example gradient norm on random-noise inputs (no data used).
 
     Inputs are uniform in [0, 1) with the batch's input shape, labels uniform over the
@@ -137,7 +143,9 @@ class AdapDPFL(Defense):
         return True
 
     # ------------------------------------------------------------------ training
-    def local_step(self, params, batch, optimizer, ctx):
+    def local_step(self, params: dict[str, torch.Tensor], batch: LocalBatch,
+                   optimizer: SGD | Adam, ctx: ClientContext
+                   ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         if ctx.client not in self.clips:
             self.clips[ctx.client] = max(self.min_clip, initial_clip(
                 batch, params, self.scale, ctx.batch_size, ctx.generator))
