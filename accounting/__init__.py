@@ -6,6 +6,7 @@ See SPEC-accounting.md and the README for the papers behind every formula.
 """
 
 from . import schedules
+from ._grid import round_sigmas
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (
     DP,
@@ -41,7 +42,7 @@ from .ledger import (
     PrivacyLedger,
     parallel_epsilon,
 )
-from .prv import PRVBounds, PRVUnavailable, prv_epsilon, round_sigmas
+from .prv import PRVBounds, PRVUnavailable, prv_epsilon
 from .rdp import (
     DEFAULT_ORDERS,
     INTEGER_ORDERS,
