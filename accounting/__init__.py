@@ -1,7 +1,8 @@
 """Privacy accounting for (sampled) Gaussian, Laplace and (eps, delta) releases.
 
-Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions` and
-:mod:`accounting.composition`; the one stateful object is :class:`PrivacyLedger`.
+Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`,
+:mod:`accounting.composition` and :mod:`accounting.pld` (privacy loss distributions); the
+one stateful object is :class:`PrivacyLedger`.
 See SPEC-accounting.md and the README for the papers behind every formula.
 """
 
@@ -42,6 +43,7 @@ from .ledger import (
     PrivacyLedger,
     parallel_epsilon,
 )
+from .pld import PLDBounds, pld_delta, pld_epsilon
 from .prv import PRVBounds, PRVUnavailable, prv_epsilon
 from .rdp import (
     DEFAULT_ORDERS,
@@ -69,6 +71,7 @@ __all__ = [
     "METHODS",
     "NoPrivacyWarning",
     "OrderGridWarning",
+    "PLDBounds",
     "PRVBounds",
     "PRVUnavailable",
     "PrivacyLedger",
@@ -89,6 +92,8 @@ __all__ = [
     "moments_epsilon",
     "optimize_order",
     "parallel_epsilon",
+    "pld_delta",
+    "pld_epsilon",
     "prv_epsilon",
     "rdp_gaussian",
     "rdp_laplace",

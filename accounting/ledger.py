@@ -36,13 +36,15 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian, event_from_dict
+from .pld import pld_delta, pld_epsilon
 from .prv import PRVUnavailable, prv_epsilon
 from .rdp import DEFAULT_ORDERS, INTEGER_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
 
 __all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs"]
 
 #: Sound methods: each returns an upper bound on eps (PRV: its estimate; see epsilon_bounds).
-METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv")
+#: "pld": the certified upper end of the privacy-loss-distribution bracket (the tightest).
+METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", "pld")
 #: Labelled approximations: may under-report, never used for a budget decision.
 APPROXIMATE_METHODS = ("zcdp-approx",)
 LEDGER_FORMAT = "leakaudit.ledger/1"
@@ -263,7 +265,9 @@ class PrivacyLedger:
             method: one of :data:`METHODS` ("rdp": improved conversion, the default;
                 "rdp-classic"; "moments" (Abadi et al. 2016, same value as rdp-classic);
                 "zcdp" (subsampling ignored: conservative); "advanced"; "basic"; "prv": the
-                PRV estimate, see :meth:`epsilon_bounds`) or the labelled approximation
+                PRV estimate, see :meth:`epsilon_bounds`; "pld": the certified upper bound
+                from privacy loss distributions, :func:`accounting.pld_epsilon`, the
+                tightest sound method) or the labelled approximation
                 "zcdp-approx" (Yu et al. 2019, rho ~ q^2/sigma^2; may under-report).
             optimize_order: for the RDP methods, refine the best grid order by a bounded
                 continuous search (never worse than the grid).
@@ -301,6 +305,8 @@ class PrivacyLedger:
             return DPResult(self._composition_eps(delta, method, gaussian), None)
         if method == "prv":
             return DPResult(prv_epsilon(self._events, delta).estimate, None)
+        if method == "pld":
+            return DPResult(pld_epsilon(self._events, delta).upper, None)
         approx_eps, approx_delta = self._approx_spent()
         rem = delta - approx_delta
         if rem <= 0:
@@ -495,8 +501,14 @@ class PrivacyLedger:
         res = self.epsilon_and_order(delta)
         return res.eps, res.order
 
-    def epsilon_bounds(self, delta: float, **kwargs: Any) -> tuple[float, float, float]:
-        """(lower, estimate, upper) eps from prv-accountant (see :func:`accounting.prv_epsilon`)."""
+    def epsilon_bounds(self, delta: float, method: str = "prv",
+                       **kwargs: Any) -> tuple[float, float, float]:
+        """(lower, estimate, upper) eps: "prv" from prv-accountant (:func:`accounting.prv_epsilon`,
+        its own error bounds) or "pld" (:func:`accounting.pld_epsilon`, both ends certified).
+        ``kwargs`` go to that function."""
+        check_choice("method", method, ("prv", "pld"))
+        if method == "pld":
+            return tuple(pld_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
         return tuple(prv_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
 
     def epsilon_report(self, delta: float, *, prv: bool = True) -> dict[str, float]:
@@ -518,13 +530,16 @@ class PrivacyLedger:
         return out
 
     def delta(self, eps: float, method: str = "rdp") -> float:
-        """Smallest delta for which the ledger is (eps, delta)-DP ("rdp" or "rdp-classic")."""
+        """Smallest delta for which the ledger is (eps, delta)-DP: an upper bound from "rdp",
+        "rdp-classic" or "pld" (the certified upper end, :func:`accounting.pld_delta`)."""
         eps = check_eps("eps", eps)
-        check_choice("method", method, ("rdp", "rdp-classic"))
+        check_choice("method", method, ("rdp", "rdp-classic", "pld"))
         if not self._events:
             return 0.0
         if self.why_infinite() is not None:
             return 1.0
+        if method == "pld":
+            return pld_delta(self._events, eps)[1]
         approx_eps, approx_delta = self._approx_spent()
         if eps < approx_eps:
             return 1.0
