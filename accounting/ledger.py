@@ -539,7 +539,7 @@ class PrivacyLedger:
         if self.why_infinite() is not None:
             return 1.0
         if method == "pld":
-            return pld_delta(self._events, eps)[1]
+            return pld_delta(self._events, eps, with_lower=False)[1]
         approx_eps, approx_delta = self._approx_spent()
         if eps < approx_eps:
             return 1.0

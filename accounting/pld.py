@@ -57,8 +57,14 @@ __all__ = ["PLDBounds", "pld_epsilon", "pld_delta", "PLDOptions"]
 
 #: Tail mass (per side, per convolution) that is truncated (moved validly, see module doc).
 _TAIL = 1e-16
+#: Default grid refinement: halve h (at most _REFINE - 1 times) while the bracket is wider
+#: than _WIDTH relative to its upper end.
+_REFINE = 3
+_WIDTH = 0.01
 #: A frequency whose partial product of transforms is below this is dropped (see _spectrum).
 _NEGLIGIBLE = 1e-22
+#: At most about this many grid steps across the loss range of one step.
+_MAX_BINS = 30_000
 #: Standard deviations of the noise kept on each side when a step's loss range is built.
 _Z = 8.5
 
@@ -285,10 +291,11 @@ def _log_mgf(pmfs: list[_PMF], means: np.ndarray, lambdas: np.ndarray) -> np.nda
         pooled, width = block, block.shape[1]
         start = np.arange(width, dtype=float)
         k = start[None, None, :] - means[rows][:, None, None]
-        if float(np.abs(lambdas).max()) * width < 600.0:  # no overflow: one matrix product
+        if float(np.abs(lambdas).max()) * width < 1300.0:  # no overflow: a matrix product
+            mid = width / 2.0
             with np.errstate(divide="ignore"):
-                out[rows] = (np.log(pooled @ np.exp(np.outer(start, lambdas)))
-                             - np.outer(means[rows], lambdas))
+                out[rows] = (np.log(pooled @ np.exp(np.outer(start - mid, lambdas)))
+                             - np.outer(means[rows] - mid, lambdas))
             continue
         with np.errstate(divide="ignore"):
             out[rows] = special.logsumexp(lambdas[None, :, None] * k
@@ -298,24 +305,30 @@ def _log_mgf(pmfs: list[_PMF], means: np.ndarray, lambdas: np.ndarray) -> np.nda
 
 def _window(pmfs: list[_PMF], counts: np.ndarray, tol: float) -> tuple[int, int, float]:
     """[lo, hi] (bin indices of the composed sum of the zero-based PMFs) holding all but a
-    Chernoff-bounded mass ``err`` <= tol (Chernoff 1952: P(S >= a) <= E[e^(l S)] e^(-l a))."""
+    Chernoff-bounded mass ``err`` <= tol (Chernoff 1952: P(S >= a) <= E[e^(l S)] e^(-l a)),
+    or the whole support (err = 0) when that is no wider."""
     means = np.array([float((np.arange(p.p.size) * p.p).sum() / max(p.p.sum(), 1e-300))
                       for p in pmfs])
     var = np.array([float(((np.arange(p.p.size) - m) ** 2 * p.p).sum() / max(p.p.sum(), 1e-300))
                     for p, m in zip(pmfs, means)])
     mu = float((counts * means).sum())
     sd = math.sqrt(max(float((counts * var).sum()), 1e-12))
-    lambdas = np.concatenate([-np.geomspace(1.0, 80.0, 8), np.geomspace(1.0, 80.0, 8)]) / sd
+    full = int(sum(int(c) * (p.p.size - 1) for p, c in zip(pmfs, counts)))  # whole support
+    grid = np.geomspace(max(1.0 / max(full, 1), 1e-3 / sd), 40.0 / sd, 14)
+    lambdas = np.concatenate([-grid, grid])
     total = counts @ _log_mgf(pmfs, means, lambdas)  # log E[e^(l (S - mu))]
     z = 8.0
-    while True:
-        lo_dev, hi_dev = -z * sd, z * sd
-        up = np.exp(np.min(np.where(lambdas > 0, total - lambdas * hi_dev, np.inf)))
-        down = np.exp(np.min(np.where(lambdas < 0, total - lambdas * lo_dev, np.inf)))
-        err = float(min(up, 1.0) + min(down, 1.0))
-        if err <= tol or z > 1e4:
-            return int(math.floor(mu + lo_dev)), int(math.ceil(mu + hi_dev)), err
-        z *= 1.25
+    with np.errstate(over="ignore"):
+        while z * sd < full:
+            lo_dev, hi_dev = -z * sd, z * sd
+            up = np.exp(np.min(np.where(lambdas > 0, total - lambdas * hi_dev, np.inf)))
+            down = np.exp(np.min(np.where(lambdas < 0, total - lambdas * lo_dev, np.inf)))
+            err = float(min(up, 1.0) + min(down, 1.0))
+            lo, hi = max(int(math.floor(mu + lo_dev)), 0), min(int(math.ceil(mu + hi_dev)), full)
+            if err <= tol:
+                return lo, hi, err
+            z *= 1.25
+    return 0, full, 0.0  # the whole support: nothing folds
 
 
 def _int_powers(f: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -349,8 +362,10 @@ def _spectrum(pmfs: list[_PMF], counts: np.ndarray, n: int) -> tuple[np.ndarray,
     active, dropped = np.arange(spectrum.size), 0.0
     spectrum[:] = 1.0
     start = 0
-    while start < order.size and active.size > 2048:  # full transforms while many survive
-        rows = order[start : start + 8]
+    width = max(p.p.size for p in pmfs)
+    # full transforms while many frequencies survive (cheaper than a direct DFT then)
+    while start < order.size and width * active.size > 0.25 * n * math.log2(n):
+        rows = order[start : start + 16]
         start += rows.size
         f = sfft.rfft(_padded(pmfs, rows), n, axis=1)[:, active]
         spectrum[active] *= _int_powers(f, counts[rows].astype(np.int64)).prod(axis=0)
@@ -399,7 +414,10 @@ def _compose(parts: list[tuple[_PMF, int]], tol: float) -> tuple[_PMF, float]:
     spectrum, dropped = _spectrum(pmfs, counts, n)
     folded = sfft.irfft(spectrum, n)
     p = np.roll(folded, -(lo % n))  # p[i] is the mass of composed index lo + i
-    roundoff = 16.0 * np.finfo(float).eps * n + float(np.abs(np.minimum(p, 0.0)).sum())
+    # round-off of the transforms: a few ulps times log2(n) sqrt(n) (the l2 norm of a
+    # probability vector is <= 1), plus twice the negative mass the round-off produced
+    roundoff = (8.0 * np.finfo(float).eps * math.log2(n) * math.sqrt(n)
+                + 2.0 * float(np.abs(np.minimum(p, 0.0)).sum()))
     return _PMF(shift + lo, np.maximum(p, 0.0), inf), err + dropped + roundoff
 
 
@@ -412,8 +430,27 @@ def _delta_of(pmf: _PMF, eps: float, h: float) -> float:
     return float(min(1.0, pmf.inf + np.maximum(val, 0.0).sum()))
 
 
+def _discounted_suffix_sums(p: np.ndarray, h: float) -> np.ndarray:
+    """c_j = sum_{i >= j} p_i e^(-(i - j) h), in blocks short enough that no exp overflows."""
+    out = np.empty_like(p)
+    m = max(1, int(500.0 / h))
+    carry = 0.0  # c at the first index after the block
+    for end in range(p.size, 0, -m):
+        start = max(0, end - m)
+        k = np.arange(end - start, dtype=float) * h
+        tail = np.cumsum((p[start:end] * np.exp(-k))[::-1])[::-1]
+        out[start:end] = np.exp(k) * tail + np.exp(k - (end - start) * h) * carry
+        carry = out[start]
+    return out
+
+
 def _eps_of(pmf: _PMF, delta: float, h: float) -> float:
-    """Smallest eps >= 0 with delta(eps) <= delta (exact for the discrete PLD)."""
+    """Smallest eps >= 0 with delta(eps) <= delta (exact for the discrete PLD).
+
+    With a_j = sum_{i >= j} p_i and c_j = sum_{i >= j} p_i e^(l_j - l_i) (the recursion
+    c_j = p_j + e^-h c_{j+1}: no overflow for any loss), delta(l_j) = inf + a_{j+1} -
+    e^-h c_{j+1}, and on (l_{j-1}, l_j] delta(eps) = inf + a_j - e^(eps - l_j) c_j.
+    """
     if pmf.inf >= delta:
         return math.inf
     loss = (pmf.offset + np.arange(pmf.p.size)) * h
@@ -421,20 +458,21 @@ def _eps_of(pmf: _PMF, delta: float, h: float) -> float:
     loss, p = loss[keep], np.maximum(pmf.p[keep], 0.0)
     if p.size == 0:
         return 0.0
-    a = np.cumsum(p[::-1])[::-1]  # sum over l_i >= l_j of p_i
-    b = np.cumsum((p * np.exp(-loss))[::-1])[::-1]  # ... of p_i e^{-l_i}
+    a = np.cumsum(p[::-1])[::-1]
+    c = _discounted_suffix_sums(p, h)
     a_next = np.append(a[1:], 0.0)
-    b_next = np.append(b[1:], 0.0)
-    at_grid = pmf.inf + a_next - np.exp(loss) * b_next  # delta(l_j)
-    if pmf.inf + a[0] - b[0] <= delta:  # delta(0) with every loss > 0
+    c_next = np.append(c[1:], 0.0)
+    at_grid = pmf.inf + a_next - math.exp(-h) * c_next  # delta(l_j)
+    if pmf.inf + a[0] - math.exp(-loss[0]) * c[0] <= delta:  # delta(0)
         return 0.0
     j = int(np.argmax(at_grid <= delta))
     if at_grid[j] > delta:  # pragma: no cover - at_grid[-1] = inf < delta
         return float(loss[-1])
-    # on (l_{j-1}, l_j]: delta(eps) = inf + a_j - e^eps b_j
-    val = (pmf.inf + a[j] - delta) / b[j]
+    val = (pmf.inf + a[j] - delta) / c[j]  # = e^(eps - l_j)
     lo = float(loss[j - 1]) if j > 0 else 0.0
-    return float(min(max(math.log(val), lo), loss[j])) if val > 0 else float(loss[j])
+    if val <= 0:
+        return float(loss[j])
+    return float(min(max(loss[j] + math.log(val), lo), loss[j]))
 
 
 # ---------------------------------------------------------------- driver
@@ -454,6 +492,24 @@ def _step_std(groups: Groups, others: list[Event]) -> tuple[float, float]:
     return math.sqrt(max(total, 1e-300)), math.sqrt(max(per, default=0.0))
 
 
+def _loss_range(groups: Groups) -> float:
+    """Widest loss range of one Gaussian step (x within _Z noise sds of both means)."""
+    keep = groups.qs > 0
+    if not keep.any():
+        return 0.0
+    llo, lhi = _loss_limits(groups.qs[keep], groups.sigmas[keep])
+    return float(np.max(lhi - llo))
+
+
+def _loss_limits(qs: np.ndarray, sig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Loss of the remove pair at x = -_Z sigma and x = 1 + _Z sigma (the add pair's range
+    is the mirror image)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        lhi = np.log1p(qs * np.expm1(np.minimum((2 * (1 + _Z * sig) - 1) / (2 * sig**2), 700)))
+        llo = np.log1p(qs * np.expm1((2 * (-_Z * sig) - 1) / (2 * sig**2)))
+    return llo, lhi
+
+
 def _grid_step(groups: Groups, others: list[Event], opts: PLDOptions) -> float:
     if opts.value_interval is not None:
         return opts.value_interval
@@ -461,7 +517,12 @@ def _grid_step(groups: Groups, others: list[Event], opts: PLDOptions) -> float:
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
     # the O(h^2) bias per step adds up over the steps: finer grids for longer compositions
     bins = min(max(1000.0 * math.sqrt(steps / 10_000.0), 400.0), 2000.0)
-    return float(min(max(total / bins, 1e-7), 1e-2))
+    h = max(total / bins, _loss_range(groups) / _MAX_BINS)
+    # atoms at +-eps0 (Laplace, (eps, delta)) fall between grid points: keep h << eps0
+    for e in others:
+        if isinstance(e, (Laplace, ApproxDP)) and e.eps > 0:
+            h = min(h, e.eps / 1000.0)
+    return float(min(max(h, 1e-7), 1e-2))
 
 
 def _gaussian_pmfs(groups: Groups, h: float, direction: str,
@@ -473,9 +534,7 @@ def _gaussian_pmfs(groups: Groups, h: float, direction: str,
         return []
     out: list[tuple[_PMF, int]] = []
     # loss range of every row: x within _Z noise sds of both means
-    with np.errstate(divide="ignore", over="ignore"):
-        lhi = np.log1p(qs * np.expm1(np.minimum((2 * (1 + _Z * sig) - 1) / (2 * sig**2), 700)))
-        llo = np.log1p(qs * np.expm1((2 * (-_Z * sig) - 1) / (2 * sig**2)))
+    llo, lhi = _loss_limits(qs, sig)
     if direction == "add":
         llo, lhi = -lhi, -llo
     k_lo = np.floor(llo / h).astype(np.int64) - 1
@@ -567,6 +626,10 @@ def pld_epsilon(
         sigma_resolution: relative spacing of the geometric sigma grid used when there are
             more than ``max_distinct`` distinct (q, sigma) pairs (down: upper, up: lower).
         max_distinct: see ``sigma_resolution``.
+
+    Returns:
+        (lower, estimate, upper); when the default grid leaves the bracket wider than 1% of
+        the upper end, the grid step is halved (at most twice).
     """
     delta = check_delta("delta", delta)
     opts = _options(value_interval, sigma_resolution, max_distinct)
@@ -576,10 +639,16 @@ def pld_epsilon(
         return PLDBounds(trivial, trivial, trivial)
     others = [e for e in events if isinstance(e, (Laplace, ApproxDP))]
     tol = delta * 1e-6
-    upper = _bound(events, others, opts, True,
-                   lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
-    lower = _bound(events, others, opts, False,
-                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol)
+    for _ in range(_REFINE if opts.value_interval is None else 1):
+        upper = _bound(events, others, opts, True,
+                       lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
+        lower = _bound(events, others, opts, False,
+                       lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol)
+        if math.isinf(upper) or upper - lower <= _WIDTH * upper:
+            break
+        # too coarse for this loss distribution: halve the grid step and redo
+        h = _grid_step(sgm_groups(events), others, opts) / 2.0
+        opts = opts._replace(value_interval=h)
     lower = min(lower, upper)
     mid = upper if math.isinf(upper) else (lower + upper) / 2.0
     return PLDBounds(lower, mid, upper)
@@ -592,8 +661,12 @@ def pld_delta(
     value_interval: float | None = None,
     sigma_resolution: float = 3e-3,
     max_distinct: int = 64,
+    with_lower: bool = True,
 ) -> tuple[float, float]:
-    """Certified (lower, upper) bracket on the smallest delta with (eps, delta)-DP."""
+    """Certified (lower, upper) bracket on the smallest delta with (eps, delta)-DP.
+
+    Options as in :func:`pld_epsilon` (``with_lower=False``: both entries are the upper).
+    """
     eps = check_eps("eps", eps)
     opts = _options(value_interval, sigma_resolution, max_distinct)
     events = check_instances("events", events, Event)
@@ -604,6 +677,8 @@ def pld_delta(
     tol = 1e-12
     upper = _bound(events, others, opts, True,
                    lambda pmf, allow, h: min(1.0, _delta_of(pmf, eps, h) + allow), tol)
+    if not with_lower:
+        return upper, upper
     lower = _bound(events, others, opts, False,
                    lambda pmf, allow, h: max(0.0, _delta_of(pmf, eps, h) - allow), tol)
     return min(lower, upper), upper
