@@ -611,7 +611,7 @@ def pld_epsilon(
     delta: float,
     *,
     value_interval: float | None = None,
-    sigma_resolution: float = 3e-3,
+    sigma_resolution: float = 5e-3,
     max_distinct: int = 64,
 ) -> PLDBounds:
     """Certified (lower, estimate, upper) eps of a sequence of events at ``delta``.
@@ -659,7 +659,7 @@ def pld_delta(
     eps: float,
     *,
     value_interval: float | None = None,
-    sigma_resolution: float = 3e-3,
+    sigma_resolution: float = 5e-3,
     max_distinct: int = 64,
     with_lower: bool = True,
 ) -> tuple[float, float]:
