@@ -554,8 +554,10 @@ def _other_pmfs(others: list[Event], h: float, upper: bool) -> list[tuple[_PMF, 
     """Discrete PLDs of Laplace and (eps, delta) releases (symmetric: both directions)."""
     out = []
     for e in others:
-        if not isinstance(e, (Laplace, ApproxDP)) or e.eps == 0:
+        if not isinstance(e, (Laplace, ApproxDP)):
             continue
+        if e.eps == 0 and (isinstance(e, Laplace) or e.delta == 0):
+            continue  # nothing leaks (a (0, delta) release still carries its delta atom)
         k0 = int(math.floor(-e.eps / h)) - 1
         edges = np.arange(k0, int(math.ceil(e.eps / h)) + 2, dtype=float) * h
         if isinstance(e, Laplace):
