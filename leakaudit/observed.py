@@ -1,0 +1,203 @@
+"""Audit observations captured anywhere: an Opacus run, a Flower federation, a user's loop.
+
+:func:`audit_observations` runs the gradient-leakage attacks on each observation (what an
+attacker saw at a leak point) and scores each reconstruction against the ground truth kept
+apart (a parallel sequence, read only by the scorer), on the audit's engines. The result is
+an :class:`~leakaudit.report.AuditReport`, as for :func:`leakaudit.audit`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .auditor import ENGINES, _finite_json, _import_ray, _make_engine
+from .interop._types import GroundTruth, Observation
+from .report import AuditReport
+
+__all__ = ["audit_observations"]
+
+
+def audit_observations(
+    observations: Sequence[Observation],
+    attacks: Sequence[str] = ("idlg",),
+    *,
+    model: nn.Module,
+    truths: Sequence[GroundTruth],
+    input_shape: Sequence[int],
+    num_classes: int,
+    threshold: float = 0.01,
+    progress: bool = True,
+    engine: str = "process",
+    workers: int | None = None,
+    ray_address: str | None = None,
+    max_iterations: int = 40,
+    restarts: int = 1,
+    seed: int = 0,
+    delta: float = 1e-5,
+    defenses: Mapping[str, Mapping[str, Any]] | None = None,
+) -> AuditReport:
+    """Attack every observation with every attack; score against the truths; report.
+
+    Args:
+        observations: what the attacker saw (:class:`leakaudit.fl.Observation`: the tensors in
+            the order of ``model``'s trainable parameters, the weights at that moment, lr,
+            local steps, batch size, point, and ``defense``, the report's row label).
+        attacks: attack names (``leakaudit.attacks.available()``).
+        model: the architecture the observations come from; each attack gets a copy holding
+            the observation's weights (by name, or in parameter order when the names differ).
+        truths: ``truths[i]`` is the ground truth behind ``observations[i]``; only the scorer
+            reads it (never passed to an attack).
+        input_shape, num_classes: of one example; the attacker's knowledge.
+        threshold: MSE at or below which an attack succeeds.
+        engine, workers, ray_address: where the attack cells run (see :func:`leakaudit.audit`).
+        max_iterations, restarts, seed: the attacks' budget and seeds (cell i: ``seed + i``).
+        delta: the report's delta. defenses: per defense label, the report's defense record
+            (``accuracy``, ``eps_claimed``, ``eps_sound``, ``reason``, ``level``); labels
+            without one get no accuracy or eps.
+    """
+    from . import attacks as attacks_mod
+
+    observations, truths = list(observations), list(truths)
+    attacks = tuple(attacks)
+    _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,
+                     engine, ray_address)
+    input_shape = tuple(int(s) for s in input_shape)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    for i, (obs, truth) in enumerate(zip(observations, truths)):
+        _check_observation(i, obs, truth, params, input_shape)
+    if engine == "ray":
+        _import_ray()
+    workers = min(4, os.cpu_count() or 1) if workers is None else int(workers)
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+
+    config = {"source": "observations", "observations": len(observations),
+              "model": repr(model), "threshold": threshold, "delta": delta,
+              "max_iterations": max_iterations, "restarts": restarts, "seed": seed}
+    report = AuditReport(config=config, threshold=threshold, delta=delta)
+    for label, record in (defenses or {}).items():
+        report.add_defense(label, label, dict(record))
+    jobs = _jobs(observations, truths, attacks, model, params, input_shape, num_classes,
+                 threshold, max_iterations, restarts, seed)
+    records: dict[str, dict[str, Any]] = {}
+    unknown_labels = {key: bool((job["labels"] < 0).any()) for key, job in jobs}
+    runner = _make_engine(engine, workers, ray_address)
+    bar = tqdm(total=len(jobs), disable=not progress, desc="audit observations")
+    try:
+        with contextlib.closing(runner.run(jobs)) as finished:
+            for key, rec in finished:
+                records[key] = rec
+                if unknown_labels[key]:  # the truth has no labels: nothing to score them by
+                    records[key] = dict(rec, label_accuracy="nan")
+                bar.update(1)
+    finally:
+        runner.close()
+        bar.close()
+    for key, _ in jobs:  # canonical order, whatever order the cells finished in
+        report.add_cell(records[key])
+    return report
+
+
+def _check_arguments(observations: list, truths: list, attacks: tuple, known: list[str],
+                     threshold: float, engine: str, ray_address: str | None) -> None:
+    if not observations:
+        raise ValueError("observations must be a non-empty sequence of Observation")
+    if len(truths) != len(observations):
+        raise ValueError(f"truths must hold one GroundTruth per observation: "
+                         f"{len(truths)} truths for {len(observations)} observations")
+    unknown = [a for a in attacks if a not in known]
+    if not attacks or unknown:
+        raise ValueError(f"attacks must be among {known}, got {list(attacks)}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not math.isfinite(threshold) or threshold <= 0:
+        raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
+    if ray_address is not None and engine != "ray":
+        raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
+
+
+def _check_observation(i: int, obs: Any, truth: Any, params: list[tuple[str, torch.Tensor]],
+                       input_shape: tuple[int, ...]) -> None:
+    """Shapes of one observation against the model and its truth (ValueError naming i)."""
+    for attr in ("point", "tensors", "weights", "lr", "local_steps", "batch_size"):
+        if not hasattr(obs, attr):
+            raise ValueError(f"observations[{i}] is not an Observation (no {attr!r}): "
+                             f"{type(obs).__name__}")
+    if not hasattr(truth, "inputs") or not hasattr(truth, "labels"):
+        raise ValueError(f"truths[{i}] is not a GroundTruth: {type(truth).__name__}")
+    want = [tuple(p.shape) for _, p in params]
+    got = [tuple(t.shape) for t in obs.tensors]
+    if got != want:
+        raise ValueError(f"observations[{i}] has tensors of shapes {got}, but the model's "
+                         f"trainable parameters have shapes {want} (observations of mixed "
+                         f"shapes, or from another model)")
+    wshapes = [tuple(v.shape) for v in obs.weights.values()]
+    names = {n for n, _ in params}
+    if not names <= set(obs.weights) and wshapes != want:
+        raise ValueError(f"observations[{i}].weights neither name the model's parameters "
+                         f"{sorted(names)} nor match their shapes in order")
+    if obs.point != 2 and not (obs.lr > 0 and obs.local_steps >= 1):
+        raise ValueError(f"observations[{i}] is an update (point {obs.point}) with lr="
+                         f"{obs.lr} and local_steps={obs.local_steps}: both must be > 0")
+    x = truth.inputs
+    if tuple(x.shape[1:]) != input_shape:
+        raise ValueError(f"truths[{i}].inputs has examples of shape {tuple(x.shape[1:])}, "
+                         f"input_shape is {input_shape}")
+    if x.shape[0] != obs.batch_size or x.shape[0] < 1:
+        raise ValueError(f"truths[{i}] holds {x.shape[0]} examples but observations[{i}] "
+                         f"has batch_size={obs.batch_size} (needs >= 1)")
+
+
+def _with_weights(model: nn.Module, params: list[tuple[str, torch.Tensor]],
+                  weights: Mapping[str, torch.Tensor]) -> nn.Module:
+    """A copy of ``model`` holding the observed weights (by name, else in parameter order)."""
+    import copy
+
+    net = copy.deepcopy(model)
+    named = dict(net.named_parameters())
+    with torch.no_grad():
+        if {n for n, _ in params} <= set(weights):
+            pairs = [(named[n], weights[n]) for n, _ in params]
+        else:
+            pairs = [(named[n], w) for (n, _), w in zip(params, weights.values())]
+        for p, w in pairs:
+            p.copy_(torch.as_tensor(w, dtype=p.dtype))
+    return net
+
+
+def _jobs(observations: list, truths: list, attacks: tuple, model: nn.Module,
+          params: list, input_shape: tuple[int, ...], num_classes: int, threshold: float,
+          max_iterations: int, restarts: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
+    """One attack cell per (observation, attack); example = index within (defense, point)."""
+    seen: dict[tuple[str, int], int] = {}
+    jobs = []
+    image = len(input_shape) == 3
+    for i, (obs, truth) in enumerate(zip(observations, truths)):
+        label = obs.defense or "observed"
+        example = seen.get((label, obs.point), 0)
+        seen[(label, obs.point)] = example + 1
+        net = _with_weights(model, params, obs.weights)
+        for a in attacks:
+            jobs.append((f"{i}|{a}", dict(
+                defense=label, point=int(obs.point), attack=a, example=example,
+                model=net, gradients=obs.as_gradient(), truth=truth.inputs,
+                labels=truth.labels, input_shape=input_shape, num_classes=int(num_classes),
+                image=image, max_iterations=int(max_iterations), restarts=int(restarts),
+                seed=int(seed) + i, threshold=float(threshold))))
+    return jobs
+
+
+def defense_record(accuracy: float, eps_claimed: float, eps_sound: float, reason: str = "",
+                   level: str = "") -> dict[str, Any]:
+    """A report's defense record (for ``audit_observations(defenses={label: ...})``)."""
+    return _finite_json({"accuracy": accuracy, "eps_claimed": eps_claimed,
+                         "eps_sound": eps_sound, "reason": reason, "level": level})
