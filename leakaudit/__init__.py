@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 
         return audit
     if name == "audit_observations":
-        from .observed import audit_observations
+        from .auditing.observations import audit_observations
 
         return audit_observations
     if name == "AuditReport":

@@ -49,7 +49,7 @@ import torch
 
 from accounting import PrivacyLedger
 
-from ._types import GroundTruth, Observation
+from ..fl import GroundTruth, Observation
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType

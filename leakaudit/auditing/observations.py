@@ -3,13 +3,14 @@
 :func:`audit_observations` runs the gradient-leakage attacks on each observation (what an
 attacker saw at a leak point) and scores each reconstruction against the ground truth kept
 apart (a parallel sequence, read only by the scorer), on the audit's engines. The result is
-an :class:`~leakaudit.report.AuditReport`, as for :func:`leakaudit.audit`.
+an :class:`~leakaudit.auditing.report.AuditReport`, as for :func:`leakaudit.audit`. Each
+(observation, attack) is one cell of :mod:`.cells`: the attacker's view (:class:`AttackSpec`)
+and, apart, the truth (:class:`CellJob`), run on an engine of :mod:`.engines`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
+import copy
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,8 +19,12 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .auditor import ENGINES, _finite_json, _import_ray, _make_engine
-from .interop._types import GroundTruth, Observation
+from .. import attacks as attacks_mod
+from .._jsonsafe import finite_json
+from .._validate import check_int, check_number
+from ..fl import GroundTruth, Observation
+from .cells import AttackSpec, CellJob
+from .engines import ENGINES, import_ray, make_engine
 from .report import AuditReport
 
 __all__ = ["audit_observations"]
@@ -63,8 +68,6 @@ def audit_observations(
             (``accuracy``, ``eps_claimed``, ``eps_sound``, ``reason``, ``level``); labels
             without one get no accuracy or eps.
     """
-    from . import attacks as attacks_mod
-
     observations, truths = list(observations), list(truths)
     attacks = tuple(attacks)
     _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,
@@ -73,11 +76,14 @@ def audit_observations(
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     for i, (obs, truth) in enumerate(zip(observations, truths)):
         _check_observation(i, obs, truth, params, input_shape)
+    workers = check_int("workers", min(4, os.cpu_count() or 1) if workers is None
+                        else workers, 1)
+    max_iterations = check_int("max_iterations", max_iterations, 1)
+    restarts = check_int("restarts", restarts, 1)
+    seed = check_int("seed", seed, 0)
+    num_classes = check_int("num_classes", num_classes, 2)
     if engine == "ray":
-        _import_ray()
-    workers = min(4, os.cpu_count() or 1) if workers is None else int(workers)
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+        import_ray()  # fail before any work if Ray is missing
 
     config = {"source": "observations", "observations": len(observations),
               "model": repr(model), "threshold": threshold, "delta": delta,
@@ -88,16 +94,15 @@ def audit_observations(
     jobs = _jobs(observations, truths, attacks, model, params, input_shape, num_classes,
                  threshold, max_iterations, restarts, seed)
     records: dict[str, dict[str, Any]] = {}
-    unknown_labels = {key: bool((job["labels"] < 0).any()) for key, job in jobs}
-    runner = _make_engine(engine, workers, ray_address)
+    unknown_labels = {key: bool((job.truth.labels < 0).any()) for key, job in jobs}
+    runner = make_engine(engine, workers, ray_address)
     bar = tqdm(total=len(jobs), disable=not progress, desc="audit observations")
     try:
-        with contextlib.closing(runner.run(jobs)) as finished:
-            for key, rec in finished:
-                records[key] = rec
-                if unknown_labels[key]:  # the truth has no labels: nothing to score them by
-                    records[key] = dict(rec, label_accuracy="nan")
-                bar.update(1)
+        for key, rec in runner.run(jobs):
+            records[key] = rec
+            if unknown_labels[key]:  # the truth has no labels: nothing to score them by
+                records[key] = dict(rec, label_accuracy="nan")
+            bar.update(1)
     finally:
         runner.close()
         bar.close()
@@ -116,9 +121,7 @@ def _check_arguments(observations: list, truths: list, attacks: tuple, known: li
     unknown = [a for a in attacks if a not in known]
     if not attacks or unknown:
         raise ValueError(f"attacks must be among {known}, got {list(attacks)}")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not math.isfinite(threshold) or threshold <= 0:
-        raise ValueError(f"threshold must be a finite number > 0, got {threshold!r}")
+    check_number("threshold", threshold, minimum=0.0, open_min=True)
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
     if ray_address is not None and engine != "ray":
@@ -160,8 +163,6 @@ def _check_observation(i: int, obs: Any, truth: Any, params: list[tuple[str, tor
 def _with_weights(model: nn.Module, params: list[tuple[str, torch.Tensor]],
                   weights: Mapping[str, torch.Tensor]) -> nn.Module:
     """A copy of ``model`` holding the observed weights (by name, else in parameter order)."""
-    import copy
-
     net = copy.deepcopy(model)
     named = dict(net.named_parameters())
     with torch.no_grad():
@@ -176,8 +177,9 @@ def _with_weights(model: nn.Module, params: list[tuple[str, torch.Tensor]],
 
 def _jobs(observations: list, truths: list, attacks: tuple, model: nn.Module,
           params: list, input_shape: tuple[int, ...], num_classes: int, threshold: float,
-          max_iterations: int, restarts: int, seed: int) -> list[tuple[str, dict[str, Any]]]:
-    """One attack cell per (observation, attack); example = index within (defense, point)."""
+          max_iterations: int, restarts: int, seed: int) -> list[tuple[str, CellJob]]:
+    """One cell per (observation, attack): the attacker's view, the truth apart; ``example``
+    numbers the observations of one (defense, point)."""
     seen: dict[tuple[str, int], int] = {}
     jobs = []
     image = len(input_shape) == 3
@@ -187,17 +189,18 @@ def _jobs(observations: list, truths: list, attacks: tuple, model: nn.Module,
         seen[(label, obs.point)] = example + 1
         net = _with_weights(model, params, obs.weights)
         for a in attacks:
-            jobs.append((f"{i}|{a}", dict(
-                defense=label, point=int(obs.point), attack=a, example=example,
-                model=net, gradients=obs.as_gradient(), truth=truth.inputs,
-                labels=truth.labels, input_shape=input_shape, num_classes=int(num_classes),
-                image=image, max_iterations=int(max_iterations), restarts=int(restarts),
-                seed=int(seed) + i, threshold=float(threshold))))
+            spec = AttackSpec(attack=a, model=net, gradients=obs.as_gradient(),
+                              input_shape=input_shape, num_classes=num_classes,
+                              batch_size=int(obs.batch_size), max_iterations=max_iterations,
+                              restarts=restarts, seed=seed + i)
+            jobs.append((f"{i}|{a}", CellJob(defense=label, point=int(obs.point),
+                                             example=example, spec=spec, truth=truth,
+                                             threshold=float(threshold), image=image)))
     return jobs
 
 
 def defense_record(accuracy: float, eps_claimed: float, eps_sound: float, reason: str = "",
                    level: str = "") -> dict[str, Any]:
     """A report's defense record (for ``audit_observations(defenses={label: ...})``)."""
-    return _finite_json({"accuracy": accuracy, "eps_claimed": eps_claimed,
-                         "eps_sound": eps_sound, "reason": reason, "level": level})
+    return finite_json({"accuracy": accuracy, "eps_claimed": eps_claimed,
+                        "eps_sound": eps_sound, "reason": reason, "level": level})
