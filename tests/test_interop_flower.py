@@ -104,6 +104,8 @@ def test_ledgers_bad_input_is_named():
         lf.ledgers(FedAvg(), {}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="participation of client 2"):
         lf.ledgers(None, {2: [0]}, num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match="LocalDpMod has epsilon=0"):
+        lf.ledgers(LocalDpMod(C, C, 0.0, 1e-6), {}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="num_clients"):
         lf.ledgers(None, {}, num_clients=0, rounds=1)
     with pytest.raises(ValueError, match="strategy must be"):

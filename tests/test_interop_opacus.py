@@ -190,6 +190,23 @@ def test_observations_of_mixed_shapes_are_refused(digits):
             input_shape=digits.input_shape, num_classes=10, engine="serial", progress=False)
 
 
+def test_audit_observations_resumes_from_its_results_file(digits, tmp_path):
+    tap, _ = _opacus_run(digits, noise_multiplier=1.0, max_grad_norm=1.0, n=1)
+    path = tmp_path / "cells.jsonl"
+    kwargs = dict(model=models.default_for(digits), truths=tap.truths,
+                  input_shape=digits.input_shape, num_classes=10, engine="serial",
+                  progress=False, max_iterations=2, results=str(path))
+    first = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 2
+    again = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    assert path.read_text().splitlines() == lines  # nothing ran again
+    assert again.cells == first.cells
+    other = [type(o)(**{**o.__dict__, "lr": 0.2}) for o in tap.observations]
+    leakaudit.audit_observations(other, ("idlg",), **kwargs)  # other observations: new run
+    assert len(path.read_text().splitlines()) == 3
+
+
 def test_import_leakaudit_does_not_import_opacus_or_flower():
     code = ("import sys, leakaudit, leakaudit.interop; leakaudit.audit_observations; "
             "print(sorted(m for m in ('opacus', 'flwr') if m in sys.modules))")

@@ -26,6 +26,7 @@ from ..fl import GroundTruth, Observation
 from .cells import AttackSpec, CellJob
 from .engines import ENGINES, import_ray, make_engine
 from .report import AuditReport
+from .results import ResultsFile, fingerprint
 
 __all__ = ["audit_observations"]
 
@@ -48,6 +49,7 @@ def audit_observations(
     seed: int = 0,
     delta: float = 1e-5,
     defenses: Mapping[str, Mapping[str, Any]] | None = None,
+    results: str | None = None,
 ) -> AuditReport:
     """Attack every observation with every attack; score against the truths; report.
 
@@ -67,6 +69,8 @@ def audit_observations(
         delta: the report's delta. defenses: per defense label, the report's defense record
             (``accuracy``, ``eps_claimed``, ``eps_sound``, ``reason``, ``level``); labels
             without one get no accuracy or eps.
+        results: a JSON-lines results file (:class:`.results.ResultsFile`): each finished
+            cell is written at once, and a rerun on the same observations skips those done.
     """
     observations, truths = list(observations), list(truths)
     attacks = tuple(attacks)
@@ -85,30 +89,42 @@ def audit_observations(
     if engine == "ray":
         import_ray()  # fail before any work if Ray is missing
 
-    config = {"source": "observations", "observations": len(observations),
-              "model": repr(model), "threshold": threshold, "delta": delta,
-              "max_iterations": max_iterations, "restarts": restarts, "seed": seed}
+    config = {"source": "observations", "observations": _digest(observations),
+              "model": repr(model), "attacks": list(attacks), "threshold": threshold,
+              "delta": delta, "max_iterations": max_iterations, "restarts": restarts,
+              "seed": seed}
+    store = ResultsFile(results, config)
     report = AuditReport(config=config, threshold=threshold, delta=delta)
     for label, record in (defenses or {}).items():
         report.add_defense(label, label, dict(record))
     jobs = _jobs(observations, truths, attacks, model, params, input_shape, num_classes,
                  threshold, max_iterations, restarts, seed)
-    records: dict[str, dict[str, Any]] = {}
-    unknown_labels = {key: bool((job.truth.labels < 0).any()) for key, job in jobs}
-    runner = make_engine(engine, workers, ray_address)
-    bar = tqdm(total=len(jobs), disable=not progress, desc="audit observations")
+    pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
+               desc="audit observations")
+    runner = make_engine(engine, workers, ray_address) if pending else None
+    unlabelled = {key for key, job in pending if bool((job.truth.labels < 0).any())}
     try:
-        for key, rec in runner.run(jobs):
-            records[key] = rec
-            if unknown_labels[key]:  # the truth has no labels: nothing to score them by
-                records[key] = dict(rec, label_accuracy="nan")
+        for key, rec in runner.run(pending) if runner else ():
+            if key in unlabelled:
+                rec = dict(rec, label_accuracy="nan")  # no labels to score against
+            store.put("cell", key, rec)  # written as each finishes, by this process
             bar.update(1)
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         bar.close()
     for key, _ in jobs:  # canonical order, whatever order the cells finished in
-        report.add_cell(records[key])
+        report.add_cell(store.get("cell", key))
     return report
+
+
+def _digest(observations: list) -> str:
+    """A fingerprint of what was observed (so that a results file is not reused for other
+    observations)."""
+    return fingerprint({"n": len(observations), "sums": [
+        [o.point, o.round, o.client, o.defense, o.lr, o.batch_size,
+         [float(t.detach().double().sum()) for t in o.tensors]] for o in observations]})
 
 
 def _check_arguments(observations: list, truths: list, attacks: tuple, known: list[str],

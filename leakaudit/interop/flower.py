@@ -405,6 +405,9 @@ def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: i
 
 
 def _local(dp: Any, claimed: dict, sound: dict, taken: dict) -> None:
+    if not (dp.epsilon > 0 and 0 < dp.delta < 1):
+        raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its noise "
+                         f"std needs epsilon > 0 and 0 < delta < 1")
     std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
     z = local_dp_noise_multiplier(std, dp.clipping_norm)
     for c in claimed:

@@ -59,6 +59,8 @@ class _LossTargets(TorchFunctionMode):
         if func in _LOSSES:
             target = kwargs.get("target", args[1] if len(args) > 1 else None)
             if isinstance(target, torch.Tensor):
+                if target.is_floating_point() and target.ndim == 2:
+                    target = target.argmax(dim=1)  # class probabilities: the likeliest class
                 self.targets.append(target.detach().clone())
         return func(*args, **kwargs)
 
