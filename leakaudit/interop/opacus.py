@@ -54,7 +54,8 @@ class _LossTargets(TorchFunctionMode):
         super().__init__()
         self.targets: list[torch.Tensor] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                           kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if func in _LOSSES:
             target = kwargs.get("target", args[1] if len(args) > 1 else None)
