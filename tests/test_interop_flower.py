@@ -114,6 +114,69 @@ def test_ledgers_bad_input_is_named():
         lf.load("/nonexistent/leakaudit-taps")
 
 
+# ------------------------------------------------------------------------------ the mod alone
+@pytest.fixture
+def task_identity():
+    """Messages need a task identity (the simulation sets one); restored afterwards."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+def _wrap(mod, inner):
+    return lambda m, c: mod(m, c, inner)
+
+
+def _train_through(mods, tap_dir, update=1e-3, size=4000):
+    """One train message through ``mods`` (outermost first) around a client that moves every
+    weight by ``update``; returns what the taps wrote."""
+    from flwr.app import (
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
+
+    msg = Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.zeros(size)}),
+                                      "config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=7, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 3}, state=RecordDict(),
+                  run_config={})
+
+    def app(m, c):
+        lf.keep_truth(c, torch.ones(1, 1, 2, 2), torch.tensor([1]))
+        return Message(RecordDict({"arrays": ArrayRecord({"w": torch.full((size,), update)}),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=m)
+
+    call = app
+    for mod in reversed(mods):  # as ClientApp(mods=...) chains them
+        call = _wrap(mod, call)
+    call(msg, ctx)
+    return lf.load(tap_dir)
+
+
+def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_path):
+    np.random.seed(0)  # LocalDpMod draws from numpy's global generator
+    mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
+    first = lf.ClientTap(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
+    inner = lf.ClientTap(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
+    (obs,), (truth,) = _train_through([first, mod, inner], tmp_path / "first").at(1)
+    # the std Flower logs for these settings, "local DP noise with 4.8448 stddev"
+    assert lf.classical_gaussian_std(1.0, 1.0, 1e-5) == pytest.approx(4.8448, abs=1e-4)
+    assert float(obs.tensors[0].std()) == pytest.approx(4.8448, rel=0.05)
+    assert obs.client == 3 and torch.equal(truth.labels, torch.tensor([1]))
+    # a tap placed inside the mod sees the clear update
+    (clear,), _ = lf.load(tmp_path / "inner").at(1)
+    assert torch.allclose(clear.tensors[0], torch.full((4000,), 1e-3))
+
+
 # ------------------------------------------------------------------------------ simulation
 NODES, LR = 2, 0.1
 

@@ -95,11 +95,17 @@ def keep_truth(context: Context, inputs: torch.Tensor, labels: torch.Tensor) -> 
         "labels": Array(labels.detach().cpu().numpy().astype(np.int64))})
 
 
-def _take_truth(context: Context) -> GroundTruth | None:
+def _clear_truth(context: Context) -> None:
+    """Before a round: no truth left over from an earlier one."""
+    if _TRUTH_KEY in context.state:
+        del context.state[_TRUTH_KEY]
+
+
+def _read_truth(context: Context) -> GroundTruth | None:
+    """After the train function: the truth it kept (read, not removed: every tap sees it)."""
     if _TRUTH_KEY not in context.state:
         return None
     record = context.state[_TRUTH_KEY]
-    del context.state[_TRUTH_KEY]
     return GroundTruth(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
                        labels=torch.from_numpy(record["labels"].numpy().copy()))
 
@@ -182,8 +188,9 @@ class ClientTap:
             return call_next(msg, ctxt)
         sent = _single(msg.content.array_records, "ArrayRecord")
         config = _single(msg.content.config_records, "ConfigRecord")
+        _clear_truth(ctxt)
         out = call_next(msg, ctxt)
-        truth = _take_truth(ctxt)
+        truth = _read_truth(ctxt)
         if out.has_error():
             return out
         round_ = int(config.get("server-round", 0))
