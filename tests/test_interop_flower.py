@@ -112,6 +112,10 @@ def test_ledgers_bad_input_is_named():
         lf.StrategyTap(object(), "/tmp")
     with pytest.raises(ValueError, match="does not exist"):
         lf.load("/nonexistent/leakaudit-taps")
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+        lf.ClientTap("/tmp", lr=0.0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        lf.StrategyTap(FedAvg(), "/tmp", batch_size=0)
 
 
 # ------------------------------------------------------------------------------ the mod alone

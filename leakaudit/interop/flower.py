@@ -49,6 +49,7 @@ import torch
 
 from accounting import PrivacyLedger
 
+from .._validate import check_int, check_number
 from ..fl import GroundTruth, Observation
 
 try:
@@ -118,6 +119,13 @@ class _Training:
     lr: float | None = None
     local_steps: int | None = None
     batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.lr is not None:
+            check_number("lr", self.lr, minimum=0.0, open_min=True)
+        for name in ("local_steps", "batch_size"):
+            if getattr(self, name) is not None:
+                check_int(name, getattr(self, name), 1)
 
     def resolve(self, config: Mapping[str, Any], where: str) -> tuple[float, int, int]:
         """The config sent with the round overrides the tap's defaults (keys "lr",
