@@ -92,7 +92,9 @@ class Tap:
         steps: record only these optimizer steps (0-based; default every step).
 
     After the ``with`` block, ``observations[i]`` and ``truths[i]`` (when ``model`` was
-    given) belong to the i-th recorded step. Skipped steps (Opacus's gradient accumulation,
+    given) belong to the i-th recorded step. The tensors are the gradient as applied: Opacus
+    divides the noised sum by the *expected* batch size, which with Poisson sampling differs
+    from the batch's size (``batch_size``, the rows Opacus clipped). Skipped steps (Opacus's gradient accumulation,
     ``signal_skip_step``) are not steps: nothing is applied, nothing is recorded.
     """
 
