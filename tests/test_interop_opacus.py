@@ -221,3 +221,26 @@ def test_epsilon_is_finite_and_consistent_for_a_tapped_run(digits):
     eps = ledger.epsilon(1e-5)
     assert math.isfinite(eps) and eps == pytest.approx(engine.accountant.get_epsilon(1e-5),
                                                        rel=1e-6)
+
+
+def test_tap_with_poisson_sampling_keeps_each_batch_with_its_step(digits):
+    net = models.default_for(digits)
+    data_ = TensorDataset(digits.x_train[:8], digits.y_train[:8])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, opt, loader = opacus.PrivacyEngine().make_private(
+            module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+            data_loader=DataLoader(data_, batch_size=2), noise_multiplier=1.0,
+            max_grad_norm=1.0, poisson_sampling=True,
+            noise_generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)  # Opacus's Poisson sampler draws from torch's default generator
+    with Tap(opt, model) as tap:
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert len(tap.observations) == 4  # 1 / sample rate steps
+    for obs, truth in zip(tap.observations, tap.truths):
+        assert truth.inputs.shape[0] == obs.batch_size == truth.labels.shape[0]
+        for x in truth.inputs:  # each kept example is one of the data set's
+            assert any(torch.equal(x, d) for d in digits.x_train[:8])

@@ -94,8 +94,9 @@ class Tap:
     After the ``with`` block, ``observations[i]`` and ``truths[i]`` (when ``model`` was
     given) belong to the i-th recorded step. The tensors are the gradient as applied: Opacus
     divides the noised sum by the *expected* batch size, which with Poisson sampling differs
-    from the batch's size (``batch_size``, the rows Opacus clipped). Skipped steps (Opacus's gradient accumulation,
-    ``signal_skip_step``) are not steps: nothing is applied, nothing is recorded.
+    from the batch's size (``batch_size``, the rows Opacus clipped). Skipped steps (Opacus's
+    gradient accumulation, ``signal_skip_step``) are not steps: nothing is applied, nothing
+    is recorded.
     """
 
     def __init__(self, optimizer: Any, model: nn.Module | None = None, *,
