@@ -11,7 +11,8 @@ examples it used to :func:`keep_truth` (the node's local ``Context.state``); the
 writes the observation and the truth to separate files of a directory on that node. The
 truth behind an aggregate is joined afterwards from its clients' truths (:func:`load`).
 
-Ledgers (:func:`ledgers`; Flower ships no per-client accountant, its issue #605):
+Ledgers (:func:`ledgers`; Flower's optional accountant counts the population's releases,
+none counts a client's: its issue #605):
 
 - central DP with fixed clipping (``DifferentialPrivacyServerSideFixedClipping``,
   ``...ClientSideFixedClipping``; McMahan et al. 2018): noise N(0, (z C / K)^2) on the mean of
