@@ -377,17 +377,20 @@ def log_a_fractional(q: float, sigmas: np.ndarray, alphas: np.ndarray) -> np.nda
     out = np.empty((sigmas.size, alphas.size))
     log_q, log_1mq = math.log(q), math.log1p(-q)
     block = max(1, 200_000 // max(alphas.size, 1))
-    # where A - 1 < 1e-6 (estimated by the i = 2 term) the absolute round-off of A (~1e-16)
-    # would cost > 1e-10 relative: those sigmas are summed as A - 1 instead
+    # where A - 1 < 1e-6 (estimated by the i = 2 term) the round-off and tail allowances of A
+    # (up to ~2.5e-14 absolute) would cost up to 2.5e-8 relative: those are summed as A - 1
     est = (np.log(alphas * (alphas - 1.0) / 2.0)[None, :] + 2.0 * log_q
            + np.log(np.expm1(1.0 / sigmas**2))[:, None])
     tiny = (est < _TINY_AM1).any(axis=1) & (sigmas >= 1.5) if q <= _SMALL_Q else np.zeros(
-        sigmas.size, bool)  # (small sigmas: e^(c_i) P_i grows huge; A - 1 is not tiny there)
-    for rows, series in ((np.flatnonzero(~tiny), _frac_block),
-                         (np.flatnonzero(tiny), _frac_block_small_q)):
-        for lo in range(0, rows.size, block):
-            part = rows[lo : lo + block]
-            out[part] = series(log_q, log_1mq, sigmas[part], alphas)
+        sigmas.size, bool)  # (small sigmas: e^(c_i) P_i grows huge and its allowance with it)
+    for lo in range(0, sigmas.size, block):
+        out[lo : lo + block] = _frac_block(log_q, log_1mq, sigmas[lo : lo + block], alphas)
+    rows = np.flatnonzero(tiny)
+    for lo in range(0, rows.size, block):
+        part = rows[lo : lo + block]
+        # both are upper bounds: keep the smaller (the A - 1 sum is the tight one here)
+        out[part] = np.minimum(out[part], _frac_block_small_q(log_q, log_1mq, sigmas[part],
+                                                               alphas))
     return out
 
 
