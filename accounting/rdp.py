@@ -383,14 +383,17 @@ def log_a_fractional(q: float, sigmas: np.ndarray, alphas: np.ndarray) -> np.nda
            + np.log(np.expm1(1.0 / sigmas**2))[:, None])
     tiny = (est < _TINY_AM1).any(axis=1) & (sigmas >= 1.5) if q <= _SMALL_Q else np.zeros(
         sigmas.size, bool)  # (small sigmas: e^(c_i) P_i grows huge and its allowance with it)
-    for lo in range(0, sigmas.size, block):
-        out[lo : lo + block] = _frac_block(log_q, log_1mq, sigmas[lo : lo + block], alphas)
+    # below sigma = 4 both series are summed and the smaller upper bound kept (the A - 1
+    # allowance can be loose there); above it the A - 1 sum alone (tight in every test)
+    plain = np.flatnonzero(~tiny | (sigmas < 4.0))
+    for lo in range(0, plain.size, block):
+        part = plain[lo : lo + block]
+        out[part] = _frac_block(log_q, log_1mq, sigmas[part], alphas)
     rows = np.flatnonzero(tiny)
     for lo in range(0, rows.size, block):
         part = rows[lo : lo + block]
-        # both are upper bounds: keep the smaller (the A - 1 sum is the tight one here)
-        out[part] = np.minimum(out[part], _frac_block_small_q(log_q, log_1mq, sigmas[part],
-                                                               alphas))
+        am1 = _frac_block_small_q(log_q, log_1mq, sigmas[part], alphas)
+        out[part] = np.where((sigmas[part] < 4.0)[:, None], np.minimum(out[part], am1), am1)
     return out
 
 
