@@ -6,9 +6,10 @@ The game is described in :mod:`leakaudit.empirical.game`; the bounds in
 1. the release is run once with the canary to read the defense's own ledgers of exactly that
    release (q = 1): eps_claimed, eps_sound;
 2. ``reference`` canary-out runs give a reference mean for the energy statistic;
-3. a selection split (``select_fraction`` of the trials per side) chooses, for each statistic,
-   the threshold and direction that maximise the bound (one for eps, one for mu);
-4. the rest (the evaluation split) gives Clopper-Pearson upper bounds on FPR and FNR, one
+3. a selection split (``select_fraction * trials`` further runs per side) chooses, for each
+   statistic, the threshold and direction that maximise the bound (one for eps, one for mu);
+4. ``trials`` held-out runs per side (the evaluation split) give Clopper-Pearson upper
+   bounds on FPR and FNR, one
    sided at alpha/2 each, alpha = (1 - confidence) / (number of statistics) (Bonferroni over
    the statistics: one test per statistic and bound on the held-out split);
 5. eps_lower and mu_lower are the best over the statistics; eps_lower_gdp converts mu_lower
@@ -83,16 +84,16 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
 
 def _statistic_columns(template: Defense, setup: game.GameSetup, n_sel: int, n_eval: int,
                        n_ref: int, generator: torch.Generator, vectorise: bool,
-                       wanted: Sequence[str]) -> dict[str, tuple[np.ndarray, ...]]:
+                       wanted: Sequence[str], chunk: int) -> dict[str, tuple[np.ndarray, ...]]:
     """(selection out, selection in, evaluation out, evaluation in) per statistic."""
-    *_, ref_sum = game.run_trials(template, setup, False, n_ref, None, generator,
-                                  vectorise=vectorise)
+    *_, ref_sum = game.run_trials(template, setup, False, n_ref, None, generator, chunk,
+                                  vectorise)
     ref = ref_sum / n_ref
     runs = {}
     for split, n in (("sel", n_sel), ("eval", n_eval)):
         for side in (False, True):
             runs[(split, side)] = game.run_trials(template, setup, side, n, ref, generator,
-                                                  vectorise=vectorise)[:2]
+                                                  chunk, vectorise)[:2]
     dims = ref.numel()
     fit = game.fit_llr(*runs[("sel", False)], *runs[("sel", True)], dims=dims)
     cols: dict[str, tuple[np.ndarray, ...]] = {}
@@ -150,7 +151,7 @@ def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
                   shapes: Sequence[Sequence[int]] = game.LENET_SHAPES, background: int = 32,
                   background_scale: float = 0.05, local_steps: int = 2,
                   select_fraction: float = 0.2, vectorise: bool | None = None,
-                  chunk: int = 256) -> dict[str, Any]:
+                  chunk: int = 512) -> dict[str, Any]:
     """Audit one release of ``defense`` at ``point``: one row of the report."""
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
@@ -168,8 +169,8 @@ def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
     n_sel = max(20, int(round(select_fraction * trials)))
     n_ref = max(50, min(1000, trials // 10))
     vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
-    cols = _statistic_columns(template, setup, n_sel, trials - n_sel, n_ref, generator, vec,
-                              wanted)
+    cols = _statistic_columns(template, setup, n_sel, trials, n_ref, generator, vec,
+                              wanted, chunk)
     alpha = (1.0 - confidence) / len(wanted)
     best = _bounds(cols, alpha, delta)
     eps_lower = best["eps_lower"]
@@ -207,7 +208,9 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
             otherwise) or :class:`~leakaudit.defenses.Defense` objects (a user's own subclass
             with its own ``privatize_batch`` works: it is run as training runs it).
         point: the leak point(s) whose release is audited: 2, 1 or 0.
-        trials: runs with the canary, and as many without (>= 100).
+        trials: held-out runs with the canary, and as many without (>= 100), on which the
+            bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
+            per side choose the thresholds, and up to 1,000 canary-out runs the reference.
         delta, confidence: the delta of every eps; the confidence of every bound.
         statistic: one of :data:`STATISTICS`, a list of them, or None for all.
         results: a JSON-lines file; a rerun with the same arguments skips finished rows.

@@ -30,6 +30,7 @@ runs) orthogonal to the canary (variance channel).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
@@ -136,6 +137,21 @@ def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...]
                      canary=canary, local_steps=steps)
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run the block with ``n`` intra-op torch threads, then restore the previous number.
+
+    The game's tensors are small; on a shared machine one thread avoids the thread-pool
+    contention that makes each small op cost milliseconds (measured: 50x on 2 busy cores).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class _FixedBatch:
     """A local batch of fixed per-example gradients (the model is frozen), duck-typing
     ``LocalBatch`` for a defense's ``local_step``."""
@@ -162,6 +178,16 @@ class _FixedBatch:
 
     def fresh(self) -> _FixedBatch:
         return self
+
+
+class _NoStep:
+    """At point 2 the release is the gradient; the weights it would move are not needed."""
+
+    lr = 0.1
+
+    def step(self, params: dict[str, torch.Tensor],
+             grads: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        return params
 
 
 def _contexts(setup: GameSetup, generator: torch.Generator
@@ -201,7 +227,8 @@ def _release(defense: Defense, setup: GameSetup, canary_in: bool,
         if canary_in:
             grads = [torch.cat([g, c.unsqueeze(0)]) for g, c in zip(grads, setup.canary)]
         batch = _FixedBatch(grads)
-        optimizer = make_optimizer(defense.optimizer or "sgd", setup.lr)
+        optimizer = _NoStep() if setup.point == 2 else \
+            make_optimizer(defense.optimizer or "sgd", setup.lr)
         current = params
         for step in range(setup.local_steps):
             current, g = defense.local_step(current, batch, optimizer, ctx(step))  # type: ignore[arg-type]
@@ -277,7 +304,8 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
     """Run the release once with the canary and read the defense's own ledgers of it."""
     defense = copy.deepcopy(template)
     ctx, round_ctx = _contexts(setup, generator)
-    _release(defense, setup, True, ctx)
+    with torch_threads(1):
+        _release(defense, setup, True, ctx)
     defense.claimed_round(round_ctx)
     extra: dict[str, Any] = {}
     public = getattr(defense, "if_public", None)
@@ -287,24 +315,26 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
 
 
 def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
-               reference: torch.Tensor | None, generator: torch.Generator, chunk: int = 256,
-               vectorise: bool = True) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+               reference: torch.Tensor | None, generator: torch.Generator, chunk: int = 512,
+               vectorise: bool = True, threads: int = 1
+               ) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """(projection, energy) of n runs, and the sum of the releases (for a reference mean).
 
     energy = ||(y - reference) minus its canary component||^2 (0 without a reference).
     """
-    u = setup.direction.double()
-    proj, energy, total = [], [], torch.zeros_like(u)
-    for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
-        rows = rows.double()
-        p = rows @ u
-        proj.append(p.numpy())
-        total += rows.sum(dim=0)
-        if reference is None:
-            energy.append(np.zeros(rows.shape[0]))
-        else:
-            r = rows - reference
-            energy.append((r.pow(2).sum(dim=1) - (r @ u).pow(2)).numpy())
+    u = setup.direction
+    proj, energy, total = [], [], torch.zeros_like(u, dtype=torch.float64)
+    with torch_threads(threads):
+        for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
+            rows = rows.float()
+            proj.append((rows @ u).double().numpy())
+            total += rows.sum(dim=0, dtype=torch.float64)
+            if reference is None:
+                energy.append(np.zeros(rows.shape[0]))
+            else:
+                r = rows - reference.float()
+                energy.append((r.pow(2).sum(dim=1, dtype=torch.float64)
+                               - (r @ u).double().pow(2)).numpy())
     return np.concatenate(proj), np.concatenate(energy), total
 
 
