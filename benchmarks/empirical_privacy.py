@@ -16,9 +16,9 @@ one LeNet-sized fed-cdp release).
 
 Usage::
 
-    python benchmarks/empirical_privacy.py                    # quick profile (minutes)
-    python benchmarks/empirical_privacy.py --profile full     # 10,000 runs per side
-    python benchmarks/empirical_privacy.py --defenses fed-cdp,fed-alpha-cdp --points 2 \\
+    python -m benchmarks.empirical_privacy                    # quick profile (minutes)
+    python -m benchmarks.empirical_privacy --profile full     # 10,000 runs per side
+    python -m benchmarks.empirical_privacy --defenses fed-cdp,fed-alpha-cdp --points 2 \\
         --trials 2000 --out results --results results/privacy_audit.jsonl
 """
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,12 +34,9 @@ from typing import Any
 import torch
 
 import leakaudit.defenses as D
-from leakaudit.defenses import _ops
-from leakaudit.defenses.base import ClientContext, Defense
+from benchmarks._markdown import Report
+from leakaudit.defenses import ClientContext, Defense
 from leakaudit.empirical import PrivacyReport, audit_release, game, privacy_audit
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(trials=1000, tight_trials=10_000, speed_trials=20_000),
@@ -60,7 +56,9 @@ class RealisedBatchCDP(Defense):
         self.clip, self.sigma = clip, sigma
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        sums, _ = _ops.clipped_sum(grads, self.clip)
+        flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
+        factor = (self.clip / flat.norm(dim=1).clamp(min=1e-12)).clamp(max=1.0)
+        sums = [torch.einsum("b,b...->...", factor, g) for g in grads]
         noise = [torch.randn(s.shape, generator=ctx.generator) * self.sigma * self.clip
                  for s in sums]
         for ledger in (ctx.sound, ctx.claimed):

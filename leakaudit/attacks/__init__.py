@@ -7,7 +7,11 @@ interface; the optimisation loop, restarts, divergence handling and validation a
 :mod:`leakaudit.attacks.base`, label inference in :mod:`leakaudit.attacks.labels`.
 
 The attacker sees the model at the leak point, the observed gradients, the input shape, the
-class count and the batch size. The ground truth (``track``) only feeds the history's MSE.
+class count and the batch size. The ground truth (``track``) never reaches the attack: the
+attack keeps its iterates and :func:`leakaudit.metrics.score_history` measures them after.
+
+Layers: the attacks import :mod:`leakaudit.grads` and :mod:`leakaudit.metrics` at most, never
+the simulator, the defenses or the audit.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import metrics
 from .base import (
     RELU_TYPES,
     Attack,
@@ -26,6 +31,7 @@ from .base import (
     ReLUWarning,
     run_attack,
 )
+from .checks import check_track
 from .cpl import CPL
 from .dlg import DLG
 from .idlg import IDLG
@@ -83,6 +89,7 @@ def reconstruct(
     labels: torch.Tensor | Sequence[int] | None = None,
     track: torch.Tensor | None = None,
     track_every: int = 10,
+    keep_iterates: bool = False,
     **options: Any,
 ) -> Reconstruction:
     """Reconstruct ``batch_size`` inputs from observed ``gradients`` with attack ``name``.
@@ -93,7 +100,9 @@ def reconstruct(
     ``step(closure)`` calls, up to 20 evaluations each; Adam steps for IG). ``restarts``
     attempts from seeds drawn from ``seed``, the best by gradient loss wins. ``labels`` skips
     label inference (DLG then optimises the input only). ``track`` (the ground truth,
-    (B, *input_shape)) only adds the matched MSE to the history every ``track_every`` steps.
+    (B, *input_shape)) only adds the matched MSE to the history every ``track_every`` steps,
+    measured after the attack on the iterates it kept; ``keep_iterates`` keeps those iterates
+    (``"inputs"`` in the history) for a scorer of your own instead.
 
     Options (all attacks): ``early_stop`` (1e-6: stop when the gradient loss is <= it),
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
@@ -103,10 +112,15 @@ def reconstruct(
     (``ValueError`` naming it).
     """
     attack = get(name)
-    return run_attack(attack, model, gradients, input_shape=input_shape,
-                      num_classes=num_classes, batch_size=batch_size,
-                      max_iterations=max_iterations, restarts=restarts, seed=seed,
-                      labels=labels, track=track, track_every=track_every, options=options)
+    truth = check_track(track, batch_size, input_shape)
+    rec = run_attack(attack, model, gradients, input_shape=input_shape,
+                     num_classes=num_classes, batch_size=batch_size,
+                     max_iterations=max_iterations, restarts=restarts, seed=seed,
+                     labels=labels, track_every=track_every, options=options,
+                     keep_iterates=keep_iterates or truth is not None)
+    if truth is not None:  # the scorer, after the attack
+        metrics.score_history(rec.history, truth)
+    return rec
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients()):

@@ -30,8 +30,10 @@ from accounting.composition import analytic_gaussian_epsilons
 from accounting.events import SampledGaussian
 
 from .. import defenses as defense_registry
+from .._jsonsafe import finite_json
+from .._validate import check_int, check_number, check_probability
+from ..auditing.results import ResultsFile
 from ..defenses import Defense
-from ..results import ResultsFile
 from . import game, stats
 from .report import PrivacyReport
 
@@ -64,13 +66,9 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
 
 def _check(trials: int, confidence: float, delta: float, statistics: Sequence[str],
            point: int, select_fraction: float) -> None:
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 100:
-        raise ValueError(f"trials must be an integer >= 100, got {trials!r}")
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) \
-            or not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < delta < 1.0:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_int("trials", trials, 100)
+    check_probability("confidence", confidence)
+    check_probability("delta", delta)
     if point not in game.POINTS:
         raise ValueError(f"point must be one of {game.POINTS}, got {point!r}")
     if not statistics:
@@ -78,8 +76,7 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
     for s in statistics:
         if s not in STATISTICS:
             raise ValueError(f"statistic must be among {STATISTICS}, got {s!r}")
-    if not 0.05 <= select_fraction <= 0.5:
-        raise ValueError(f"select_fraction must be in [0.05, 0.5], got {select_fraction!r}")
+    check_number("select_fraction", select_fraction, minimum=0.05, maximum=1.0)
 
 
 def _statistic_columns(template: Defense, setup: game.GameSetup, n_sel: int, n_eval: int,
@@ -195,6 +192,11 @@ def _resolve(spec: str | Defense, defense_params: dict[str, dict[str, Any]]) -> 
     return defense_registry.get(spec, **defense_params.get(spec, {}))
 
 
+def _restore(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored row with "inf"/"nan" strings turned back into floats."""
+    return {k: float(v) if v in ("inf", "-inf", "nan") else v for k, v in row.items()}
+
+
 def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int | Sequence[int] = 2,
                   trials: int = 10_000, *, delta: float = 1e-5, confidence: float = 0.95,
                   seed: int = 0, defense_params: dict[str, dict[str, Any]] | None = None,
@@ -248,9 +250,11 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
     for d, p in iterator:
         key = f"{d.describe()}|{p}"
         row = store.get("release", key)
-        if row is None:
+        if row is not None:
+            row = _restore(row)
+        else:
             row = audit_release(d, p, trials, delta=delta, confidence=confidence, seed=seed,
                                 statistic=wanted, **game_options)
-            store.put("release", key, row)
+            store.put("release", key, finite_json(row))
         report.add(row)
     return report

@@ -30,7 +30,6 @@ runs) orthogonal to the canary (variance channel).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterator
@@ -54,6 +53,7 @@ from ..defenses.fed_cdp import FedCDP
 from ..defenses.fed_sdp import FedSDP
 from ..defenses.quantile_clip import QuantileClip
 from ..defenses.random_noise import RandomNoise
+from ..grads import torch_threads
 from ..optim import make_optimizer
 
 __all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
@@ -67,8 +67,8 @@ POINTS = (0, 1, 2)
 #: the sites whose processing a release at each point has gone through
 _UPSTREAM = {2: {"example"}, 1: {"example", "client"}, 0: {"example", "client", "server"}}
 #: shipped defenses whose noise enters only additively through ``_ops`` (safe to batch)
-_VECTOR_SAFE: tuple[type, ...] = (FedCDP, FedAlphaCDP, AdapDPFL, DPFLAGN, AdaClip, FedSDP, RandomNoise,
-                                  CosAdaptiveLaplace, QuantileClip)
+_VECTOR_SAFE: tuple[type, ...] = (FedCDP, FedAlphaCDP, AdapDPFL, DPFLAGN, AdaClip, FedSDP,
+                                  RandomNoise, CosAdaptiveLaplace, QuantileClip)
 
 
 def releases_at(defense: Defense, point: int) -> bool:
@@ -135,21 +135,6 @@ def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...]
     steps = 1 if point == 2 else local_steps
     return GameSetup(point=point, adjacency=adjacency(defense, point), background=bg,
                      canary=canary, local_steps=steps)
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run the block with ``n`` intra-op torch threads, then restore the previous number.
-
-    The game's tensors are small; on a shared machine one thread avoids the thread-pool
-    contention that makes each small op cost milliseconds (measured: 50x on 2 busy cores).
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class _FixedBatch:
@@ -349,7 +334,8 @@ def log_likelihood_ratio(proj: np.ndarray, energy: np.ndarray, fit: dict[str, fl
         a, v, s2 = fit[f"a{w}"], fit[f"v{w}"], fit[f"s{w}"]
         return (-0.5 * (proj - a) ** 2 / v - 0.5 * math.log(v)
                 - 0.5 * energy / s2 - 0.5 * (dims - 1) * math.log(s2))
-    return world("1") - world("0")
+    with np.errstate(all="ignore"):
+        return world("1") - world("0")
 
 
 def fit_llr(proj_out: np.ndarray, energy_out: np.ndarray, proj_in: np.ndarray,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._jsonsafe import finite_json, number
+
 __all__ = ["PrivacyReport", "COLUMNS"]
 
 COLUMNS = ("defense", "point", "trials", "statistic", "eps_claimed", "eps_sound", "eps_lower",
@@ -35,14 +37,8 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-    return v
-
-
 def _unclean(v: Any) -> Any:
-    return float(v) if v in ("inf", "-inf", "nan") else v
+    return number(v) if v in ("inf", "-inf", "nan") else v
 
 
 @dataclass
@@ -75,12 +71,12 @@ class PrivacyReport:
         writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
         writer.writeheader()
         for r in self.records:
-            writer.writerow({k: _clean(r.get(k)) for k in keys})
+            writer.writerow({k: finite_json(r.get(k)) for k in keys})
         return buf.getvalue()
 
     def to_json(self) -> str:
         data = {"config": self.config,
-                "rows": [{k: _clean(v) for k, v in r.items()} for r in self.records]}
+                "rows": [finite_json(r) for r in self.records]}
         return json.dumps(data, indent=1, sort_keys=True)
 
     @classmethod
@@ -113,7 +109,7 @@ class PrivacyReport:
         ax.set_ylim(1e-3, top * 2)
         ax.set_xticks(x, [f"{r['defense']} p{r['point']}" for r in rows], rotation=60,
                       ha="right", fontsize=7)
-        ax.set_ylabel("epsilon (delta = %g)" % self.config.get("delta", 1e-5))
+        ax.set_ylabel(f"epsilon (delta = {self.config.get('delta', 1e-5):g})")
         ax.legend(fontsize=7, loc="lower left")
         ax.set_title("claimed vs sound vs measured (c: claim violated, !: sound violated)",
                      fontsize=9)

@@ -83,8 +83,15 @@ class Threshold(NamedTuple):
     sign: int
 
 
+def finite(values: np.ndarray) -> np.ndarray:
+    """A statistic with NaN read as 0 and +-inf clamped to +-1e300 (a deterministic release
+    can make a log-likelihood ratio infinite); apply the same map to every split."""
+    return np.nan_to_num(np.asarray(values, float), nan=0.0, posinf=1e300, neginf=-1e300)
+
+
 def error_counts(out: np.ndarray, into: np.ndarray, rule: Threshold) -> tuple[int, int]:
     """(false positives among canary-out runs, false negatives among canary-in runs)."""
+    out, into = finite(out), finite(into)
     fp = int(np.count_nonzero(rule.sign * out > rule.sign * rule.value))
     fn = int(np.count_nonzero(~(rule.sign * into > rule.sign * rule.value)))
     return fp, fn
@@ -93,10 +100,12 @@ def error_counts(out: np.ndarray, into: np.ndarray, rule: Threshold) -> tuple[in
 def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: float,
                delta: float, target: str) -> np.ndarray:
     """Vectorised bound at each candidate threshold, with Clopper-Pearson at alpha/2 each."""
-    fpr = np.where(fp >= n_out, 1.0, stats.beta.ppf(1 - alpha / 2, fp + 1, np.maximum(n_out - fp, 1)))
-    fnr = np.where(fn >= n_in, 1.0, stats.beta.ppf(1 - alpha / 2, fn + 1, np.maximum(n_in - fn, 1)))
+    def upper(k: np.ndarray, n: int) -> np.ndarray:
+        return np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+    fpr, fnr = upper(fp, n_out), upper(fn, n_in)
     if target == "mu":
-        return special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) - special.ndtri(np.clip(fnr, 1e-300, 1.0))
+        return special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) \
+            - special.ndtri(np.clip(fnr, 1e-300, 1.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 1e-300) / fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 1e-300) / fnr)
@@ -107,7 +116,7 @@ def _normal_fit_cut(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], 
                     delta: float, target: str) -> Threshold | None:
     """The cut that maximises the expected bound on ``n_eval`` runs under a normal fit."""
     m0, s0, m1, s1 = out.mean(), out.std(), into.mean(), into.std()
-    if not (s0 > 0 and s1 > 0) or m0 == m1:
+    if not np.isfinite([m0, s0, m1, s1]).all() or not (s0 > 0 and s1 > 0) or m0 == m1:
         return None
     sign = 1 if m1 > m0 else -1
     lo, hi = min(m0 - 8 * s0, m1 - 8 * s1), max(m0 + 8 * s0, m1 + 8 * s1)
@@ -115,7 +124,8 @@ def _normal_fit_cut(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], 
     fp = n_eval[0] * stats.norm.sf(sign * (cuts - m0) / s0)
     fn = n_eval[1] * stats.norm.cdf(sign * (cuts - m1) / s1)
     score = _objective(np.floor(fp), np.floor(fn), n_eval[0], n_eval[1], alpha, delta, target)
-    return Threshold(float(cuts[int(np.nanargmax(score))]), sign)
+    score = np.nan_to_num(score, nan=-np.inf)
+    return Threshold(float(cuts[int(np.argmax(score))]), sign)
 
 
 def _empirical_score(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float,
@@ -135,7 +145,7 @@ def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: flo
     of each side (steadier in the tails, where a few runs decide). The normal-fit cut is taken
     unless its empirical score on the selection split is clearly worse (below 90 %).
     """
-    out, into = np.sort(np.asarray(out, float)), np.sort(np.asarray(into, float))
+    out, into = np.sort(finite(out)), np.sort(finite(into))
     values = np.unique(np.concatenate([out, into]))
     cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
     best, best_score = Threshold(float(cuts[0]), 1), -np.inf
@@ -145,7 +155,8 @@ def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: flo
         fp = o.size - np.searchsorted(o, c, side="right")        # out runs above the cut
         fn = np.searchsorted(i, c, side="right")                  # in runs at or below
         score = _objective(fp, fn, o.size, i.size, alpha, delta, target)
-        j = int(np.nanargmax(score))
+        score = np.nan_to_num(score, nan=-np.inf)
+        j = int(np.argmax(score))
         if score[j] > best_score:
             best_score = float(score[j])
             best = Threshold(float(c[j] * sign), sign)
