@@ -191,3 +191,24 @@ def test_report_formats_and_resume(tmp_path):
 
 def test_privacy_audit_is_exported_at_the_top_level():
     assert leakaudit.privacy_audit is privacy_audit
+
+
+def test_cli_privacy_audit_writes_the_report(tmp_path, capsys):
+    from leakaudit.cli import main
+
+    assert main(["privacy-audit", "--defenses", "fed-cdp", "--point", "2", "--trials", "100",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    assert "| fed-cdp | 2 | 100 |" in capsys.readouterr().out
+    assert (tmp_path / "privacy.csv").exists() and (tmp_path / "privacy.png").exists()
+    assert main(["privacy-audit", "--defenses", "fed-cdp", "--trials", "99",
+                 "--out", str(tmp_path)]) == 2
+    assert "trials" in capsys.readouterr().err
+
+
+def test_audit_gains_a_measured_eps_column_when_asked():
+    report = leakaudit.audit(["fed-cdp"], attacks=("idlg",), points=(2,), examples=1,
+                             rounds=1, max_iterations=2, workers=1, progress=False,
+                             empirical=True, empirical_trials=100)
+    assert "measured eps >=" in report.to_markdown()
+    row = report.defense_rows()[0]
+    assert 0.0 <= row["measured eps >="] <= row["eps_sound"]
