@@ -16,7 +16,7 @@ from leakaudit.auditing import audit
 
 #: measured 2026-11-23 on the redesigned layout; identical to the layout before the
 #: redesign (same command on commit c95f6d0)
-EXPECTED = "d877d0eee784a561"
+EXPECTED = "380f37e1e2171ae2"
 
 SMALL = dict(defenses=["none", "fed-cdp", "random-noise"], attacks=("dlg", "idlg"),
              points=(0, 2), examples=1, rounds=2, max_iterations=8, seed=0,

@@ -278,6 +278,7 @@ def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dat
     run = fl.simulate(copy.deepcopy(model), ds, copy.deepcopy(d), clients=clients,
                       clients_per_round=plan.examples, rounds=1, local_steps=1,
                       batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
+                      batch_sampling="shuffle",  # the attacks' view: exactly one example
                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points])
     jobs = []
     for cell in pending:
@@ -320,7 +321,7 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=1,
                           local_steps=1, batch_size=1, lr=prof.attack_lr, seed=seed,
-                          progress=False)
+                          progress=False, batch_sampling="shuffle")
     else:
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=plan.rounds,
