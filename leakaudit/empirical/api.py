@@ -231,6 +231,7 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
     if not specs:
         raise ValueError("defenses must name at least one defense")
     built = [_resolve(s, params) for s in specs]
+    labels = {id(d): s if isinstance(s, str) else d.name for s, d in zip(specs, built)}
     pairs = []
     for d in built:
         for p in points:
@@ -256,5 +257,5 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
             row = audit_release(d, p, trials, delta=delta, confidence=confidence, seed=seed,
                                 statistic=wanted, **game_options)
             store.put("release", key, finite_json(row))
-        report.add(row)
+        report.add(dict(row, defense=labels[id(d)]))  # the registered name, when given
     return report
