@@ -225,3 +225,19 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     text = (tmp_path / "empirical_privacy.md").read_text()
     assert text.startswith("# Measured privacy (") and "realised-batch-cdp" in text
     assert (tmp_path / "empirical_privacy.png").exists()
+
+
+def test_batches_are_poisson_where_the_ledger_assumes_it_and_fixed_size_is_sound():
+    from leakaudit import fl
+
+    kw = dict(clients=2, clients_per_round=2, rounds=1, local_steps=2, batch_size=8,
+              progress=False)
+    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0), **kw)
+    assert run.settings["batch_sampling"] == "poisson"
+    assert run.sound[0].events[0].q < 1.0
+    # fixed-size batches: replace-one adjacency, sensitivity 2C, no amplification
+    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0),
+                      batch_sampling="shuffle", **kw)
+    ev = run.sound[0].events[0]
+    assert (ev.q, ev.sigma, ev.count) == (1.0, 1.0, 2)
+    assert fl.simulate(None, "digits", "none", **kw).settings["batch_sampling"] == "shuffle"
