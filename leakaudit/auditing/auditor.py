@@ -185,8 +185,7 @@ def audit(
               "rounds": plan.rounds, "max_iterations": plan.max_iterations,
               "restarts": plan.restarts, "threshold": threshold, "delta": delta,
               "trained": trained, "clients": clients}
-    if empirical:
-        config["empirical_trials"] = check_int("empirical_trials", empirical_trials, 100)
+    config.update(_empirical_config(empirical, empirical_trials))
     store = ResultsFile(results, config)
     cells = [(d, p, a, e) for d in defs for p in plan.points for a in plan.attacks
              for e in range(plan.examples)]
@@ -199,10 +198,7 @@ def audit(
             if train is None:
                 train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
                 store.put("training", d.describe(), train)
-            if empirical and "eps_measured" not in train:
-                train = dict(train, eps_measured=_measured_eps(d, plan.points,
-                                                               empirical_trials, seed, delta))
-                store.put("training", d.describe(), train)
+            train = _with_measured(train, d, store, plan.points, config, seed, delta)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -225,14 +221,26 @@ def audit(
     return report
 
 
-def _measured_eps(defense: Any, points: Sequence[int], trials: int, seed: int,
-                  delta: float) -> float:
-    """The largest measured lower bound on eps over the points where the defense releases."""
+def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
+    """The config entry of audit(empirical=True) (none otherwise: old results files resume)."""
+    return {"empirical_trials": check_int("empirical_trials", trials, 100)} if empirical else {}
+
+
+def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
+                   points: Sequence[int], config: dict[str, Any], seed: int,
+                   delta: float) -> dict[str, Any]:
+    """The training record with "eps_measured": the largest measured lower bound on eps over
+    the points where the defense releases (stored, so a resumed audit does not remeasure)."""
+    trials = config.get("empirical_trials")
+    if trials is None or "eps_measured" in train:
+        return train
     from ..empirical import audit_release, game  # the empirical audit sits beside this one
 
     bounds = [audit_release(defense, p, trials, delta=delta, seed=seed)["eps_lower"]
               for p in points if game.releases_at(defense, p)]
-    return max(bounds, default=0.0)
+    train = dict(train, eps_measured=max(bounds, default=0.0))
+    store.put("training", defense.describe(), train)
+    return train
 
 
 def _check_engine(engine: str, ray_address: str | None) -> None:
