@@ -27,7 +27,7 @@ import torch
 
 from accounting import PrivacyLedger
 from accounting.composition import analytic_gaussian_epsilons
-from accounting.events import SampledGaussian
+from accounting.events import GaussianSchedule, SampledGaussian
 
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
@@ -46,9 +46,9 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
     """eps of the recorded release, with the tightest method available.
 
     Gaussian steps at q = 1 compose exactly into one Gaussian mechanism with multiplier
-    (sum sigma_i^-2)^-1/2, whose eps is exact (Balle & Wang 2018); otherwise the ledger's PLD
-    accountant where it exists, else its RDP bound. An empty ledger (no guarantee recorded)
-    gives inf.
+    (sum sigma_i^-2)^-1/2, whose eps is exact (Balle & Wang 2018); other Gaussian ledgers: the
+    smaller of the ledger's PLD bound (where the accounting has it) and its RDP bound; any
+    other: RDP. An empty ledger (no guarantee recorded) gives inf.
     """
     events = ledger.events
     if not events:
@@ -58,10 +58,13 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
         if math.isinf(inv):
             return math.inf
         return float(analytic_gaussian_epsilons(np.array([inv ** -0.5]), delta)[0])
-    try:
-        return float(ledger.epsilon(delta, "pld", warn=False))
-    except ValueError:
-        return float(ledger.epsilon(delta, warn=False))
+    rdp = float(ledger.epsilon(delta, warn=False))
+    if not all(isinstance(e, (SampledGaussian, GaussianSchedule)) for e in events):
+        return rdp  # Laplace / pure-DP releases: RDP is tight enough, PLD slow at large eps
+    try:  # both are upper bounds: keep the smaller
+        return min(rdp, float(ledger.epsilon(delta, "pld", warn=False)))
+    except ValueError:  # an accounting without the PLD method
+        return rdp
 
 
 def _check(trials: int, confidence: float, delta: float, statistics: Sequence[str],
