@@ -141,6 +141,8 @@ def audit(
     progress: bool = True,
     engine: str = "process",
     ray_address: str | None = None,
+    empirical: bool = False,
+    empirical_trials: int = 2000,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring.
 
@@ -168,6 +170,9 @@ def audit(
             every node needs leakaudit and torch installed). None starts a local Ray instance
             with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
             used as it is and left running; a Ray started by audit() is shut down at the end.
+        empirical: also measure a lower bound on eps of each defense's release at each audited
+            point (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the
+            defense table gains a "measured eps >=" column (the largest over the points).
     """
     _check_engine(engine, ray_address)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks)
@@ -180,6 +185,7 @@ def audit(
               "rounds": plan.rounds, "max_iterations": plan.max_iterations,
               "restarts": plan.restarts, "threshold": threshold, "delta": delta,
               "trained": trained, "clients": clients}
+    config.update(_empirical_config(empirical, empirical_trials))
     store = ResultsFile(results, config)
     cells = [(d, p, a, e) for d in defs for p in plan.points for a in plan.attacks
              for e in range(plan.examples)]
@@ -192,6 +198,7 @@ def audit(
             if train is None:
                 train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
                 store.put("training", d.describe(), train)
+            train = _with_measured(train, d, store, plan.points, config, seed, delta)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -212,6 +219,28 @@ def audit(
     for cell in cells:  # canonical order, whatever order the cells finished in
         report.add_cell(store.get("cell", _cell_key(*cell)))
     return report
+
+
+def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
+    """The config entry of audit(empirical=True) (none otherwise: old results files resume)."""
+    return {"empirical_trials": check_int("empirical_trials", trials, 100)} if empirical else {}
+
+
+def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
+                   points: Sequence[int], config: dict[str, Any], seed: int,
+                   delta: float) -> dict[str, Any]:
+    """The training record with "eps_measured": the largest measured lower bound on eps over
+    the points where the defense releases (stored, so a resumed audit does not remeasure)."""
+    trials = config.get("empirical_trials")
+    if trials is None or "eps_measured" in train:
+        return train
+    from ..empirical import audit_release, game  # the empirical audit sits beside this one
+
+    bounds = [audit_release(defense, p, trials, delta=delta, seed=seed)["eps_lower"]
+              for p in points if game.releases_at(defense, p)]
+    train = dict(train, eps_measured=max(bounds, default=0.0))
+    store.put("training", defense.describe(), train)
+    return train
 
 
 def _check_engine(engine: str, ray_address: str | None) -> None:
@@ -257,6 +286,7 @@ def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dat
     run = fl.simulate(copy.deepcopy(model), ds, copy.deepcopy(d), clients=clients,
                       clients_per_round=plan.examples, rounds=1, local_steps=1,
                       batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
+                      batch_sampling="shuffle",  # the attacks' view: exactly one example
                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points])
     jobs = []
     for cell in pending:
@@ -299,7 +329,7 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=1,
                           local_steps=1, batch_size=1, lr=prof.attack_lr, seed=seed,
-                          progress=False)
+                          progress=False, batch_sampling="shuffle")
     else:
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=plan.rounds,
