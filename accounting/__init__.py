@@ -55,6 +55,7 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .tightest import tightest_epsilon
 
 __all__ = [
     "APPROXIMATE_METHODS",
@@ -105,6 +106,7 @@ __all__ = [
     "scale_schedule",
     "schedules",
     "joint_gaussian_multiplier",
+    "tightest_epsilon",
     "zcdp_gaussian",
     "zcdp_sampled_gaussian_approx",
     "zcdp_to_dp",

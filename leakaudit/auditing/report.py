@@ -144,7 +144,8 @@ class AuditReport:
     def to_markdown(self) -> str:
         lines = [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
                  "attacked example rebuilt by any attack; tau = L-BFGS steps to success; eps "
-                 f"at delta = {self.delta:g}, worst client)", "", self.summary_markdown(),
+                 f"at delta = {self.delta:g}, worst client; claimed: RDP; sound: the tightest "
+                 "certified bound, exact Gaussian, PLD or RDP)", "", self.summary_markdown(),
                  "Per attack (tau = L-BFGS steps to success, else the limit)",
                  "", markdown_table(CELL_COLUMNS, self.rows()), "",
                  f"Accuracy and privacy (eps at delta = {self.delta:g}, worst client)", "",

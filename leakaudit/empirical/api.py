@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from accounting import PrivacyLedger
-from accounting.composition import analytic_gaussian_epsilons
-from accounting.events import GaussianSchedule, SampledGaussian
+from accounting import PrivacyLedger, tightest_epsilon
 
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
@@ -43,28 +41,9 @@ STATISTICS = ("projection", "energy", "llr")
 
 
 def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
-    """eps of the recorded release, with the tightest method available.
-
-    Gaussian steps at q = 1 compose exactly into one Gaussian mechanism with multiplier
-    (sum sigma_i^-2)^-1/2, whose eps is exact (Balle & Wang 2018); other Gaussian ledgers: the
-    smaller of the ledger's PLD bound (where the accounting has it) and its RDP bound; any
-    other: RDP. An empty ledger (no guarantee recorded) gives inf.
-    """
-    events = ledger.events
-    if not events:
-        return math.inf
-    if all(isinstance(e, SampledGaussian) and e.q == 1.0 for e in events):
-        inv = sum(e.count / e.sigma ** 2 if e.sigma > 0 else math.inf for e in events)
-        if math.isinf(inv):
-            return math.inf
-        return float(analytic_gaussian_epsilons(np.array([inv ** -0.5]), delta)[0])
-    rdp = float(ledger.epsilon(delta, warn=False))
-    if not all(isinstance(e, (SampledGaussian, GaussianSchedule)) for e in events):
-        return rdp  # Laplace / pure-DP releases: RDP is tight enough, PLD slow at large eps
-    try:  # both are upper bounds: keep the smaller
-        return min(rdp, float(ledger.epsilon(delta, "pld", warn=False)))
-    except ValueError:  # an accounting without the PLD method
-        return rdp
+    """eps of the recorded release, with the tightest method available
+    (:func:`accounting.tightest_epsilon`: exact Gaussian at q = 1, else min(PLD, RDP))."""
+    return tightest_epsilon(ledger, delta)
 
 
 def _check(trials: int, confidence: float, delta: float, statistics: Sequence[str],
