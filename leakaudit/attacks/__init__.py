@@ -2,9 +2,10 @@
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
-``idlg``, ``cpl``, ``ig``), each an :class:`~leakaudit.attacks.base.Attack` with the same small
-interface; the optimisation loop, restarts, divergence handling and validation are shared in
-:mod:`leakaudit.attacks.base`, label inference in :mod:`leakaudit.attacks.labels`.
+``idlg``, ``cpl``, ``ig``, ``fedavg``), each an :class:`~leakaudit.attacks.base.Attack` with
+the same small interface; the optimisation loop, restarts, divergence handling and
+validation are shared in :mod:`leakaudit.attacks.base`, label inference in
+:mod:`leakaudit.attacks.labels` (counts of repeated labels: ``label_counts``).
 
 The attacker sees the model at the leak point, the observed gradients, the input shape, the
 class count and the batch size. The ground truth (``track``) only feeds the history's MSE.
@@ -28,6 +29,7 @@ from .base import (
 )
 from .cpl import CPL
 from .dlg import DLG
+from .fedavg import FedAvg
 from .idlg import IDLG
 from .ig import InvertingGradients
 from .labels import infer_labels
@@ -99,8 +101,9 @@ def reconstruct(
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
     ``num_threads`` (1; None keeps torch's setting); L-BFGS attacks: ``line_search``
     ("strong_wolfe", or None for the references); CPL: ``pattern`` (2, 4, 8); IG:
-    ``tv_weight`` (0.1), ``lr`` (0.1). Every argument is checked before any work
-    (``ValueError`` naming it).
+    ``tv_weight`` (0.1), ``lr`` (0.1); fedavg: IG's and ``local_steps`` (1), ``client_lr``
+    (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker. Every
+    argument is checked before any work (``ValueError`` naming it).
     """
     attack = get(name)
     return run_attack(attack, model, gradients, input_shape=input_shape,
@@ -109,5 +112,5 @@ def reconstruct(
                       labels=labels, track=track, track_every=track_every, options=options)
 
 
-for _attack in (DLG(), IDLG(), CPL(), InvertingGradients()):
+for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg()):
     register(_attack)
