@@ -85,6 +85,7 @@ def reconstruct(
     labels: torch.Tensor | Sequence[int] | None = None,
     track: torch.Tensor | None = None,
     track_every: int = 10,
+    device: str | torch.device | None = None,
     **options: Any,
 ) -> Reconstruction:
     """Reconstruct ``batch_size`` inputs from observed ``gradients`` with attack ``name``.
@@ -104,12 +105,18 @@ def reconstruct(
     ``tv_weight`` (0.1), ``lr`` (0.1); fedavg: IG's and ``local_steps`` (1), ``client_lr``
     (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker. Every
     argument is checked before any work (``ValueError`` naming it).
+
+    ``device``: where the attack runs: None (where ``model`` lives), "auto" (CUDA when
+    present), "cpu" or "cuda[:i]" (a ValueError when CUDA is absent). The model is copied
+    there; the result is on the CPU. Seeds draw on the CPU, so a seed gives the same starts on
+    every device.
     """
     attack = get(name)
     return run_attack(attack, model, gradients, input_shape=input_shape,
                       num_classes=num_classes, batch_size=batch_size,
                       max_iterations=max_iterations, restarts=restarts, seed=seed,
-                      labels=labels, track=track, track_every=track_every, options=options)
+                      labels=labels, track=track, track_every=track_every, options=options,
+                      device=device)
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg()):

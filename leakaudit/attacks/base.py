@@ -37,6 +37,7 @@ rows unclamped; the optimisation itself is unconstrained unless the attack says 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 import warnings
@@ -53,7 +54,7 @@ from torch.func import functional_call
 from leakaudit.fl import _flush_denormals
 from leakaudit.metrics import matched_mse
 
-from .._validate import check_int
+from .._validate import check_device, check_int
 from .labels import infer_labels
 
 __all__ = [
@@ -478,9 +479,13 @@ class _Run:
 def run_attack(attack: Attack, model: nn.Module, gradients: Sequence[torch.Tensor], *,
                input_shape: Sequence[int], num_classes: int, batch_size: int,
                max_iterations: int, restarts: int, seed: int, labels: Any, track: Any,
-               track_every: int, options: dict[str, Any]) -> Reconstruction:
+               track_every: int, options: dict[str, Any],
+               device: str | torch.device | None = None) -> Reconstruction:
     """Validate everything, then run the attempts and keep the best by gradient loss."""
     t0 = time.perf_counter()
+    where = check_device("device", device)
+    if where is not None and isinstance(model, nn.Module):
+        model = copy.deepcopy(model).to(where)
     cfg, grads, known, truth = _validate(
         attack, model, gradients, input_shape, num_classes, batch_size, max_iterations,
         restarts, seed, labels, track, track_every, options)
