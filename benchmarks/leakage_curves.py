@@ -1,10 +1,11 @@
 """Leakage at the settings people train with (issue 13): batch size, local steps, training
 stage and noise.
 
-(a) Undefended: batch size B x local steps L x attacks (ig, fedavg, idlg). A client holds B
-    examples and takes L full-batch SGD steps (``fl.simulate``, one client, one round); the
-    attacks see its update (leak point 1): ig and idlg as the gradient g = -dW / (lr L), fedavg
-    by simulating the L steps (it is told L, lr, B and the optimizer).
+(a) Undefended: batch size B x local steps L x attacks (ig, fedavg, idlg, fedavg-l2). A
+    client holds B examples and takes L full-batch SGD steps (``fl.simulate``, one client,
+    one round); the attacks see its update (leak point 1): ig and idlg as the gradient
+    g = -dW / (lr L), fedavg and fedavg-l2 (the same matched iDLG's way) by simulating the L
+    steps (they are told L, lr, B and the optimizer).
 (b) Noise sweeps: sigma x defenses (fed-cdp, fed-sdp-client, fed-alpha-cdp, adaclip) x B,
     L = 1, every leak point; each sigma with the sound eps that the profile's standard
     training run spends at it (``Run.epsilon(delta, "sound")``), so ASR reads against eps.
@@ -16,9 +17,10 @@ cell. Outputs under ``--out``: leakage_curves.csv (columns ``COLUMNS``), .md, .p
 against sigma and against sound eps, log axes, one line per defense and leak point, the best
 attack at each point) and the resumable results file leakage_curves.jsonl.
 
-Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, one batch per cell, short attacks:
-ig/fedavg 150 signed-Adam steps, idlg 20 L-BFGS steps; sweeps at B = 1 with idlg and ig, at
-B = 8 with ig; about 15 minutes with 2 workers on 2 cores), ``full`` (Fashion-MNIST, LeNet
+Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, one batch per cell, L in {1, 2, 5}
+(not 10), short attacks: ig/fedavg 150 signed-Adam steps, idlg/fedavg-l2 20 L-BFGS steps;
+sweeps at B = 1 with idlg, at B = 8 with ig; about 15 minutes with 2 workers on 2 idle
+cores), ``full`` (Fashion-MNIST, LeNet
 and the ReLU CNN, stages initial / round1 / round5, 300 steps, 2 batches per cell; hours).
 ``--tiny`` shrinks any profile to a smoke run.
 
@@ -89,24 +91,26 @@ _SIGMAS = (0.0, 0.001, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
         dataset="digits", models=("lenet",), stages=("initial",),
-        batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5, 10),
-        grid_attacks=("ig", "fedavg", "idlg"), sigmas=_SIGMAS,
-        sweep_defenses=SWEEP_DEFENSES, sweep_attacks=((1, ("idlg", "ig")), (8, ("ig",))),
-        points=(0, 1, 2), iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20)),
+        batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5),
+        grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
+        sweep_defenses=SWEEP_DEFENSES, sweep_attacks=((1, ("idlg",)), (8, ("ig",))),
+        points=(0, 1, 2),
+        iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20), ("fedavg-l2", 20)),
         examples=1, client_lr=0.01, train=_TRAIN),
     "full": Profile(
         dataset="fashion-mnist", models=("lenet", "relu_cnn"),
         stages=("initial", "round1", "round5"),
         batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5, 10),
-        grid_attacks=("ig", "fedavg", "idlg"), sigmas=_SIGMAS,
+        grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
         sweep_defenses=SWEEP_DEFENSES,
         sweep_attacks=((1, ("idlg", "ig")), (8, ("ig", "idlg"))),
-        points=(0, 1, 2), iterations=(("ig", 300), ("fedavg", 300), ("idlg", 300)),
+        points=(0, 1, 2),
+        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 300), ("fedavg-l2", 300)),
         examples=2, client_lr=0.01, train=_TRAIN),
 }
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
-            iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2)),
+            iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2)),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
                    ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
 
@@ -145,7 +149,8 @@ def attack_observation(obs: Any, model: torch.nn.Module, ds: data.Dataset, attac
     else:
         steps = obs.local_steps
         grads = [-t / (obs.lr * steps) for t in obs.tensors]
-    options = ({"local_steps": steps, "client_lr": obs.lr} if attack == "fedavg" else {})
+    options = ({"local_steps": steps, "client_lr": obs.lr} if attack.startswith("fedavg")
+               else {})
     rec = attacks.reconstruct(attack, net, grads, input_shape=tuple(ds.input_shape),
                               num_classes=ds.num_classes, batch_size=obs.batch_size,
                               max_iterations=iterations, seed=seed, **options)

@@ -29,7 +29,7 @@ from .base import (
 )
 from .cpl import CPL
 from .dlg import DLG
-from .fedavg import FedAvg
+from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
 from .ig import InvertingGradients
 from .labels import infer_labels
@@ -103,7 +103,8 @@ def reconstruct(
     ``num_threads`` (1; None keeps torch's setting); L-BFGS attacks: ``line_search``
     ("strong_wolfe", or None for the references); CPL: ``pattern`` (2, 4, 8); IG:
     ``tv_weight`` (0.1), ``lr`` (0.1); fedavg: IG's and ``local_steps`` (1), ``client_lr``
-    (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker. Every
+    (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker, and ``method``
+    ("cosine"; fedavg-l2: "l2"). Every
     argument is checked before any work (``ValueError`` naming it).
 
     ``device``: where the attack runs: None (where ``model`` lives), "auto" (CUDA when
@@ -119,5 +120,6 @@ def reconstruct(
                       device=device)
 
 
-for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg()):
+for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
+                FedAvgL2()):
     register(_attack)
