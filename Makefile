@@ -40,16 +40,16 @@ lint: setup
 	$(PY) -m ruff check .
 
 bench: setup
-	$(PY) benchmarks/accounting_speed.py --profile quick
+	$(PY) -m benchmarks.accounting_speed --profile quick
 
-# The results page: the four quick profiles (each under 5 minutes on 2 cores), then
+# The results page: the quick profiles (each under 5 minutes on 2 cores), then
 # docs/results.md with their tables and figures.
 results: setup
-	$(PY) benchmarks/resilience.py --profile quick --out docs/results --results results/resilience.jsonl
-	$(PY) benchmarks/privacy.py --profile quick --out docs/results
-	$(PY) benchmarks/utility.py --profile quick --jobs 2 --out docs/results
-	$(PY) benchmarks/speed.py --profile quick --out docs/results
-	$(PY) benchmarks/collect.py --dir docs/results --out docs/results.md
+	$(PY) -m benchmarks.resilience --profile quick --out docs/results --results results/resilience.jsonl
+	$(PY) -m benchmarks.privacy --profile quick --out docs/results
+	$(PY) -m benchmarks.utility --profile quick --jobs 2 --out docs/results
+	$(PY) -m benchmarks.speed --profile quick --out docs/results
+	$(PY) -m benchmarks.collect --dir docs/results --out docs/results.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks

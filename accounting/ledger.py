@@ -692,7 +692,7 @@ class PrivacyLedger:
 
 
 def parallel_epsilon(ledgers: Iterable[PrivacyLedger], delta: float,
-                     method: str = "rdp") -> float:
+                     method: str = "rdp", *, warn: bool = True) -> float:
     """Parallel composition over disjoint data: the worst (max) eps over the ledgers."""
-    values = [lg.epsilon(delta, method) for lg in ledgers]
+    values = [lg.epsilon(delta, method, warn=warn) for lg in ledgers]
     return max(values) if values else 0.0

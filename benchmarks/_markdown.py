@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from leakaudit.auditing.report import markdown_table
+
 
 class Report:
     """Collects Markdown lines, printing each one as it comes."""
@@ -17,11 +19,9 @@ class Report:
         self.lines.append(text)
 
     def table(self, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        """A Markdown table followed by a blank line."""
-        self.line("| " + " | ".join(headers) + " |")
-        self.line("|" + "|".join("---" for _ in headers) + "|")
-        for row in rows:
-            self.line("| " + " | ".join(row) + " |")
+        """A Markdown table (``leakaudit``'s writer) followed by a blank line."""
+        for text in markdown_table(headers, [[str(v) for v in row] for row in rows]).split("\n"):
+            self.line(text)
         self.line()
 
     def text(self) -> str:

@@ -17,9 +17,9 @@ Four sections, printed as Markdown:
 
 Usage::
 
-    python benchmarks/accounting_speed.py                  # quick profile (about a minute)
-    python benchmarks/accounting_speed.py --profile full   # peers on all 10,000 steps
-    python benchmarks/accounting_speed.py --out results    # also write results/accounting_speed.md
+    python -m benchmarks.accounting_speed                  # quick profile (about a minute)
+    python -m benchmarks.accounting_speed --profile full   # peers on all 10,000 steps
+    python -m benchmarks.accounting_speed --out results    # also write results/accounting_speed.md
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import datetime as _dt
 import math
 import os
 import platform
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,9 +39,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 import accounting as A
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
+from benchmarks._markdown import Report
 
 T = TypeVar("T")
 

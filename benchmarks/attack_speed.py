@@ -13,11 +13,10 @@ Sections:
 
 1. Seconds per L-BFGS step of ``leakaudit.attacks.reconstruct("dlg"|"cpl", ...)`` for a fixed
    number of steps with ``early_stop=0`` (every run does the same work; strong-Wolfe line
-   search, the default), *before* (the attempt loop as first written, kept verbatim below as
-   ``reference_attempt`` and patched in for the measurement) and *after* (the package as it is
-   now), with the number of objective evaluations per step, the isolated cost of one
-   gradient-matching evaluation (forward, backward with ``create_graph``, backward again) and
-   whether both give bit-for-bit the same reconstruction.
+   search, the default), the isolated cost of one gradient-matching evaluation (forward,
+   backward with ``create_graph``, backward again) and whether two runs give bit-for-bit the
+   same reconstruction. (The "before/after" comparison with the attempt loop as first written
+   was measured once, 2026-11-22, and is kept in docs/results.md; its code is gone.)
 2. (a) Other ways to compute one evaluation (CPL objective: hard labels, input only), each
    timed alone and inside the same L-BFGS loop: the current autograd closure, the same with
    PyTorch's native convolutions instead of oneDNN (``torch.backends.mkldnn.flags(enabled=
@@ -30,31 +29,29 @@ Sections:
    restart's gradient distance, per-restart parameter gradients through ``vmap``).
 3. Wall time of ``leakaudit.audit()`` with its defaults (profile "quick", every default
    defense, attacks dlg/idlg/cpl, points 0/1/2) with ``workers=1`` and ``workers=2``,
-   alternated (``--audit-repeats`` pairs), with the training time apart and the load average;
-   one torch thread in this process unless ``--audit-threads`` says otherwise.
-   ``--audit-variants`` also times ``workers=1`` with the reference attempt loop and with
-   native convolutions during the attacks, and counts the cells whose outcome changes.
+   alternated (``--audit-repeats`` pairs), with the load average; one torch thread in this
+   process unless ``--audit-threads`` says otherwise.
+
+Only the public API is used; nothing in the library is patched.
 
 Usage::
 
-    python benchmarks/attack_speed.py                      # quick profile (~15 min with the audits)
-    python benchmarks/attack_speed.py --no-audit           # sections 1-2 only (~6 min)
-    python benchmarks/attack_speed.py --audit-variants --audit-repeats 2 --out results
-    python benchmarks/attack_speed.py --profile full       # 30 steps, more repetitions
+    python -m benchmarks.attack_speed                      # quick profile (~15 min with the audits)
+    python -m benchmarks.attack_speed --no-audit           # sections 1-2 only (~6 min)
+    python -m benchmarks.attack_speed --audit-repeats 2 --out results
+    python -m benchmarks.attack_speed --profile full       # 30 steps, more repetitions
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
 import math
 import os
 import platform
-import sys
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -63,12 +60,10 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, jvp, vmap
 
 import leakaudit
-from leakaudit import attacks, fl, models
+from benchmarks._markdown import Report
+from leakaudit import attacks, fl, grads, models
 from leakaudit.attacks import base
 from leakaudit.metrics import matched_mse
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
 
 SHAPES = ((1, 28), (3, 32))
 BATCHES = (1, 4)
@@ -148,104 +143,7 @@ def _cases() -> list[Case]:
     return [make_case(c, s, b) for c, s in SHAPES for b in BATCHES]
 
 
-# ---------------------------------------------------------------- the attempt loop, before
-#: seconds spent inside the objective's evaluations by :func:`reference_attempt` (the two
-#: ``perf_counter`` calls per evaluation are all it adds)
-EVAL_SECONDS = [0.0]
-
-
-def reference_attempt(self: base.Attack, problem: base.GradientProblem, start: base.Start,
-                      cfg: base.Config, monitor: base.Monitor = None) -> base.Attempt:
-    """``Attack.attempt`` as first written (before this benchmark): every L-BFGS closure call
-    and every tracked evaluation recomputes the objective. Verbatim except that it adds the
-    time spent in evaluations to ``EVAL_SECONDS``."""
-    x = start.inputs.clone().requires_grad_(True)
-    logits = None
-    if start.label_logits is not None:
-        logits = start.label_logits.clone().requires_grad_(True)
-    variables = [x] if logits is None else [x, logits]
-    opt = torch.optim.LBFGS(variables, line_search_fn=cfg.options["line_search"])
-
-    def closure() -> torch.Tensor:
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = self.objective(problem, x, logits, cfg)
-        loss.backward()
-        EVAL_SECONDS[0] += time.perf_counter() - t0
-        return loss
-
-    def evaluate() -> float:
-        t0 = time.perf_counter()
-        ld = None if logits is None else logits.detach()
-        value = float(self.objective(problem, x.detach(), ld, cfg, create_graph=False))
-        EVAL_SECONDS[0] += time.perf_counter() - t0
-        return value
-
-    run = base._Run(cfg, x, logits, evaluate, monitor)
-    if run.failed:
-        return run.result()
-    while run.iterations < cfg.max_iterations:
-        before = x.detach().clone()
-        before_logits = None if logits is None else logits.detach().clone()
-        start_loss = float(opt.step(closure).detach())
-        if not run.after_step(start_loss, before, before_logits):
-            break
-    return run.result()
-
-
-@contextlib.contextmanager
-def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
-    old = obj.__dict__[name]
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, old)
-
-
-def reference_loop() -> contextlib.AbstractContextManager[None]:
-    """Run the attacks with :func:`reference_attempt` (the "before")."""
-    return _patched(base.Attack, "attempt", reference_attempt)
-
-
-def native_convolutions() -> contextlib.AbstractContextManager[None]:
-    """Run the attacks with PyTorch's native convolutions instead of oneDNN's."""
-    current = base.Attack.__dict__["attempt"]
-
-    def attempt(self: base.Attack, *args: Any, **kwargs: Any) -> base.Attempt:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with torch.backends.mkldnn.flags(enabled=False):
-                return current(self, *args, **kwargs)
-
-    return _patched(base.Attack, "attempt", attempt)
-
-
-class _Counter:
-    def __init__(self) -> None:
-        self.full = 0  # with create_graph (what L-BFGS needs)
-        self.cheap = 0  # without (the tracked value only)
-
-
-@contextlib.contextmanager
-def counting() -> Iterator[_Counter]:
-    """Count the gradient-matching evaluations (``GradientProblem.l2`` calls)."""
-    counter = _Counter()
-    l2 = base.GradientProblem.l2
-
-    def counted(self: base.GradientProblem, x: torch.Tensor,
-                label_logits: torch.Tensor | None = None,
-                create_graph: bool = True) -> torch.Tensor:
-        if create_graph:
-            counter.full += 1
-        else:
-            counter.cheap += 1
-        return l2(self, x, label_logits, create_graph)
-
-    with _patched(base.GradientProblem, "l2", counted):
-        yield counter
-
-
+# ---------------------------------------------------------------- helpers
 def _start(name: str, case: Case, seed: int = 0, index: int = 0) -> base.Start:
     """The ``index``-th start ``reconstruct(name, ..., seed=seed)`` draws (no retries)."""
     attack = attacks.get(name)
@@ -287,70 +185,56 @@ def _eval_costs(name: str, case: Case, repeats: int) -> tuple[float, float]:
     def cheap() -> None:
         problem.l2(x.detach(), None if logits is None else logits.detach(), create_graph=False)
 
-    with fl._flush_denormals():
+    with grads.flush_denormals():
         return _best(full, repeats), _best(cheap, repeats)
 
 
 # ------------------------------------------------------------------------- section 1
+def _timed_reconstruct(name: str, case: Case, repeats: int, **kwargs: Any
+                       ) -> tuple[float, list[Any]]:
+    """Best wall time of ``reconstruct(name, case, **kwargs)`` and the results of every run."""
+    best, recs = math.inf, []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        recs.append(attacks.reconstruct(name, case.model, case.grads, input_shape=case.shape,
+                                        num_classes=CLASSES, batch_size=case.batch, seed=0,
+                                        **kwargs))
+        best = min(best, time.perf_counter() - t0)
+    return best, recs
+
+
+def _same(recs: list[Any]) -> bool:
+    first = recs[0]
+    return all(torch.equal(first.inputs, r.inputs) and first.gradient_loss == r.gradient_loss
+               and first.history == r.history for r in recs[1:])
+
+
 def section_steps(rep: Report, prof: Profile, cases: list[Case]) -> list[dict[str, Any]]:
     rep.line(f"## 1. Seconds per L-BFGS step ({prof.steps} steps, early_stop=0, best of "
              f"{prof.repeats})")
     rep.line()
     rep.line("`reconstruct(attack, lenet, batch_gradient(x, y), max_iterations=STEPS, "
              "early_stop=0, seed=0)`, strong-Wolfe line search (default), one thread. "
-             "*before*: the attempt loop as first written; *after*: the package now. Evals/step: "
-             "objective evaluations with create_graph per step (+ tracked evaluations without). "
              "ms/eval: one evaluation alone (forward + backward with create_graph + backward), "
-             "best of "
-             f"{prof.eval_repeats}; outside evals: the share of the best *before* run not "
-             "spent inside evaluations, timed in the run (L-BFGS's own work: its two-loop "
-             "recursion over up to 100 stored pairs in ~4 small tensor ops each, the line "
-             "search, book-keeping, input validation).")
+             f"best of {prof.eval_repeats}; evals/step: the time of a step in evaluations; "
+             "identical: every repetition gives bit-for-bit the same reconstruction.")
     rep.line()
     rows, out = [], []
     for case in cases:
         for name in ("dlg", "cpl"):
-            best = {"before": math.inf, "after": math.inf}
-            outside = 1.0
-            recs: dict[str, Any] = {}
-            counts: dict[str, _Counter] = {}
-            for _ in range(prof.repeats):
-                for impl in ("before", "after"):
-                    ctx = reference_loop() if impl == "before" else contextlib.nullcontext()
-                    EVAL_SECONDS[0] = 0.0
-                    with ctx, counting() as counter:
-                        t0 = time.perf_counter()
-                        rec = attacks.reconstruct(
-                            name, case.model, case.grads, input_shape=case.shape,
-                            num_classes=CLASSES, batch_size=case.batch,
-                            max_iterations=prof.steps, early_stop=0.0, seed=0)
-                        dt = time.perf_counter() - t0
-                    if dt < best[impl]:
-                        best[impl] = dt
-                        if impl == "before":
-                            outside = 1.0 - EVAL_SECONDS[0] / dt
-                    recs[impl], counts[impl] = rec, counter
-            b, a = recs["before"], recs["after"]
-            same = (torch.equal(b.inputs, a.inputs) and b.gradient_loss == a.gradient_loss
-                    and b.history == a.history and b.iterations == a.iterations)
-            steps = max(b.iterations, 1)
+            seconds, recs = _timed_reconstruct(name, case, prof.repeats,
+                                               max_iterations=prof.steps, early_stop=0.0)
+            steps = max(recs[0].iterations, 1)
             full_s, _ = _eval_costs(name, case, prof.eval_repeats)
-            cb, ca = counts["before"], counts["after"]
             row = {"attack": name, "input": case.name, "batch": case.batch, "steps": steps,
-                   "before": best["before"] / steps, "after": best["after"] / steps,
-                   "eval_ms": 1e3 * full_s, "outside": outside, "same": same,
-                   "evals_before": (cb.full, cb.cheap), "evals_after": (ca.full, ca.cheap)}
+                   "step_s": seconds / steps, "eval_ms": 1e3 * full_s, "same": _same(recs)}
             out.append(row)
             rows.append([name.upper(), case.name, str(case.batch), str(steps),
-                         f"{cb.full / steps:.1f} (+{cb.cheap}) / {ca.full / steps:.1f} "
-                         f"(+{ca.cheap})",
-                         _g(row["before"]), _g(row["after"]), _ratio(row["before"], row["after"]),
-                         _g(row["eval_ms"]), f"{100 * outside:.0f}%",
-                         "yes" if same else "NO",
-                         f"{a.gradient_loss:.2e}"])
-    rep.table(["attack", "input", "B", "steps", "evals/step before / after",
-               "s/step before", "s/step after", "speed-up", "ms/eval", "outside evals",
-               "identical result", "gradient loss"], rows)
+                         _g(row["step_s"]), _g(row["eval_ms"]),
+                         _g(row["step_s"] / full_s if full_s > 0 else math.nan),
+                         "yes" if row["same"] else "NO", f"{recs[0].gradient_loss:.2e}"])
+    rep.table(["attack", "input", "B", "steps", "s/step", "ms/eval", "evals/step",
+               "identical", "gradient loss"], rows)
     return out
 
 
@@ -359,38 +243,20 @@ def section_audit_cells(rep: Report, prof: Profile, cases: list[Case]) -> list[d
     rep.line()
     rep.line("`reconstruct(attack, ..., max_iterations=40, track=x, track_every=1)` with every "
              "other option at its default (early_stop=1e-6), as `leakaudit.audit` calls it for "
-             f"each cell; 1x28x28, B = 1; best of {prof.repeats}, before and after interleaved.")
+             f"each cell; 1x28x28, B = 1; best of {prof.repeats}.")
     rep.line()
     case = next(c for c in cases if c.shape == (1, 28, 28) and c.batch == 1)
     rows, out = [], []
     for name in ("dlg", "idlg", "cpl"):
-        best = {"before": math.inf, "after": math.inf}
-        recs: dict[str, Any] = {}
-        counts: dict[str, _Counter] = {}
-        for _ in range(prof.repeats):
-            for impl in ("before", "after"):
-                ctx = reference_loop() if impl == "before" else contextlib.nullcontext()
-                with ctx, counting() as counter:
-                    t0 = time.perf_counter()
-                    rec = attacks.reconstruct(name, case.model, case.grads,
-                                              input_shape=case.shape, num_classes=CLASSES,
-                                              batch_size=1, max_iterations=40, seed=0,
-                                              track=case.truth, track_every=1)
-                    best[impl] = min(best[impl], time.perf_counter() - t0)
-                recs[impl], counts[impl] = rec, counter
-        b, a = recs["before"], recs["after"]
-        same = (torch.equal(b.inputs, a.inputs) and b.gradient_loss == a.gradient_loss
-                and b.history == a.history and b.iterations == a.iterations)
-        cb, ca = counts["before"], counts["after"]
-        row = {"attack": name, "before": best["before"], "after": best["after"],
-               "iterations": a.iterations, "same": same}
-        out.append(row)
-        rows.append([name.upper(), str(a.iterations), f"{cb.full} + {cb.cheap}",
-                     f"{ca.full} + {ca.cheap}", _g(best["before"]), _g(best["after"]),
-                     _ratio(best["before"], best["after"]), "yes" if same else "NO",
-                     f"{a.history[-1].get('mse', math.nan):.1e}"])
-    rep.table(["attack", "steps", "evals before (full + tracked)", "evals after",
-               "s before", "s after", "speed-up", "identical result", "final MSE"], rows)
+        seconds, recs = _timed_reconstruct(name, case, prof.repeats, max_iterations=40,
+                                           track=case.truth, track_every=1)
+        rec = recs[0]
+        out.append({"attack": name, "seconds": seconds, "iterations": rec.iterations,
+                    "same": _same(recs)})
+        rows.append([name.upper(), str(rec.iterations), _g(seconds),
+                     "yes" if _same(recs) else "NO",
+                     f"{rec.history[-1].get('mse', math.nan):.1e}"])
+    rep.table(["attack", "steps", "s", "identical", "final MSE"], rows)
     return out
 
 
@@ -637,18 +503,17 @@ def section_restarts(rep: Report, prof: Profile) -> list[dict[str, Any]]:
             case = make_case(c, s, b)
             for name in ("dlg", "cpl"):
                 t0 = time.perf_counter()
-                with counting() as counter:
-                    rec = attacks.reconstruct(name, case.model, case.grads,
-                                              input_shape=case.shape, num_classes=CLASSES,
-                                              batch_size=b, max_iterations=steps, restarts=r,
-                                              early_stop=0.0, seed=0)
+                rec = attacks.reconstruct(name, case.model, case.grads,
+                                          input_shape=case.shape, num_classes=CLASSES,
+                                          batch_size=b, max_iterations=steps, restarts=r,
+                                          early_stop=0.0, seed=0)
                 seq_s = time.perf_counter() - t0
                 # every attempt's final MSE is not reported by reconstruct: rerun each start
                 seq_losses = [a["gradient_loss"] for a in rec.attempts]
                 seq_mse = matched_mse(rec.inputs, case.truth)
                 seq_solved = _solved_sequential(name, case, r, steps)
                 full_s, _ = _eval_costs(name, case, prof.eval_repeats)
-                with fl._flush_denormals():
+                with grads.flush_denormals():
                     t0 = time.perf_counter()
                     losses, mses, evals, one = _joint(name, case, r, steps, 0)
                     joint_s = time.perf_counter() - t0
@@ -660,16 +525,16 @@ def section_restarts(rep: Report, prof: Profile) -> list[dict[str, Any]]:
                        "seq_best": min(seq_losses), "joint_best": losses[win],
                        "seq_mse": seq_mse, "joint_mse": mses[win],
                        "seq_solved": seq_solved, "joint_solved": sum(m <= 1e-3 for m in mses),
-                       "seq_evals": counter.full, "joint_evals": evals}
+                       "joint_evals": evals}
                 out.append(row)
                 rows.append([name.upper(), case.name, str(b), _g(seq_s), _g(joint_s),
-                             _ratio(seq_s, joint_s), f"{counter.full} / {evals}",
+                             _ratio(seq_s, joint_s), f"{evals}",
                              f"{_g(row['seq_eval_ms'])} / {_g(row['joint_eval_ms'])}",
                              f"{row['seq_best']:.1e} / {row['joint_best']:.1e}",
                              f"{seq_mse:.1e} / {row['joint_mse']:.1e}",
                              f"{seq_solved}/{r} / {row['joint_solved']}/{r}"])
     rep.table(["attack", "input", "B", "sequential s", "joint s", "speed-up",
-               "evals seq / joint", "ms/restart-eval seq / joint", "best loss seq / joint",
+               "evals joint", "ms/restart-eval seq / joint", "best loss seq / joint",
                "MSE seq / joint", "solved seq / joint"], rows)
     return out
 
@@ -683,34 +548,20 @@ def _solved_sequential(name: str, case: Case, restarts: int, steps: int) -> int:
         attack = attacks.get(name)
         problem = _problem(name, case)
         cfg = _config(name, case, steps, 0)
-        with base._threads(1), fl._flush_denormals():
-            attempt = attack.attempt(problem, start, cfg, None)
+        with grads.torch_threads(1), grads.flush_denormals():
+            attempt = attack.attempt(problem, start, cfg)
         solved += matched_mse(cfg.report(attempt.inputs), case.truth) <= 1e-3
     return solved
 
 
 # ------------------------------------------------------------------------- section 3
 def _audit(workers: int) -> dict[str, Any]:
-    """One default audit; the training runs (always in this process) are timed apart."""
-    from leakaudit import auditor
-
-    train = [0.0]
-    record = auditor.__dict__["_train_record"]
-
-    def timed(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        t0 = time.perf_counter()
-        try:
-            return record(*args, **kwargs)
-        finally:
-            train[0] += time.perf_counter() - t0
-
+    """One default audit, timed, with the load average before and after."""
     load0 = _load()
-    with _patched(auditor, "_train_record", timed):
-        t0 = time.perf_counter()
-        report = leakaudit.audit(workers=workers, progress=False)
-        seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "training": train[0], "report": report, "load_before": load0,
-            "load_after": _load()}
+    t0 = time.perf_counter()
+    report = leakaudit.audit(workers=workers, progress=False)
+    seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "report": report, "load_before": load0, "load_after": _load()}
 
 
 def _outcome(report: Any) -> list[tuple[Any, ...]]:
@@ -718,7 +569,7 @@ def _outcome(report: Any) -> list[tuple[Any, ...]]:
              c["iterations"], c["gradient_loss"]) for c in report.cells]
 
 
-def section_audit(rep: Report, variants: bool, repeats: int) -> list[dict[str, Any]]:
+def section_audit(rep: Report, repeats: int) -> list[dict[str, Any]]:
     rep.line("## 3. The quick audit's wall time")
     rep.line()
     rep.line("`leakaudit.audit(workers=W, progress=False)` with every other argument at its "
@@ -728,50 +579,35 @@ def section_audit(rep: Report, variants: bool, repeats: int) -> list[dict[str, A
              f"{torch.get_num_threads()} in this process (the training; the attacks pin "
              "themselves to 1 thread, here when W = 1, in each worker process otherwise). "
              f"W = 1 and W = 2 alternate ({repeats} pair(s), the order swapped every other "
-             "pair) because other jobs share the machine. Training s: the 7 training runs "
-             "(timed in this process); attack phase s: the rest of the wall time (the one-round "
-             "leak simulations, the 189 cells, the worker pool); attack s: the sum of the "
-             "cells' own times (overlapping when W = 2).")
+             "pair) because other jobs share the machine. attack s: the sum of the cells' own "
+             "times (overlapping when W = 2).")
     rep.line()
-    runs: list[tuple[str, int, Callable[[], contextlib.AbstractContextManager[None]]]] = []
-    for i in range(repeats):
-        order = (1, 2) if i % 2 == 0 else (2, 1)
-        runs += [("package now", w, contextlib.nullcontext) for w in order]
-    if variants:
-        runs += [("before (reference attempt loop)", 1, reference_loop),
-                 ("native convolutions in the attacks", 1, native_convolutions)]
     rows, out = [], []
     base_outcome = None
-    for label, workers, ctx in runs:
-        with ctx():
+    for i in range(repeats):
+        for workers in ((1, 2) if i % 2 == 0 else (2, 1)):
             res = _audit(workers)
-        report = res.pop("report")
-        outcome = _outcome(report)
-        if base_outcome is None:
-            base_outcome = outcome
-        changed = sum(a != b for a, b in zip(outcome, base_outcome))
-        flips = sum(a[4] != b[4] for a, b in zip(outcome, base_outcome))
-        wins = sum(bool(c["success"]) for c in report.cells)
-        attack_s = sum(float(c["seconds"]) for c in report.cells)
-        row = dict(res, run=label, workers=workers, attack_s=attack_s,
-                   phase=res["seconds"] - res["training"], cells=len(report.cells),
-                   successes=wins, changed=changed, flips=flips)
-        out.append(row)
-        rows.append([label, str(workers), f"{row['seconds']:.0f}", f"{row['training']:.0f}",
-                     f"{row['phase']:.0f}", f"{attack_s:.0f}", f"{wins}/{len(report.cells)}",
-                     f"{changed} ({flips} success flips)",
-                     row["load_before"].replace("load average ", "").replace(" (1/5/15 min)", ""),
-                     row["load_after"].replace("load average ", "").replace(" (1/5/15 min)", "")])
-    rep.table(["run", "W", "wall s", "training s", "attack phase s", "attack s (sum)",
-               "successful cells", "cells differing from the first run", "load before (1/5/15)",
-               "load after"], rows)
-    now = [r for r in out if r["run"] == "package now"]
-    best = {w: min(now_r["seconds"] for now_r in now if now_r["workers"] == w) for w in (1, 2)}
-    phase = {w: min(now_r["phase"] for now_r in now if now_r["workers"] == w) for w in (1, 2)}
+            report = res.pop("report")
+            outcome = _outcome(report)
+            base_outcome = base_outcome or outcome
+            changed = sum(a != b for a, b in zip(outcome, base_outcome))
+            wins = sum(bool(c["success"]) for c in report.cells)
+            attack_s = sum(float(c["seconds"]) for c in report.cells)
+            row = dict(res, workers=workers, attack_s=attack_s, cells=len(report.cells),
+                       successes=wins, changed=changed)
+            out.append(row)
+            rows.append([str(workers), f"{row['seconds']:.0f}", f"{attack_s:.0f}",
+                         f"{wins}/{len(report.cells)}", str(changed),
+                         row["load_before"].replace("load average ", "").replace(
+                             " (1/5/15 min)", ""),
+                         row["load_after"].replace("load average ", "").replace(
+                             " (1/5/15 min)", "")])
+    rep.table(["W", "wall s", "attack s (sum)", "successful cells",
+               "cells differing from the first run", "load before (1/5/15)", "load after"], rows)
+    best = {w: min(r["seconds"] for r in out if r["workers"] == w) for w in (1, 2)}
     faster = "workers=2" if best[2] < best[1] else "workers=1"
     rep.line(f"Faster: **{faster}** (best wall time {best[1]:.0f} s with 1 worker, "
-             f"{best[2]:.0f} s with 2: ratio {best[1] / best[2]:.2f}; best attack phase "
-             f"{phase[1]:.0f} s vs {phase[2]:.0f} s: ratio {phase[1] / phase[2]:.2f}).")
+             f"{best[2]:.0f} s with 2: ratio {best[1] / best[2]:.2f}).")
     rep.line()
     return out
 
@@ -785,9 +621,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=None, help="override the profile's steps")
     p.add_argument("--repeats", type=int, default=None, help="override the repetitions")
     p.add_argument("--no-audit", action="store_true", help="skip section 3")
-    p.add_argument("--audit-variants", action="store_true",
-                   help="section 3 also times workers=1 with the reference loop and with "
-                        "native convolutions (two more audits)")
     p.add_argument("--audit-repeats", type=int, default=None,
                    help="(workers=1, workers=2) pairs in section 3 (quick 1, full 2)")
     p.add_argument("--audit-threads", type=int, default=1,
@@ -834,13 +667,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 section_steps(rep, prof, cases)
                 section_audit_cells(rep, prof, cases)
             if "2a" in args.sections:
-                with fl._flush_denormals():
+                with grads.flush_denormals():
                     section_variants(rep, prof, cases, not args.no_compile)
             if "2b" in args.sections:
                 section_restarts(rep, prof)
             if "3" in args.sections:
                 torch.set_num_threads(args.audit_threads or threads)
-                section_audit(rep, args.audit_variants, prof.audit_repeats)
+                section_audit(rep, prof.audit_repeats)
         rep.line(f"Total benchmark time: {time.perf_counter() - t0:.0f} s; {_load()}.")
     finally:
         torch.set_num_threads(threads)

@@ -6,7 +6,7 @@ that produced each. ``make results`` runs the four quick profiles and then this 
 
 Usage::
 
-    python benchmarks/collect.py --dir docs/results --out docs/results.md
+    python -m benchmarks.collect --dir docs/results --out docs/results.md
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 #: (file stem, title if the output has none, command that produced it)
 SECTIONS = (
     ("resilience", "Resilience of the defenses to gradient-leakage attacks",
-     "python benchmarks/resilience.py --profile quick --out docs/results "
+     "python -m benchmarks.resilience --profile quick --out docs/results "
      "--results results/resilience.jsonl"),
     ("privacy", "Privacy: one setting, every accountant",
-     "python benchmarks/privacy.py --profile quick --out docs/results"),
+     "python -m benchmarks.privacy --profile quick --out docs/results"),
     ("utility", "Utility: accuracy, claimed and sound eps, accuracy at one budget",
-     "python benchmarks/utility.py --profile quick --jobs 2 --out docs/results"),
+     "python -m benchmarks.utility --profile quick --jobs 2 --out docs/results"),
     ("speed", "Speed against the peers, measured in the same run",
-     "python benchmarks/speed.py --profile quick --out docs/results"),
+     "python -m benchmarks.speed --profile quick --out docs/results"),
 )
 
 

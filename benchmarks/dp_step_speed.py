@@ -23,9 +23,9 @@ Opacus's. Target of the issue: ours <= 2x plain and ours <= opacus.
 
 Usage::
 
-    python benchmarks/dp_step_speed.py                    # quick profile (< 2 min)
-    python benchmarks/dp_step_speed.py --profile full     # more repetitions
-    python benchmarks/dp_step_speed.py --threads 1 --out results   # results/dp_step_speed.md
+    python -m benchmarks.dp_step_speed                    # quick profile (< 2 min)
+    python -m benchmarks.dp_step_speed --profile full     # more repetitions
+    python -m benchmarks.dp_step_speed --threads 1 --out results   # results/dp_step_speed.md
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import copy
 import datetime as _dt
 import platform
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -49,11 +48,9 @@ from torch import nn
 
 import accounting as A
 import leakaudit.defenses as D
+from benchmarks._markdown import Report
 from leakaudit import models
 from leakaudit.fl import per_example_gradients
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
 
 BATCHES = (8, 64, 256)
 LR = 0.05

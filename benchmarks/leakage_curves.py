@@ -49,7 +49,7 @@ from matplotlib.figure import Figure
 
 from leakaudit import attacks, data, fl, metrics, models
 from leakaudit import defenses as D
-from leakaudit.results import ResultsFile
+from leakaudit.auditing.results import ResultsFile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
 from _markdown import Report  # noqa: E402
@@ -140,21 +140,21 @@ def observe(model: torch.nn.Module, ds: data.Dataset, defense: Any, idx: list[in
                        taps=[fl.Tap(p) for p in points], seed=seed, progress=False)
 
 
-def attack_observation(obs: Any, model: torch.nn.Module, ds: data.Dataset, attack: str,
-                       iterations: int, seed: int) -> dict[str, float]:
-    """Attack one observation with what the attacker sees, then score with the truth."""
+def attack_observation(obs: fl.Observation, model: torch.nn.Module, ds: data.Dataset,
+                       attack: str, iterations: int, seed: int) -> attacks.Reconstruction:
+    """Attack one observation with what the attacker sees (never the truth)."""
     net = _with_weights(model, obs.weights)
-    if obs.point == 2:
-        grads, steps = [t.clone() for t in obs.tensors], 1
-    else:
-        steps = obs.local_steps
-        grads = [-t / (obs.lr * steps) for t in obs.tensors]
-    options = ({"local_steps": steps, "client_lr": obs.lr} if attack.startswith("fedavg")
-               else {})
-    rec = attacks.reconstruct(attack, net, grads, input_shape=tuple(ds.input_shape),
-                              num_classes=ds.num_classes, batch_size=obs.batch_size,
-                              max_iterations=iterations, seed=seed, **options)
-    truth_x, truth_y = obs.inputs, obs.labels  # the scorer's only view of the truth
+    options = ({"local_steps": obs.local_steps, "client_lr": obs.lr}
+               if attack.startswith("fedavg") else {})
+    return attacks.reconstruct(attack, net, obs.as_gradient(),
+                               input_shape=tuple(ds.input_shape), num_classes=ds.num_classes,
+                               batch_size=obs.batch_size, max_iterations=iterations,
+                               seed=seed, **options)
+
+
+def score(rec: attacks.Reconstruction, truth: fl.GroundTruth) -> dict[str, float]:
+    """Per-image scores against the truth (the scorer's only view of it)."""
+    truth_x, truth_y = truth.inputs, truth.labels
     scores = metrics.image_scores(rec.inputs, truth_x)
     return {"asr": scores["asr"], "psnr": scores["mean_psnr"], "images": len(truth_y),
             "label_accuracy": metrics.label_accuracy(rec.labels, truth_y)}
@@ -188,9 +188,9 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for obs in run.observations:
         for attack in job["attacks"]:
-            scores = attack_observation(obs, model, ds, attack, job["iterations"][attack],
-                                        job["seed"] + job["example"])
-            out.append({"point": obs.point, "attack": attack, **scores})
+            rec = attack_observation(obs, model, ds, attack, job["iterations"][attack],
+                                     job["seed"] + job["example"])
+            out.append({"point": obs.point, "attack": attack, **score(rec, run.truth(obs))})
     return out
 
 

@@ -26,9 +26,9 @@ stairs, cyclic with 2 and with 8 cycles).
 
 Usage::
 
-    python benchmarks/privacy.py                       # quick profile
-    python benchmarks/privacy.py --profile full
-    python benchmarks/privacy.py --steps 200 --out /tmp/privacy
+    python -m benchmarks.privacy                       # quick profile
+    python -m benchmarks.privacy --profile full
+    python -m benchmarks.privacy --steps 200 --out /tmp/privacy
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import csv
 import datetime as _dt
 import math
 import platform
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -50,9 +49,7 @@ import numpy as np
 
 import accounting as A
 from accounting import schedules
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
+from benchmarks._markdown import Report
 
 Q = 0.01
 DELTA = 1e-5

@@ -19,9 +19,9 @@ continue. ``--engine ray`` runs the cells as Ray tasks (``--ray-address`` for a 
 
 Usage::
 
-    python benchmarks/resilience.py                        # quick profile, digits
-    python benchmarks/resilience.py --profile paper --engine ray --ray-address auto
-    python benchmarks/resilience.py --profile paper --data mnist:/data/mnist
+    python -m benchmarks.resilience                        # quick profile, digits
+    python -m benchmarks.resilience --profile paper --engine ray --ray-address auto
+    python -m benchmarks.resilience --profile paper --data mnist:/data/mnist
 """
 
 from __future__ import annotations
@@ -35,15 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import leakaudit.defenses as D
-from leakaudit import auditor, data
-from leakaudit.report import AuditReport
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
+from benchmarks._markdown import Report
+from leakaudit import auditing, data
+from leakaudit.auditing import AuditReport
 
 #: the baseline defenses of the seed papers, then the adaptive ones (each at its registry /
-#: source-paper parameters, ``leakaudit.auditor.PAPER_PARAMS``)
-DEFENSES = auditor.DEFAULT_DEFENSES + ("adap-dp-fl", "dpfl-agn", "adadp",
+#: source-paper parameters, ``leakaudit.auditing.PAPER_PARAMS``)
+DEFENSES = auditing.DEFAULT_DEFENSES + ("adap-dp-fl", "dpfl-agn", "adadp",
                                        "cos-adaptive-laplace", "dssgd", "quantile-clip",
                                        "adaclip")
 
@@ -79,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-iterations", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tiny", action="store_true", help="smoke-run sizes (CI)")
-    parser.add_argument("--engine", choices=auditor.ENGINES, default="process")
+    parser.add_argument("--engine", choices=auditing.ENGINES, default="process")
     parser.add_argument("--ray-address", default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
@@ -124,15 +122,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{' tiny' if args.tiny else ''}, {ds.name})")
     report.line()
     t0 = time.perf_counter()
-    audited = auditor.audit(
+    audited = auditing.audit(
         names, ds, attacks=attacks, points=points, examples=prof.get("examples"),
         rounds=prof.get("rounds"), seed=args.seed, profile=prof["audit_profile"],
         results=str(results), max_iterations=prof.get("max_iterations"),
         restarts=prof.get("restarts"), workers=args.workers, progress=args.progress,
         engine=args.engine, ray_address=args.ray_address)
     seconds = time.perf_counter() - t0
-    sizes = auditor.PROFILES[prof["audit_profile"]]
-    report.line(f"Command: `python benchmarks/resilience.py {' '.join(argv or sys.argv[1:])}`"
+    sizes = auditing.PROFILES[prof["audit_profile"]]
+    report.line(f"Command: `python -m benchmarks.resilience {' '.join(argv or sys.argv[1:])}`"
                 f" ({seconds:.0f} s, engine {args.engine}; results file {results}).")
     report.line(f"Training run: N = {audited.config['clients']} clients, "
                 f"K = {sizes.clients_per_round}, T = {audited.config['rounds']} rounds, "

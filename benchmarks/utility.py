@@ -21,10 +21,10 @@ installed). The defense parameters of each profile are in :data:`DEFENSE_PARAMS`
 
 Usage::
 
-    python benchmarks/utility.py                                   # quick profile (digits)
-    python benchmarks/utility.py --profile full                    # Fashion-MNIST
-    python benchmarks/utility.py --defenses none,fed-cdp --rounds 5 --seed 1 --out results
-    python benchmarks/utility.py --budget 10 --jobs 2      # accuracy within sound eps <= 10
+    python -m benchmarks.utility                                   # quick profile (digits)
+    python -m benchmarks.utility --profile full                    # Fashion-MNIST
+    python -m benchmarks.utility --defenses none,fed-cdp --rounds 5 --seed 1 --out results
+    python -m benchmarks.utility --budget 10 --jobs 2      # accuracy within sound eps <= 10
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ import datetime as _dt
 import math
 import multiprocessing as mp
 import os
-import sys
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,11 +44,9 @@ from typing import Any
 import torch
 
 import leakaudit.defenses as D
+from benchmarks._markdown import Report
 from leakaudit import data, fl
 from leakaudit.fl import simulate
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
 
 DELTA = 1e-5
 
@@ -180,10 +176,8 @@ def run_one(name: str, params: dict[str, Any], ds: data.Dataset | str,
                    partition=settings["partition"], seed=seed, progress=progress,
                    track_epsilon=DELTA)
     seconds = time.perf_counter() - t0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        claimed = run.epsilon(DELTA, "claimed")
-        sound = run.epsilon(DELTA, "sound")
+    claimed = run.epsilon(DELTA, "claimed")  # Run.epsilon never warns (warn=False)
+    sound = run.epsilon(DELTA, "sound")
     return dict(defense=name, parameters=defense.describe(), level=defense.level,
                 final_accuracy=run.final_accuracy, best_accuracy=max(run.accuracy),
                 claimed_eps=claimed, sound_eps=sound,

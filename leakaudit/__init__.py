@@ -1,9 +1,11 @@
 """leakaudit: audit differentially private federated-learning defenses.
 
 ``leakaudit.audit(...)`` trains under each defense, taps the leak points, runs the
-gradient-leakage attacks and returns an :class:`~leakaudit.report.AuditReport`. The pieces:
-:mod:`leakaudit.data`, :mod:`leakaudit.models`, :mod:`leakaudit.fl` (simulator and taps),
-:mod:`leakaudit.defenses`, :mod:`leakaudit.attacks`, :mod:`leakaudit.metrics`; the privacy
+gradient-leakage attacks and returns an :class:`~leakaudit.auditing.report.AuditReport`.
+The layers, bottom to top: :mod:`leakaudit.grads` (the loss, per-example gradients),
+:mod:`leakaudit.data`, :mod:`leakaudit.models`, :mod:`leakaudit.optim`,
+:mod:`leakaudit.metrics`; :mod:`leakaudit.defenses`; :mod:`leakaudit.fl` (simulator and
+taps); :mod:`leakaudit.attacks`; :mod:`leakaudit.auditing` (the audit); the CLI. The privacy
 accountant is the sibling package :mod:`accounting`.
 """
 
@@ -18,11 +20,11 @@ __all__ = ["audit", "AuditReport", "__version__"]
 def __getattr__(name: str) -> Any:
     # lazy: `import leakaudit` (e.g. for the accountant CLI) does not import torch
     if name == "audit":
-        from .auditor import audit
+        from .auditing import audit
 
         return audit
     if name == "AuditReport":
-        from .report import AuditReport
+        from .auditing import AuditReport
 
         return AuditReport
     raise AttributeError(f"module 'leakaudit' has no attribute {name!r}")

@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from .auditor import audit
+    from .auditing import audit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ._validate import check_int as _check_int
+from ._validate import check_positive
 
 __all__ = [
     "Dataset",
@@ -38,6 +39,7 @@ __all__ = [
     "load",
     "partition",
     "read_idx",
+    "resolve",
 ]
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -155,6 +157,16 @@ class Dataset:
 
 # --------------------------------------------------------------------------------------------
 # loading
+
+
+def resolve(dataset: str | Dataset, *, seed: int = 0) -> Dataset:
+    """A data set given by name (:func:`load`) or as a :class:`Dataset` (the one place where
+    names are resolved)."""
+    if isinstance(dataset, str):
+        return load(dataset, seed=seed)
+    if isinstance(dataset, Dataset):
+        return dataset
+    raise ValueError(f"dataset must be a name or a leakaudit.data.Dataset, got {type(dataset)!r}")
 
 
 def available() -> list[str]:
@@ -770,12 +782,7 @@ def _dirichlet(
 
 
 def _check_positive_real(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    out = float(value)
-    if not (math.isfinite(out) and out > 0.0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-    return out
+    return check_positive(name, value)
 
 
 def _labels_array(labels: object) -> np.ndarray:

@@ -25,8 +25,11 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from skimage.metrics import peak_signal_noise_ratio, structural_similarity
 
+from ._validate import check_int, check_number
+
 __all__ = [
     "SUCCESS_PSNR",
+    "score_history",
     "attack_success_rate",
     "image_scores",
     "label_accuracy",
@@ -205,8 +208,7 @@ def tau(history: Sequence[Mapping[str, Any]], threshold: float = 0.01,
     is the attack's ``track_every``. A history without any ``"mse"`` (an attack run without
     ``track``) is refused."""
     _check_threshold(threshold)
-    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 0:
-        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+    check_int("limit", limit, 0)
     recorded = [h for h in history if "mse" in h]
     if history and not recorded:
         raise ValueError("history has no 'mse' entries: run the attack with track= to record it")
@@ -214,6 +216,15 @@ def tau(history: Sequence[Mapping[str, Any]], threshold: float = 0.01,
         if success(entry["mse"], threshold):
             return int(entry["iteration"])
     return int(limit)
+
+
+def score_history(history: Sequence[dict[str, Any]], truth: Any) -> None:
+    """Replace the reported dummies an attack kept in its history (``"inputs"``) by their
+    :func:`matched_mse` against the truth (``"mse"``), in place: the attack never sees the
+    truth, the scorer measures its iterates afterwards."""
+    for entry in history:
+        if "inputs" in entry:
+            entry["mse"] = matched_mse(entry.pop("inputs"), truth)
 
 
 def label_accuracy(predicted: Any, true: Any) -> float:
@@ -239,6 +250,4 @@ def _labels(x: Any, name: str) -> list[int]:
 
 
 def _check_threshold(threshold: float) -> None:
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.floating)) \
-            or not math.isfinite(threshold):
-        raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+    check_number("threshold", threshold)

@@ -28,7 +28,8 @@ from leakaudit.data import Dataset
 
 from ._validate import check_int as _check_int
 
-__all__ = ["ACTIVATIONS", "adap_cnn", "default_for", "lenet", "mlp", "relu_cnn"]
+__all__ = ["ACTIVATIONS", "adap_cnn", "default_for", "lenet", "mlp", "relu_cnn",
+           "resolve"]
 
 ACTIVATIONS = ("sigmoid", "relu", "tanh")
 
@@ -190,6 +191,16 @@ def default_for(dataset: Dataset, generator: torch.Generator | None = None) -> n
             dataset.in_channels, dataset.image_size, dataset.num_classes, generator=generator
         )
     return mlp(dataset.input_shape[0], dataset.num_classes, generator=generator)
+
+
+def resolve(model: nn.Module | None, dataset: Dataset, *, seed: int = 0) -> nn.Module:
+    """``model`` itself, or :func:`default_for` the data set with weights drawn from ``seed``
+    (the one place where the default model is chosen)."""
+    if model is None:
+        return default_for(dataset, generator=torch.Generator().manual_seed(seed))
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model)!r}")
+    return model
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from ._validate import check_positive
+
 __all__ = ["SGD", "Adam", "make_optimizer", "OPTIMIZERS"]
 
 OPTIMIZERS = ("sgd", "adam")
@@ -75,7 +77,4 @@ def make_optimizer(name: str, lr: float) -> SGD | Adam:
 
 
 def _check_lr(lr: float) -> float:
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) \
-            or lr <= 0:
-        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    return float(lr)
+    return check_positive("lr", lr)

@@ -3,8 +3,6 @@ release counter that checks ledgers against the noise draws defenses make."""
 
 import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -65,13 +63,9 @@ def release_counter(monkeypatch) -> ReleaseCounter:
 
 
 def load_benchmark(name: str):
-    """Import ``benchmarks/<name>.py`` as module ``name`` (the scripts are not a package)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    """Import the benchmark script ``benchmarks/<name>.py`` (the package ``benchmarks`` at
+    the repository root; ``pythonpath = ["."]`` in pyproject puts the root on the path)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def replay_adam(observations, lr: float) -> None:

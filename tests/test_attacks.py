@@ -104,7 +104,7 @@ def test_winner_is_the_lowest_gradient_loss_even_when_another_is_closer(leak, mo
     model, grads, x, _ = leak
     fake = iter([(0.5, x.clone()), (0.1, 1 - x), (0.3, x.clone())])
 
-    def attempt(self, problem, start, cfg, monitor=None):
+    def attempt(self, problem, start, cfg):
         loss, inputs = next(fake)
         return base.Attempt(inputs=inputs, label_logits=None, gradient_loss=loss,
                             iterations=1, history=[])
@@ -278,10 +278,10 @@ class Flaky(IDLG):
     def __init__(self, bad, after):
         self.bad, self.after, self.calls, self.attempts = bad, after, 0, 0
 
-    def attempt(self, problem, start, cfg, monitor=None):
+    def attempt(self, problem, start, cfg):
         self.attempts += 1
         self.calls = 0
-        return super().attempt(problem, start, cfg, monitor)
+        return super().attempt(problem, start, cfg)
 
     def objective(self, problem, x, logits, cfg, create_graph=True):
         self.calls += 1
@@ -293,7 +293,7 @@ def run_flaky(leak, bad, after, **kw):
     model, grads, _, _ = leak
     return base.run_attack(Flaky(bad, after), model, grads, input_shape=SHAPE, num_classes=10,
                            batch_size=1, max_iterations=3, restarts=1, seed=0, labels=None,
-                           track=None, track_every=1, options=kw)
+                           track_every=1, options=kw)
 
 
 def test_diverged_attempt_is_replaced_by_the_next_seed(leak):

@@ -7,7 +7,7 @@ import torch
 
 import leakaudit
 from leakaudit import models
-from leakaudit.auditor import audit
+from leakaudit.auditing import audit
 from leakaudit.cli import main as cli_main
 
 TINY = dict(examples=1, rounds=1, max_iterations=25, progress=False, workers=1)

@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-from leakaudit import auditor
-from leakaudit.auditor import ENGINES, audit
+from leakaudit.auditing import ENGINES, audit, auditor, engines
 from leakaudit.cli import build_parser
 from leakaudit.cli import main as cli_main
 
@@ -54,6 +53,7 @@ def _no_work(monkeypatch):
 
     monkeypatch.setattr(auditor, "_train_record", boom)
     monkeypatch.setattr(auditor.data_mod, "load", boom)
+    monkeypatch.setattr(auditor.data_mod, "resolve", boom)
 
 
 # ------------------------------------------------------------------ arguments, no Ray needed
@@ -150,7 +150,7 @@ def test_ray_without_dev_shm_keeps_its_object_store_in_tmp(serial, tmp_path, mon
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     isdir = os.path.isdir
-    monkeypatch.setattr(auditor.os.path, "isdir", lambda p: p != "/dev/shm" and isdir(p))
+    monkeypatch.setattr(engines.os.path, "isdir", lambda p: p != "/dev/shm" and isdir(p))
     audit(engine="ray", workers=1, results=str(partial), **TINY)
     kwargs = fake.calls[0][2]
     if sys.platform.startswith("linux"):  # Ray itself would fail to open /dev/shm
@@ -194,7 +194,7 @@ def own_ray():
     """A Ray started by the caller (here: this module), once for the tests below."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    with auditor._env(RAY_USAGE_STATS_ENABLED="0"):
+    with engines.env(RAY_USAGE_STATS_ENABLED="0"):
         ray.init(num_cpus=2, include_dashboard=False)
     yield ray
     ray.shutdown()

@@ -44,10 +44,11 @@ def test_type2_observation_is_the_batch_gradient_for_no_defense(digits):
     run = fl.simulate(None, digits, "none", seed=0, taps=[fl.Tap(2, round=1, local_step=1)],
                       **SMALL)
     obs = run.observations_at(2)[0]
+    truth = run.truth(obs)
     model = models.default_for(digits)
     model.load_state_dict(obs.weights)
-    expected = fl.batch_gradient(model, obs.inputs, obs.labels)
-    assert obs.batch_size == 8 and obs.inputs.shape == (8, 1, 28, 28)
+    expected = fl.batch_gradient(model, truth.inputs, truth.labels)
+    assert obs.batch_size == 8 and truth.inputs.shape == (8, 1, 28, 28)
     for t, e in zip(obs.tensors, expected):
         assert torch.allclose(t, e, atol=1e-6)
 
@@ -56,9 +57,10 @@ def test_type1_update_is_minus_lr_times_gradient_with_one_local_step(digits):
     run = fl.simulate(None, digits, "none", seed=0, taps=[fl.Tap(1)],
                       **{**SMALL, "local_steps": 1})
     obs = run.observations_at(1)[0]
+    truth = run.truth(obs)
     model = models.default_for(digits)
     model.load_state_dict(obs.weights)
-    g = fl.batch_gradient(model, obs.inputs, obs.labels)
+    g = fl.batch_gradient(model, truth.inputs, truth.labels)
     for u, gi in zip(obs.tensors, g):
         assert torch.allclose(u, -0.05 * gi, atol=1e-6)
     assert obs.local_steps == 1 and obs.lr == 0.05

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from leakaudit.report import AuditReport
-from leakaudit.results import ResultsFile, fingerprint
+from leakaudit.auditing.report import AuditReport
+from leakaudit.auditing.results import ResultsFile, fingerprint
 
 
 def test_results_file_resumes_and_ignores_a_cut_line(tmp_path):

@@ -8,7 +8,11 @@ validation are shared in :mod:`leakaudit.attacks.base`, label inference in
 :mod:`leakaudit.attacks.labels` (counts of repeated labels: ``label_counts``).
 
 The attacker sees the model at the leak point, the observed gradients, the input shape, the
-class count and the batch size. The ground truth (``track``) only feeds the history's MSE.
+class count and the batch size. The ground truth (``track``) never reaches the attack: the
+attack keeps its iterates and :func:`leakaudit.metrics.score_history` measures them after.
+
+Layers: the attacks import :mod:`leakaudit.grads` and :mod:`leakaudit.metrics` at most, never
+the simulator, the defenses or the audit.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import metrics
 from .base import (
     RELU_TYPES,
     Attack,
@@ -27,6 +32,7 @@ from .base import (
     ReLUWarning,
     run_attack,
 )
+from .checks import check_track
 from .cpl import CPL
 from .dlg import DLG
 from .fedavg import FedAvg, FedAvgL2
@@ -85,6 +91,7 @@ def reconstruct(
     labels: torch.Tensor | Sequence[int] | None = None,
     track: torch.Tensor | None = None,
     track_every: int = 10,
+    keep_iterates: bool = False,
     device: str | torch.device | None = None,
     **options: Any,
 ) -> Reconstruction:
@@ -96,7 +103,9 @@ def reconstruct(
     ``step(closure)`` calls, up to 20 evaluations each; Adam steps for IG). ``restarts``
     attempts from seeds drawn from ``seed``, the best by gradient loss wins. ``labels`` skips
     label inference (DLG then optimises the input only). ``track`` (the ground truth,
-    (B, *input_shape)) only adds the matched MSE to the history every ``track_every`` steps.
+    (B, *input_shape)) only adds the matched MSE to the history every ``track_every`` steps,
+    measured after the attack on the iterates it kept; ``keep_iterates`` keeps those iterates
+    (``"inputs"`` in the history) for a scorer of your own instead.
 
     Options (all attacks): ``early_stop`` (1e-6: stop when the gradient loss is <= it),
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
@@ -113,11 +122,16 @@ def reconstruct(
     every device.
     """
     attack = get(name)
-    return run_attack(attack, model, gradients, input_shape=input_shape,
-                      num_classes=num_classes, batch_size=batch_size,
-                      max_iterations=max_iterations, restarts=restarts, seed=seed,
-                      labels=labels, track=track, track_every=track_every, options=options,
-                      device=device)
+    truth = check_track(track, batch_size, input_shape)
+    rec = run_attack(attack, model, gradients, input_shape=input_shape,
+                     num_classes=num_classes, batch_size=batch_size,
+                     max_iterations=max_iterations, restarts=restarts, seed=seed,
+                     labels=labels, track_every=track_every, options=options,
+                     keep_iterates=keep_iterates or truth is not None,
+                     device=device)
+    if truth is not None:  # the scorer, after the attack
+        metrics.score_history(rec.history, truth)
+    return rec
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),

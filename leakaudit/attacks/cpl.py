@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 
-from .base import Attack, Config, Start, check_int
+from .._validate import check_int
+from .attempt import Config, Start
+from .base import Attack
 
 __all__ = ["CPL"]
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Attack, Config, Start
+from .attempt import Config, Start
+from .base import Attack
 
 __all__ = ["DLG"]
 

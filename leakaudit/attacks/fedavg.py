@@ -33,12 +33,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from .._validate import check_int
+from .._validate import check_int, check_number
+from ..grads import cross_entropy
 from ..optim import OPTIMIZERS, make_optimizer
-from .base import Attack, Attempt, Config, GradientProblem, Monitor, Start, _check_float
+from .attempt import Attempt, Config, Start
+from .base import Attack
 from .ig import InvertingGradients, total_variation
+from .problem import GradientProblem
 
 __all__ = ["FedAvg", "FedAvgL2", "METHODS", "simulated_update"]
 
@@ -60,10 +62,7 @@ class FedAvg(InvertingGradients):
         if key == "local_steps":
             return check_int("local_steps", value, 1)
         if key == "client_lr":
-            value = _check_float("client_lr", value, 0.0)
-            if value == 0.0:
-                raise ValueError("client_lr must be > 0")
-            return value
+            return check_number("client_lr", value, minimum=0.0, open_min=True)
         if key == "method":
             if value not in METHODS:
                 raise ValueError(f"method must be one of {METHODS}, got {value!r}")
@@ -79,11 +78,10 @@ class FedAvg(InvertingGradients):
     def start(self, gen: torch.Generator, cfg: Config) -> Start:
         return Start(torch.randn((cfg.batch_size, *cfg.input_shape), generator=gen))
 
-    def attempt(self, problem: GradientProblem, start: Start, cfg: Config,
-                monitor: Monitor = None) -> Attempt:
+    def attempt(self, problem: GradientProblem, start: Start, cfg: Config) -> Attempt:
         if cfg.options["method"] == "l2":  # iDLG's loop: L-BFGS on the L2 distance
-            return Attack.attempt(self, problem, start, cfg, monitor)
-        return super().attempt(problem, start, cfg, monitor)
+            return Attack.attempt(self, problem, start, cfg)
+        return super().attempt(problem, start, cfg)
 
     def objective(self, problem: GradientProblem, x: torch.Tensor,
                   label_logits: torch.Tensor | None, cfg: Config,
@@ -119,7 +117,7 @@ def simulated_update(problem: GradientProblem, x: torch.Tensor, local_steps: int
     for _ in range(local_steps):
         tensors = {**weights, **problem.constants}
         logits = torch.func.functional_call(problem.model, tensors, (x,))
-        loss = F.cross_entropy(logits, problem.target(None))
+        loss = cross_entropy(logits, problem.target(None))
         grads = torch.autograd.grad(loss, list(weights.values()), create_graph=True,
                                     allow_unused=True)
         grads = [torch.zeros_like(w) if g is None else g

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from .base import Attack, Config, Start
+from .attempt import Config, Start
+from .base import Attack
 
 __all__ = ["IDLG"]
 

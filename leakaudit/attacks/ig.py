@@ -20,7 +20,10 @@ from typing import Any
 
 import torch
 
-from .base import Attack, Attempt, Config, GradientProblem, Monitor, Start, _check_float, _Run
+from .._validate import check_number
+from .attempt import Attempt, AttemptRun, Config, Start
+from .base import Attack
+from .problem import GradientProblem
 
 __all__ = ["InvertingGradients", "total_variation"]
 
@@ -34,9 +37,9 @@ class InvertingGradients(Attack):
 
     def check_option(self, key: str, value: Any) -> Any:
         if key == "tv_weight":
-            return _check_float("tv_weight", value, 0.0)
+            return check_number("tv_weight", value, minimum=0.0)
         if key == "lr":
-            value = _check_float("lr", value, 0.0)
+            value = check_number("lr", value, minimum=0.0)
             if value == 0.0:
                 raise ValueError("lr must be > 0")
             return value
@@ -53,8 +56,7 @@ class InvertingGradients(Attack):
             loss = loss + cfg.options["tv_weight"] * total_variation(x)
         return loss
 
-    def attempt(self, problem: GradientProblem, start: Start, cfg: Config,
-                monitor: Monitor = None) -> Attempt:
+    def attempt(self, problem: GradientProblem, start: Start, cfg: Config) -> Attempt:
         x = start.inputs.clone()
         if cfg.is_image:
             x.clamp_(0.0, 1.0)
@@ -67,7 +69,7 @@ class InvertingGradients(Attack):
         def evaluate() -> float:
             return float(self.objective(problem, x.detach(), None, cfg, create_graph=False))
 
-        run = _Run(cfg, x, None, evaluate, monitor)
+        run = AttemptRun(cfg, x, None, evaluate)
         if run.failed:
             return run.result()
         while run.iterations < n:

@@ -31,7 +31,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .._validate import check_int
 from .label_counts import count_labels
+from .problem import trainable
 
 __all__ = ["infer_labels", "last_linear_index"]
 
@@ -57,8 +59,6 @@ def infer_labels(model: nn.Module, gradients: Sequence[torch.Tensor], batch_size
     (int64, sorted ascending: the order within a batch is unknown) and whether the multiset
     is identifiable (exactly ``batch_size`` negative row sums, ``batch_size <= num_classes``).
     """
-    from .base import check_int, trainable
-
     batch_size = check_int("batch_size", batch_size, 1)
     num_classes = check_int("num_classes", num_classes, 2)
     params = trainable(model)

@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import torch
 
+from .._validate import check_fraction, check_nonneg, check_positive
 from . import _ops
 from .base import ClientContext, Defense
-from .validate import check_fraction, check_nonneg, check_positive
 
 __all__ = ["AdaClip", "optimal_scale", "update_estimates"]
 

@@ -44,12 +44,12 @@ import torch
 
 from accounting import joint_gaussian_multiplier
 
+from .._validate import check_bool, check_nonneg, check_positive
 from . import _ops
 from .base import ClientContext, Defense, record_no_privacy
-from .validate import check_nonneg, check_positive
 
 if TYPE_CHECKING:
-    from ..fl import LocalBatch
+    from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
 __all__ = ["AdaDP", "LRDecision", "adapt_lr"]
@@ -90,10 +90,8 @@ class AdaDP(Defense):
 
     def __init__(self, clip: float = 4.0, sigma: float = 2.0, tol: float | None = None,
                  same_batch: bool = False, private: bool = True) -> None:
-        if not isinstance(private, bool):
-            raise ValueError(f"private must be True or False, got {private!r}")
-        if not isinstance(same_batch, bool):
-            raise ValueError(f"same_batch must be True or False, got {same_batch!r}")
+        check_bool("private", private)
+        check_bool("same_batch", same_batch)
         self.clip = check_positive("clip", clip)
         self.sigma = check_nonneg("sigma", sigma)
         self.tol = (1.0 if private else 0.1) if tol is None else check_positive("tol", tol)

@@ -34,12 +34,12 @@ import torch
 from accounting import PrivacyLedger
 from accounting.schedules import PlateauDecay
 
+from .._validate import check_int, check_nonneg, check_number, check_positive
 from . import _ops
 from .base import ClientContext, Defense, RoundContext
-from .validate import check_nonneg, check_positive
 
 if TYPE_CHECKING:
-    from ..fl import LocalBatch
+    from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
 __all__ = ["AdapDPFL", "initial_clip"]
@@ -71,12 +71,8 @@ class AdapDPFL(Defense):
                  delta: float = 1e-5, sigma_min: float = 0.0, min_clip: float = 1e-3,
                  budget_ledger: str = "sound") -> None:
         self.sigma = check_positive("sigma", sigma)
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= 1:
-            raise ValueError(f"beta must be in (0, 1], got {beta!r}")
-        self.beta = float(beta)
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"patience must be an integer >= 1, got {patience!r}")
-        self.patience = patience
+        self.beta = check_number("beta", beta, minimum=0.0, open_min=True, maximum=1.0)
+        self.patience = check_int("patience", patience, 1)
         self.scale = check_positive("scale", scale)
         self.sigma_stat = check_positive("sigma_stat", sigma_stat)
         self.budget = None if budget is None else check_positive("budget", budget)

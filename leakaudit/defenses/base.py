@@ -33,7 +33,7 @@ import torch
 from accounting import PrivacyLedger
 
 if TYPE_CHECKING:
-    from ..fl import LocalBatch
+    from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES"]

@@ -51,12 +51,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .._validate import check_positive
 from . import _ops
 from .base import ClientContext, Defense
-from .validate import check_positive
 
 if TYPE_CHECKING:
-    from ..fl import LocalBatch
+    from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
 

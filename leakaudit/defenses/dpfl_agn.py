@@ -36,9 +36,9 @@ import torch
 
 from accounting.schedules import ThresholdDecay
 
+from .._validate import check_nonneg, check_number, check_positive
 from . import _ops
 from .base import ClientContext, Defense
-from .validate import check_nonneg, check_positive
 
 
 class DPFLAGN(Defense):
@@ -58,9 +58,7 @@ class DPFLAGN(Defense):
         else:
             self.clip = check_positive("clip", clip)
         self.sigma = check_positive("sigma", sigma)
-        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0.0 < rho <= 1.0:
-            raise ValueError(f"rho must be in (0, 1], got {rho!r}")
-        self.rho = float(rho)
+        self.rho = check_number("rho", rho, minimum=0.0, open_min=True, maximum=1.0)
         self.mu = check_nonneg("mu", mu)
         self.sigma_min = check_nonneg("sigma_min", sigma_min)
         if self.sigma_min > self.sigma:

@@ -36,9 +36,9 @@ import math
 
 import torch
 
+from .._validate import check_nonneg, check_positive
 from . import _ops
 from .base import ClientContext, Defense, record_no_privacy
-from .validate import check_nonneg, check_positive
 
 
 class DSSGD(Defense):

@@ -25,10 +25,10 @@ import torch
 
 from accounting import schedules
 
+from .._validate import check_positive
 from . import _ops
 from .base import ClientContext
 from .fed_cdp import FedCDP
-from .validate import check_positive
 
 DECAYS = {"linear": "linear", "staircase": "staircase", "exp": "exponential",
           "cyclic": "cyclic"}

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from .._validate import check_nonneg, check_positive
 from . import _ops
 from .base import ClientContext, Defense, RoundContext
-from .validate import check_nonneg, check_positive
 
 
 class FedSDP(Defense):

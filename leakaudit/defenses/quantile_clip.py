@@ -43,9 +43,9 @@ import math
 
 import torch
 
+from .._validate import check_positive, check_probability
 from . import _ops
 from .base import ClientContext, Defense, RoundContext
-from .validate import check_positive
 
 __all__ = ["QuantileClip", "update_noise_multiplier", "geometric_clip_update"]
 
@@ -77,10 +77,7 @@ class QuantileClip(Defense):
         self.initial_clip = check_positive("clip", clip)
         self.z = check_positive("noise_multiplier", noise_multiplier)
         self.sigma_b = check_positive("sigma_b", sigma_b)
-        if isinstance(target_quantile, bool) or not isinstance(target_quantile, (int, float)) \
-                or not 0.0 < target_quantile < 1.0:
-            raise ValueError(f"target_quantile must be in (0, 1), got {target_quantile!r}")
-        self.target_quantile = float(target_quantile)
+        self.target_quantile = check_probability("target_quantile", target_quantile)
         self.clip_lr = check_positive("clip_lr", clip_lr)
         self.sigma_delta = update_noise_multiplier(self.z, self.sigma_b)
         self.clip = self.initial_clip

@@ -7,9 +7,9 @@ import math
 
 import torch
 
+from .._validate import check_nonneg
 from . import _ops
 from .base import ClientContext, Defense, record_no_privacy
-from .validate import check_nonneg
 
 
 class RandomNoise(Defense):

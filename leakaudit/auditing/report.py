@@ -1,5 +1,7 @@
-"""The audit report: per defense x leak point x attack the SPEC's columns, per defense the
-accuracy and the claimed and sound eps; Markdown, CSV, LaTeX, JSON and a PNG grid."""
+"""The audit report: first the summary (defense x leak point: resilient or how it leaks, with
+accuracy and the claimed and sound eps), then per defense x leak point x attack the SPEC's
+columns, and per defense why claimed and sound eps differ; Markdown, CSV, LaTeX, JSON and a
+PNG grid (``matplotlib.figure.Figure``: the caller's matplotlib backend is never touched)."""
 
 from __future__ import annotations
 
@@ -8,23 +10,21 @@ import io
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS"]
+from .._jsonsafe import finite_json
+from .._jsonsafe import number as _num
+
+__all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "markdown_table"]
 
 CELL_COLUMNS = ("defense", "point", "attack", "resilient", "mse", "rmse", "psnr", "ssim",
                 "asr", "tau", "label_accuracy", "examples")
 DEFENSE_COLUMNS = ("defense", "accuracy", "eps_claimed", "eps_sound", "reason")
-
-
-def _num(v: Any) -> float:
-    if isinstance(v, str):
-        return float(v)  # "inf", "nan"
-    return math.nan if v is None else float(v)
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -97,6 +97,26 @@ class AuditReport:
                  _num(v.get("eps_sound")) or v.get("level") == "none" else ""}
                 for k, v in self.defenses.items()]
 
+    def summary_rows(self) -> list[dict[str, str]]:
+        """defense x leak point: "resilient (MSE m)" or "leaks: ASR a%, tau DLG/iDLG/CPL
+        t1/t2/t3" (over the attacks that were run), with accuracy and eps (the README's
+        table)."""
+        rows = self.rows()
+        points = sorted({r["point"] for r in rows})
+        drows = {d["defense"]: d for d in self.defense_rows()}
+        out = []
+        for defense in dict.fromkeys(r["defense"] for r in rows):
+            row = {"defense": defense}
+            for p in points:
+                here = [r for r in rows if r["defense"] == defense and r["point"] == p]
+                row[f"type {p}"] = _summary_cell(here) if here else "-"
+            d = drows.get(defense, {})
+            row.update({"accuracy": _fmt(d.get("accuracy"), 3),
+                        "claimed eps": _fmt(d.get("eps_claimed"), 3),
+                        "sound eps": _fmt(d.get("eps_sound"), 3)})
+            out.append(row)
+        return out
+
     def resilience(self) -> dict[str, dict[int, bool]]:
         """defense -> point -> resilient against every attack run."""
         out: dict[str, dict[int, bool]] = defaultdict(dict)
@@ -106,12 +126,20 @@ class AuditReport:
         return dict(out)
 
     # ------------------------------------------------------------------ renderings
+    def summary_markdown(self) -> str:
+        """The compact defense x type 0/1/2 table alone."""
+        rows = self.summary_rows()
+        cols = tuple(rows[0]) if rows else ("defense",)
+        return markdown_table(cols, rows) + "\n"
+
     def to_markdown(self) -> str:
-        lines = [f"Resilience (attack succeeds when MSE <= {self.threshold:g}; resilient = "
-                 "no attacked example rebuilt; tau = L-BFGS steps to success, else the limit)",
-                 "", _md_table(CELL_COLUMNS, self.rows()), "",
+        lines = [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
+                 "attacked example rebuilt by any attack; tau = L-BFGS steps to success; eps "
+                 f"at delta = {self.delta:g}, worst client)", "", self.summary_markdown(),
+                 "Per attack (tau = L-BFGS steps to success, else the limit)",
+                 "", markdown_table(CELL_COLUMNS, self.rows()), "",
                  f"Accuracy and privacy (eps at delta = {self.delta:g}, worst client)", "",
-                 _md_table(DEFENSE_COLUMNS, self.defense_rows())]
+                 markdown_table(DEFENSE_COLUMNS, self.defense_rows())]
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:
@@ -127,23 +155,18 @@ class AuditReport:
         return buf.getvalue()
 
     def to_latex(self) -> str:
-        head = " & ".join(c.replace("_", r"\_") for c in CELL_COLUMNS)
-        body = [" & ".join(_fmt(r[c]).replace("_", r"\_") for c in CELL_COLUMNS) + r" \\"
+        head = " & ".join(latex_escape(c) for c in CELL_COLUMNS)
+        body = [" & ".join(latex_escape(_fmt(r[c])) for c in CELL_COLUMNS) + r" \\"
                 for r in self.rows()]
         spec = "l" * len(CELL_COLUMNS)
         return "\n".join([r"\begin{tabular}{" + spec + "}", r"\hline", head + r" \\",
                           r"\hline", *body, r"\hline", r"\end{tabular}"]) + "\n"
 
     def to_json(self) -> str:
-        def clean(v: Any) -> Any:
-            if isinstance(v, float) and not math.isfinite(v):
-                return str(v)
-            return v
-
         payload = {
             "config": self.config, "threshold": self.threshold, "delta": self.delta,
-            "rows": [{k: clean(v) for k, v in r.items()} for r in self.rows()],
-            "defenses": [{k: clean(v) for k, v in r.items()} for r in self.defense_rows()],
+            "rows": finite_json(self.rows()),
+            "defenses": finite_json(self.defense_rows()),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
@@ -151,10 +174,7 @@ class AuditReport:
 
     def save_figure(self, path: str | Path) -> Path:
         """PNG grid: rows (defense, point); columns: ground truth, then each attack."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
 
         first: dict[tuple[str, int], dict[str, Any]] = {}
         attacks: list[str] = []
@@ -167,9 +187,8 @@ class AuditReport:
         if not first:
             raise ValueError("the report has no reconstructions to draw")
         rows = list(first)
-        fig, axes = plt.subplots(len(rows), len(attacks) + 1,
-                                 figsize=(1.6 * (len(attacks) + 1), 1.6 * len(rows)),
-                                 squeeze=False)
+        fig = Figure(figsize=(1.6 * (len(attacks) + 1), 1.6 * len(rows)))
+        axes = fig.subplots(len(rows), len(attacks) + 1, squeeze=False)
         for i, key in enumerate(rows):
             cells = first[key]
             any_cell = next(iter(cells.values()))
@@ -193,7 +212,6 @@ class AuditReport:
         fig.tight_layout()
         out = Path(path)
         fig.savefig(out, dpi=120)
-        plt.close(fig)
         return out
 
     def save(self, directory: str | Path, stem: str = "audit") -> dict[str, Path]:
@@ -224,8 +242,42 @@ def _to_image(values: Any) -> np.ndarray:
     return np.clip(arr, 0, 1)
 
 
-def _md_table(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any] | Sequence[Any]]
+                   ) -> str:
+    """A Markdown table; rows are dicts (by column) or sequences (in column order); numbers
+    are formatted as the report's (4 significant digits, inf, '-' for missing or NaN), text
+    is kept as it is."""
     head = "| " + " | ".join(columns) + " |"
     sep = "|" + "|".join("---" for _ in columns) + "|"
-    body = ["| " + " | ".join(_fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    body = ["| " + " | ".join(_cell(v) for v in (
+        [r.get(c) for c in columns] if isinstance(r, Mapping) else r)) + " |" for r in rows]
     return "\n".join([head, sep, *body])
+
+
+def _cell(value: Any) -> str:
+    """Text as it is; numbers, booleans and missing values as :func:`_fmt` writes them."""
+    return value if isinstance(value, str) else _fmt(value)
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                  "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (& % $ # _ { } ~ ^ and backslash)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _summary_cell(rows: list[dict[str, Any]]) -> str:
+    """One leak point of one defense over its attacks: resilient (mean MSE) or the ASR and
+    the steps to success of each attack."""
+    if all(r["resilient"] for r in rows):
+        return f"resilient (MSE {_fmt(float(np.mean([r['mse'] for r in rows])), 2)})"
+    asr = max(r["asr"] for r in rows)
+    taus = "/".join(_fmt(r["tau"], 3) for r in rows)
+    names = "/".join(_ATTACK_NAMES.get(r["attack"], r["attack"]) for r in rows)
+    return f"leaks: ASR {asr:.0%}, tau {names} {taus}"
+
+
+_ATTACK_NAMES = {"dlg": "DLG", "idlg": "iDLG", "cpl": "CPL", "ig": "IG"}

@@ -1,0 +1,79 @@
+"""The gradient-matching problem: the dummy side of every gradient-inversion attack.
+
+The model's weights at the leak point are copied, never modified; the dummy's gradient is that
+of the mean cross-entropy over the dummy batch (:func:`leakaudit.grads.cross_entropy`, the
+same loss the simulator trains on and ``leakaudit.grads.batch_gradient`` differentiates),
+through ``torch.func.functional_call`` and ``torch.autograd.grad(create_graph=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
+
+from ..grads import cross_entropy
+
+__all__ = ["GradientProblem", "trainable"]
+
+
+def trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The model's trainable parameters in ``named_parameters()`` order (as the gradients)."""
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+class GradientProblem:
+    """The dummy-gradient side of gradient matching, on a private copy of the weights."""
+
+    def __init__(self, model: nn.Module, gradients: Sequence[torch.Tensor],
+                 labels: torch.Tensor | None) -> None:
+        named = trainable(model)
+        self.model = model
+        self.names = [n for n, _ in named]
+        self.params = [p.detach().clone().requires_grad_(True) for _, p in named]
+        self.constants = {n: p.detach().clone() for n, p in model.named_parameters()
+                          if not p.requires_grad}
+        self.constants.update({n: b.detach().clone() for n, b in model.named_buffers()})
+        self.dtype = self.params[0].dtype
+        self.device = self.params[0].device
+        self.observed = [g.detach().to(self.device, self.dtype).clone() for g in gradients]
+        self.labels = labels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tensors = dict(zip(self.names, self.params))
+        tensors.update(self.constants)
+        return functional_call(self.model, tensors, (x,))
+
+    def target(self, label_logits: torch.Tensor | None) -> torch.Tensor:
+        """Hard labels, or the softmax of DLG's dummy label logits."""
+        if label_logits is not None:
+            return F.softmax(label_logits, dim=-1)
+        assert self.labels is not None
+        return self.labels
+
+    def dummy_gradients(self, x: torch.Tensor, label_logits: torch.Tensor | None,
+                        create_graph: bool = True) -> list[torch.Tensor]:
+        """Gradient of the mean cross-entropy of the dummy batch w.r.t. the parameters."""
+        with torch.enable_grad():
+            loss = cross_entropy(self.forward(x), self.target(label_logits))
+            grads = torch.autograd.grad(loss, self.params, create_graph=create_graph,
+                                        allow_unused=True)
+        return [torch.zeros_like(p) if g is None else g for g, p in zip(grads, self.params)]
+
+    def l2(self, x: torch.Tensor, label_logits: torch.Tensor | None = None,
+           create_graph: bool = True) -> torch.Tensor:
+        """sum over parameters of ||dummy gradient - observed gradient||^2."""
+        grads = self.dummy_gradients(x, label_logits, create_graph)
+        return torch.stack([(g - o).pow(2).sum() for g, o in zip(grads, self.observed)]).sum()
+
+    def cosine(self, x: torch.Tensor, label_logits: torch.Tensor | None = None,
+               create_graph: bool = True) -> torch.Tensor:
+        """1 - cosine similarity between the concatenated dummy and observed gradients."""
+        grads = self.dummy_gradients(x, label_logits, create_graph)
+        dot = torch.stack([(g * o).sum() for g, o in zip(grads, self.observed)]).sum()
+        gg = torch.stack([g.pow(2).sum() for g in grads]).sum()
+        oo = torch.stack([o.pow(2).sum() for o in self.observed]).sum()
+        return 1.0 - dot / (gg.sqrt() * oo.sqrt()).clamp_min(1e-30)

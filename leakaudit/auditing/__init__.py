@@ -1,0 +1,17 @@
+"""The audit: :func:`audit` orchestrates (:mod:`.auditor`); one attack cell is attacked and
+scored in :mod:`.cells`; :mod:`.engines` runs cells (serial, process pool, Ray);
+:mod:`.results` is the resumable results file; :mod:`.report` the tables and figure.
+
+(The package is ``auditing`` rather than ``audit`` because ``leakaudit.audit`` is the
+function: a subpackage of that name would replace it as soon as it is imported.)
+"""
+
+from __future__ import annotations
+
+from .auditor import DEFAULT_DEFENSES, PAPER_PARAMS, PROFILES, AuditProfile, audit
+from .engines import ENGINES
+from .report import AuditReport
+from .results import ResultsFile
+
+__all__ = ["AuditProfile", "AuditReport", "DEFAULT_DEFENSES", "ENGINES", "PAPER_PARAMS",
+           "PROFILES", "ResultsFile", "audit"]

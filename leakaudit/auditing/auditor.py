@@ -1,0 +1,314 @@
+"""The one-call audit: train under each defense, tap the leak points, attack, score, report.
+
+Data flows one way (SPEC-attacks "The audit"):
+  data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
+
+Per defense two simulations: a *training* run (the profile's federated setting) gives test
+accuracy and the claimed and sound eps; an *attack* run takes one round from the starting
+weights with one local step of batch size 1 (the DLG/iDLG/CPL setting: L = 1 so that the
+three leak points differ only by where the defense acted) and taps points 0, 1, 2 for
+``examples`` sampled clients. Types 1 and 0 observe an update dW; the attacker uses
+g = -dW / (lr * L) as the gradient (exact for L = 1).
+
+Every finished cell is appended to the results file; a rerun with the same file skips what
+is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
+(:mod:`.engines`): "serial" (this process), "process" (a local process pool) or "ray" (Ray tasks,
+on a local Ray instance or a cluster). Whatever the engine, results come back to this process,
+which alone writes the results file, as each cell finishes: resuming works the same way and
+the same seed gives the same table.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .. import attacks as attacks_mod
+from .. import data as data_mod
+from .. import defenses as defenses_mod
+from .. import fl
+from .. import models as models_mod
+from .._jsonsafe import finite_json
+from .._validate import check_int
+from .cells import AttackSpec, CellJob
+from .engines import ENGINES, Engine, import_ray, make_engine
+from .report import AuditReport
+from .results import ResultsFile, fingerprint
+
+__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "PAPER_PARAMS"]
+
+DEFAULT_DEFENSES = ("none", "fed-sdp-server", "fed-sdp-client", "fed-cdp", "fed-alpha-cdp",
+                    "prune", "random-noise")
+
+
+@dataclass(frozen=True)
+class AuditProfile:
+    """Sizes of an audit: the training run and the attacks."""
+
+    clients: int
+    clients_per_round: int
+    rounds: int
+    local_steps: int
+    batch_size: int
+    lr: float
+    optimizer: str
+    examples: int
+    max_iterations: int
+    restarts: int
+    attack_lr: float
+
+
+PROFILES: dict[str, AuditProfile] = {
+    # minutes on 2 cores with the built-in digits
+    "quick": AuditProfile(clients=10, clients_per_round=5, rounds=10, local_steps=5,
+                          batch_size=32, lr=0.01, optimizer="adam", examples=3,
+                          max_iterations=40, restarts=1, attack_lr=0.1),
+    # the papers' attack budget (300 L-BFGS steps, more examples); hours
+    "paper": AuditProfile(clients=100, clients_per_round=10, rounds=100, local_steps=10,
+                          batch_size=32, lr=0.01, optimizer="adam", examples=20,
+                          max_iterations=300, restarts=2, attack_lr=0.1),
+}
+
+#: defense parameters used when the caller gives a bare name (the source papers' settings)
+PAPER_PARAMS: dict[str, dict[str, Any]] = {
+    "fed-sdp-server": {"clip": 4.0, "sigma": 6.0},
+    "fed-sdp-client": {"clip": 4.0, "sigma": 6.0},
+    "fed-cdp": {"clip": 4.0, "sigma": 6.0},
+    "fed-alpha-cdp": {"clip": 4.0, "sigma": 6.0},
+    "prune": {"rate": 0.1},
+    "random-noise": {"variance": 0.001},
+}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The checked sizes of one audit call."""
+
+    profile: AuditProfile
+    examples: int
+    rounds: int
+    max_iterations: int
+    restarts: int
+    workers: int
+    points: tuple[int, ...]
+    attacks: tuple[str, ...]
+
+
+def _resolve_defenses(defenses: Sequence[Any],
+                      params: dict[str, dict[str, Any]] | None) -> list[defenses_mod.Defense]:
+    out = []
+    for d in defenses:
+        if isinstance(d, defenses_mod.Defense):
+            out.append(d)
+            continue
+        if not isinstance(d, str):
+            raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
+        kwargs = dict(PAPER_PARAMS.get(d, {}))
+        kwargs.update((params or {}).get(d, {}))
+        out.append(defenses_mod.get(d, **kwargs))
+    names = [d.describe() for d in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"defenses must be distinct, got {names}")
+    return out
+
+
+def audit(
+    defenses: Sequence[Any] = DEFAULT_DEFENSES,
+    dataset: Any = "digits",
+    model: nn.Module | None = None,
+    attacks: Sequence[str] = ("dlg", "idlg", "cpl"),
+    points: Sequence[int] = (0, 1, 2),
+    examples: int | None = None,
+    rounds: int | None = None,
+    seed: int = 0,
+    profile: str = "quick",
+    results: str | None = None,
+    *,
+    delta: float = 1e-5,
+    threshold: float = 0.01,
+    max_iterations: int | None = None,
+    restarts: int | None = None,
+    defense_params: dict[str, dict[str, Any]] | None = None,
+    trained: bool = False,
+    workers: int | None = None,
+    progress: bool = True,
+    engine: str = "process",
+    ray_address: str | None = None,
+) -> AuditReport:
+    """Audit defenses against gradient-leakage attacks; see the module docstring.
+
+    Args:
+        defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,
+            overridable per name with ``defense_params``) or Defense objects.
+        dataset: name or Dataset. model: the architecture and starting weights (default
+            ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
+        attacks: attack names (``leakaudit.attacks.available()``); points: leak points.
+        examples: attacked examples per (defense, point, attack); rounds: training rounds.
+        profile: "quick" or "paper" (sizes, see ``PROFILES``).
+        results: path of the JSON-lines results file (resume); None keeps results in memory.
+        delta: for the eps columns; threshold: MSE at or below which an attack succeeds.
+        trained: ``model`` is already trained: skip the training run (accuracy is then
+            measured on the given weights, eps is that of the one audited round).
+        workers: processes for the attack cells (default: the CPU count, at most 4; 1 runs
+            them in this process). Results are identical whatever the number. Workers are
+            spawned: call audit() under ``if __name__ == "__main__":`` in a script (if they
+            fail, the audit warns and finishes in this process).
+        engine: where the attack cells run: "process" (default; the local process pool of
+            ``workers``), "serial" (this process; ``workers`` is ignored) or "ray" (one Ray
+            task per cell; needs ``pip install leakaudit[ray]``). Training runs in this
+            process for every engine, and the same seed gives the same results.
+        ray_address: with engine="ray", the cluster to connect to (``ray.init(address=...)``;
+            every node needs leakaudit and torch installed). None starts a local Ray instance
+            with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
+            used as it is and left running; a Ray started by audit() is shut down at the end.
+    """
+    _check_engine(engine, ray_address)
+    plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks)
+    defs = _resolve_defenses(defenses, defense_params)
+    ds = data_mod.resolve(dataset, seed=seed)
+    model = models_mod.resolve(model, ds, seed=seed)
+    clients = max(plan.profile.clients, plan.examples)
+    config = {"dataset": ds.name, "model": repr(model), "weights": _weights_digest(model),
+              "seed": seed, "profile": profile, "examples": plan.examples,
+              "rounds": plan.rounds, "max_iterations": plan.max_iterations,
+              "restarts": plan.restarts, "threshold": threshold, "delta": delta,
+              "trained": trained, "clients": clients}
+    store = ResultsFile(results, config)
+    cells = [(d, p, a, e) for d in defs for p in plan.points for a in plan.attacks
+             for e in range(plan.examples)]
+    bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
+    report = AuditReport(config=config, threshold=threshold, delta=delta)
+    runner: Engine | None = None
+    try:
+        for d in defs:
+            train = store.get("training", d.describe())
+            if train is None:
+                train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
+                store.put("training", d.describe(), train)
+            report.add_defense(d.describe(), d.name, train)
+            bar.update(1)
+            own = [c for c in cells if c[0] is d]
+            pending = [c for c in own if not store.has("cell", _cell_key(*c))]
+            bar.update(len(own) - len(pending))
+            if not pending:
+                continue
+            jobs = _attack_jobs(d, pending, ds, model, plan, clients, seed, threshold)
+            if runner is None:  # started at the first pending cell: a full resume starts none
+                runner = make_engine(engine, plan.workers, ray_address)
+            for ck, rec in runner.run(jobs):
+                store.put("cell", ck, rec)  # written as each finishes, by this process
+                bar.update(1)
+    finally:
+        if runner is not None:
+            runner.close()
+        bar.close()
+    for cell in cells:  # canonical order, whatever order the cells finished in
+        report.add_cell(store.get("cell", _cell_key(*cell)))
+    return report
+
+
+def _check_engine(engine: str, ray_address: str | None) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
+    if ray_address is not None and engine != "ray":
+        raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
+    if engine == "ray":
+        import_ray()  # fail before any work if Ray is missing
+
+
+def _plan(profile: str, examples: int | None, rounds: int | None,
+          max_iterations: int | None, restarts: int | None, workers: int | None,
+          points: Sequence[int], attacks: Sequence[str]) -> _Plan:
+    """Check the sizes of an audit (the profile's unless given)."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+    prof = PROFILES[profile]
+    points = tuple(points)
+    if not points or any(p not in (0, 1, 2) for p in points):
+        raise ValueError(f"points must be a non-empty subset of (0, 1, 2), got {points!r}")
+    attacks = tuple(attacks)
+    unknown = [a for a in attacks if a not in attacks_mod.available()]
+    if not attacks or unknown:
+        raise ValueError(f"attacks must be among {attacks_mod.available()}, got {list(attacks)}")
+    return _Plan(
+        profile=prof, points=points, attacks=attacks,
+        examples=check_int("examples", prof.examples if examples is None else examples, 1),
+        rounds=check_int("rounds", prof.rounds if rounds is None else rounds, 1),
+        max_iterations=check_int("max_iterations", prof.max_iterations
+                                 if max_iterations is None else max_iterations, 1),
+        restarts=check_int("restarts", prof.restarts if restarts is None else restarts, 1),
+        workers=check_int("workers", min(4, os.cpu_count() or 1)
+                          if workers is None else workers, 1))
+
+
+def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dataset,
+                 model: nn.Module, plan: _Plan, clients: int, seed: int,
+                 threshold: float) -> list[tuple[str, CellJob]]:
+    """One round from the starting weights, one local step of batch 1, taps at the audited
+    points; one job per pending cell (the attacker's view, the truth apart)."""
+    prof = plan.profile
+    run = fl.simulate(copy.deepcopy(model), ds, copy.deepcopy(d), clients=clients,
+                      clients_per_round=plan.examples, rounds=1, local_steps=1,
+                      batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
+                      taps=[fl.Tap(p, clients=plan.examples) for p in plan.points])
+    jobs = []
+    for cell in pending:
+        _, p, a, e = cell
+        obs = run.observations_at(p)[e]
+        spec = AttackSpec(attack=a, model=_with_weights(model, obs.weights),
+                          gradients=obs.as_gradient(), input_shape=tuple(ds.input_shape),
+                          num_classes=ds.num_classes, batch_size=obs.batch_size,
+                          max_iterations=plan.max_iterations, restarts=plan.restarts,
+                          seed=seed + e)
+        jobs.append((_cell_key(*cell), CellJob(
+            defense=d.describe(), point=p, example=e, spec=spec, truth=run.truth(obs),
+            threshold=threshold, image=ds.kind == "image")))
+    return jobs
+
+
+def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:
+    return f"{d.describe()}|{point}|{attack}|{example}"
+
+
+def _with_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
+    """A copy of ``model`` holding ``state`` (the weights at the leak point)."""
+    net = copy.deepcopy(model)
+    net.load_state_dict(state, strict=False)
+    return net
+
+
+def _weights_digest(model: nn.Module) -> str:
+    flat = [float(p.detach().double().sum()) for p in model.state_dict().values()]
+    return fingerprint({"sums": flat})
+
+
+def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                  plan: _Plan, clients: int, seed: int, delta: float,
+                  trained: bool) -> dict[str, Any]:
+    """Accuracy and claimed/sound eps of the profile's training run (with ``trained``: of
+    the one audited round on the given weights)."""
+    prof = plan.profile
+    if trained:
+        run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
+                          clients_per_round=prof.clients_per_round, rounds=1,
+                          local_steps=1, batch_size=1, lr=prof.attack_lr, seed=seed,
+                          progress=False)
+    else:
+        run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
+                          clients_per_round=prof.clients_per_round, rounds=plan.rounds,
+                          local_steps=prof.local_steps, batch_size=prof.batch_size,
+                          lr=prof.lr, optimizer=prof.optimizer, seed=seed, progress=False)
+    return finite_json({
+        "defense": d.describe(), "name": d.name, "level": d.level,
+        "accuracy": run.final_accuracy,
+        "eps_claimed": run.epsilon(delta, "claimed"), "eps_sound": run.epsilon(delta, "sound"),
+        "reason": d.claimed_vs_sound if d.level != "none" else "no DP guarantee",
+        "settings": {k: v for k, v in run.settings.items() if k != "defense"},
+    })

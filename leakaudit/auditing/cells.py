@@ -1,0 +1,97 @@
+"""One attack cell: attack one observation, then score the reconstruction.
+
+A cell is a :class:`CellJob`: what the attacker sees (the model at the leak point, the
+observed gradient, shapes and the attack's budget) and, apart, the :class:`GroundTruth`. The
+attack runs on the first part only; the truth is read afterwards, by the scorer
+(:func:`score`). Cells are pure functions of their job, so any engine may run them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import attacks as attacks_mod
+from .. import metrics
+from .._jsonsafe import finite_json
+from ..fl import GroundTruth
+from ..grads import torch_threads
+
+__all__ = ["AttackSpec", "CellJob", "run_cell", "score"]
+
+
+@dataclass
+class AttackSpec:
+    """What the attacker of one cell has: model at the leak point, observed gradient, the
+    shapes the protocol tells it, and the attack's budget."""
+
+    attack: str
+    model: nn.Module
+    gradients: list[torch.Tensor]
+    input_shape: tuple[int, ...]
+    num_classes: int
+    batch_size: int
+    max_iterations: int
+    restarts: int
+    seed: int
+
+
+@dataclass
+class CellJob:
+    """One cell: its identity, the attacker's view, and the truth (for the scorer only)."""
+
+    defense: str
+    point: int
+    example: int
+    spec: AttackSpec
+    truth: GroundTruth
+    threshold: float
+    image: bool
+
+
+def run_cell(job: CellJob) -> dict[str, Any]:
+    """Attack, then score (a pure function: runs in a worker).
+
+    Always on one torch thread: float results depend on how a reduction is split between
+    threads, and one thread is what a worker process or a Ray task has (one per core); so
+    every engine, and any number of workers, gives the same results.
+    """
+    with torch_threads(1):
+        t0 = time.perf_counter()
+        rec = attack(job.spec)
+        seconds = time.perf_counter() - t0
+        return score(job, rec, seconds)
+
+
+def attack(spec: AttackSpec) -> attacks_mod.Reconstruction:
+    """Run the attack on what the attacker sees (keeping its iterates for the scorer)."""
+    return attacks_mod.reconstruct(
+        spec.attack, spec.model, spec.gradients, input_shape=spec.input_shape,
+        num_classes=spec.num_classes, batch_size=spec.batch_size,
+        max_iterations=spec.max_iterations, restarts=spec.restarts, seed=spec.seed,
+        track_every=1, keep_iterates=True)
+
+
+def score(job: CellJob, rec: attacks_mod.Reconstruction, seconds: float) -> dict[str, Any]:
+    """The SPEC's columns for one cell, from the reconstruction and the truth."""
+    truth = job.truth.inputs
+    metrics.score_history(rec.history, truth.detach().to("cpu", torch.float64))
+    rec_x = rec.inputs[metrics.match(rec.inputs, truth)]
+    mse = metrics.mse(rec_x, truth)
+    thr, limit = job.threshold, job.spec.max_iterations
+    return finite_json({
+        "defense": job.defense, "point": job.point, "attack": job.spec.attack,
+        "example": job.example, "mse": mse, "rmse": math.sqrt(mse),
+        "psnr": metrics.psnr(rec_x, truth),
+        "ssim": metrics.ssim(rec_x, truth) if job.image else None,
+        "success": bool(metrics.success(mse, thr)),
+        "tau": metrics.tau(rec.history, thr, limit),
+        "label_accuracy": metrics.label_accuracy(rec.labels, job.truth.labels),
+        "iterations": rec.iterations, "gradient_loss": rec.gradient_loss, "seconds": seconds,
+        "truth": truth[0].tolist(), "reconstruction": rec_x[0].tolist(),
+    })

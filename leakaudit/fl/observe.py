@@ -1,0 +1,114 @@
+"""Leak points: what an attacker sees (:class:`Observation`), and the truth kept apart.
+
+Wei et al. ("Securing distributed SGD against gradient leakage threats") name three places an
+attacker may stand: type 2, a client's batch gradient about to be applied at one local step;
+type 1, the client's update as it leaves the client; type 0, that update as it enters the
+server's aggregation. A :class:`Tap` asks the simulator to record one of them. The simulator
+returns each view as an :class:`Observation` (only what the attacker sees) and, separately, a
+:class:`GroundTruth` (the examples behind it), which only a scorer may read: breaching's
+"shared data" versus "true data, for analysis only".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .._validate import check_int
+
+__all__ = ["GroundTruth", "Observation", "Recorder", "Tap"]
+
+
+@dataclass(frozen=True)
+class Tap:
+    """Record leak point ``point`` at ``round`` (and ``local_step`` for type 2) for the first
+    ``clients`` sampled clients of that round."""
+
+    point: int
+    round: int = 0
+    local_step: int = 0
+    clients: int = 1
+
+    def __post_init__(self) -> None:
+        if self.point not in (0, 1, 2) or isinstance(self.point, bool):
+            raise ValueError(f"point must be 0, 1 or 2, got {self.point!r}")
+        check_int("round", self.round, 0)
+        check_int("local_step", self.local_step, 0)
+        check_int("clients", self.clients, 1)
+
+
+@dataclass
+class Observation:
+    """What an attacker at a leak point saw; nothing else (the truth is a GroundTruth)."""
+
+    point: int
+    round: int
+    client: int
+    local_step: int | None
+    #: the observed tensors, in parameter order (type 2: the batch gradient about to be
+    #: applied; types 1/0: the update w_local - w_global as it leaves the client / enters
+    #: aggregation)
+    tensors: list[torch.Tensor] = field(repr=False)
+    #: model weights at that moment (type 2: before the local step; 1/0: the global model
+    #: the round started from)
+    weights: dict[str, torch.Tensor] = field(repr=False)
+    lr: float
+    local_steps: int
+    batch_size: int
+    defense: str = ""
+
+    def as_gradient(self) -> list[torch.Tensor]:
+        """The gradient an attacker uses: type 2 as observed; types 1/0 the naive
+        g = -dW / (lr L) (exact for one local SGD step)."""
+        if self.point == 2:
+            return [t.clone() for t in self.tensors]
+        scale = -1.0 / (self.lr * self.local_steps)
+        return [t * scale for t in self.tensors]
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """The examples behind an observation: for scoring only, never for an attack."""
+
+    inputs: torch.Tensor = field(repr=False)
+    labels: torch.Tensor = field(repr=False)
+
+
+class Recorder:
+    """Holds the taps of a run and records the views they ask for."""
+
+    def __init__(self, taps: tuple[Tap, ...], defense: str) -> None:
+        self.taps = taps
+        self.defense = defense
+        self.observations: list[Observation] = []
+        self.truths: list[GroundTruth] = []
+
+    def wants(self, point: int, r: int, pos: int, step: int | None = None) -> bool:
+        """Whether a tap asks for ``point`` of the ``pos``-th participant of round ``r``."""
+        return any(t.point == point and t.round == r and pos < t.clients
+                   and (point != 2 or t.local_step == step) for t in self.taps)
+
+    def batch_gradient(self, r: int, c: int, step: int, g: list[torch.Tensor],
+                       weights: dict[str, torch.Tensor], lr: float, x: torch.Tensor,
+                       y: torch.Tensor) -> None:
+        """A type-2 view: the batch gradient applied at local step ``step``."""
+        self._add(Observation(point=2, round=r, client=c, local_step=step,
+                              tensors=[t.detach().clone() for t in g],
+                              weights={n: v.clone() for n, v in weights.items()},
+                              lr=float(lr), local_steps=1, batch_size=int(x.shape[0]),
+                              defense=self.defense), x, y)
+
+    def update(self, point: int, r: int, c: int, update: list[torch.Tensor],
+               weights: dict[str, torch.Tensor], lr: float, local_steps: int,
+               batch_size: int, x: torch.Tensor, y: torch.Tensor) -> None:
+        """A type-1 or type-0 view: a client's update."""
+        self._add(Observation(point=point, round=r, client=c, local_step=None,
+                              tensors=[u.detach().clone() for u in update],
+                              weights={n: v.clone() for n, v in weights.items()},
+                              lr=float(lr), local_steps=local_steps, batch_size=batch_size,
+                              defense=self.defense), x, y)
+
+    def _add(self, obs: Observation, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.observations.append(obs)
+        self.truths.append(GroundTruth(inputs=x.clone(), labels=y.clone()))

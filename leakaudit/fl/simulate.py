@@ -1,0 +1,309 @@
+"""Federated simulator (FedAvg) with a defense and leak-point taps.
+
+Data flows one way: data -> clients (local iterations, the defense's per-example and
+client-side processing) -> server (the defense's server-side processing, FedAvg) -> next
+round. :func:`simulate` checks its arguments (:class:`~leakaudit.fl.config.FLConfig`), then
+wires a few named steps: split the data, and per round sample clients, train each client,
+aggregate, evaluate. Taps (:mod:`leakaudit.fl.observe`) record what an attacker at leak point
+0, 1 or 2 would see, without changing training.
+
+Randomness: one ``numpy.random.Generator`` (validation split, partition, client sampling,
+batches) and one ``torch.Generator`` (the defense's noise), both seeded from ``seed``; no
+global RNG state.
+
+Sampling conventions (stated, as the accounting assumes them): K clients are drawn without
+replacement each round and accounted with q = K/N; each local iteration draws a batch of
+min(B, n_c) examples without replacement ("shuffle") or includes every example
+independently with probability B/n_c ("poisson"), accounted with q = B/n_c.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+from tqdm.auto import tqdm
+
+from accounting import PrivacyLedger
+
+from .. import data as data_mod
+from .. import models as models_mod
+from ..data import Dataset
+from ..defenses import ClientContext, Defense, RoundContext
+from ..defenses import get as get_defense
+from ..grads import LocalBatch, NonFiniteGradientError, cross_entropy, finite, flush_denormals
+from ..optim import make_optimizer
+from .config import FLConfig
+from .observe import Recorder, Tap
+from .run import Run, worst_epsilon
+
+__all__ = ["simulate"]
+
+
+def simulate(
+    model: nn.Module | None = None,
+    dataset: str | Dataset = "digits",
+    defense: Defense | str = "none",
+    *,
+    clients: int = 10,
+    clients_per_round: int | float = 1.0,
+    rounds: int = 10,
+    local_steps: int = 1,
+    batch_size: int = 32,
+    lr: float = 0.1,
+    optimizer: str = "sgd",
+    partition: str | Sequence[Sequence[int]] = "iid",
+    partition_kwargs: dict[str, Any] | None = None,
+    taps: Sequence[Tap] = (),
+    seed: int = 0,
+    progress: bool = True,
+    val_fraction: float = 0.1,
+    batch_sampling: str = "shuffle",
+    eval_every: int = 1,
+    track_epsilon: float | None = None,
+) -> Run:
+    """Train a federated model under a defense; return accuracy, ledgers and tapped views.
+
+    Args:
+        model: any nn.Module mapping the dataset's inputs to class logits; default
+            ``leakaudit.models.default_for(dataset)``. It is copied, never mutated.
+        dataset: a name for :func:`leakaudit.data.load` or a ``Dataset``.
+        defense: a :class:`Defense` or a registered name (:func:`leakaudit.defenses.get`).
+        clients: N; clients_per_round: K as a count, or a fraction of N in (0, 1].
+        rounds: T; local_steps: L local iterations of batch size B per round.
+        lr: local learning rate; optimizer: "sgd" or "adam" (fresh state every round).
+        partition: "iid", "shards", "classes", "dirichlet" (see ``leakaudit.data.partition``,
+            options in ``partition_kwargs``) or explicit index lists, one per client.
+        taps: leak points to record (:class:`Tap`).
+        val_fraction: share of the training data the server keeps as validation set.
+        batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c).
+        eval_every: evaluate the test set every this many rounds (and after the last).
+        track_epsilon: a delta: also record the worst client's claimed and sound eps at
+            every evaluation (``Run.eps_history``; accuracy against privacy spent).
+    """
+    cfg = FLConfig.make(
+        clients=clients, clients_per_round=clients_per_round, rounds=rounds,
+        local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=optimizer,
+        partition=partition, partition_kwargs=partition_kwargs, taps=taps, seed=seed,
+        progress=progress, val_fraction=val_fraction, batch_sampling=batch_sampling,
+        eval_every=eval_every, track_epsilon=track_epsilon)
+    if not isinstance(defense, (str, Defense)):
+        raise ValueError(f"defense must be a name or a Defense, got {defense!r}")
+    the_defense = get_defense(defense)
+    ds = data_mod.resolve(dataset, seed=cfg.seed)
+    net = models_mod.resolve(model, ds, seed=cfg.seed)
+    if net is model:
+        net = copy.deepcopy(model)
+    _check_model(net, ds)
+    with flush_denormals():
+        return _Simulation(net, ds, the_defense, cfg).run()
+
+
+def _check_model(model: nn.Module, ds: Dataset) -> None:
+    x = ds.x_train[:2]
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001 - any failure here is a shape mismatch to report
+        raise ValueError(f"model cannot process the dataset's inputs of shape "
+                         f"{tuple(x.shape[1:])}: {exc}") from exc
+    if out.dim() != 2 or out.shape[1] != ds.num_classes:
+        raise ValueError(f"model outputs shape {tuple(out.shape[1:])} per example but the "
+                         f"dataset has {ds.num_classes} classes")
+
+
+def evaluate(model: nn.Module, params: dict, buffers: dict, x: torch.Tensor,
+             y: torch.Tensor, chunk: int = 1024) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of the model at ``params`` on (x, y)."""
+    if x.shape[0] == 0:
+        return math.nan, math.nan
+    correct, total_loss = 0, 0.0
+    with torch.no_grad():
+        for i in range(0, x.shape[0], chunk):
+            out = functional_call(model, (params, buffers), (x[i:i + chunk],))
+            yb = y[i:i + chunk]
+            total_loss += float(cross_entropy(out, yb, reduction="sum"))
+            correct += int((out.argmax(dim=1) == yb).sum())
+    return correct / x.shape[0], total_loss / x.shape[0]
+
+
+def split(ds: Dataset, cfg: FLConfig, rng: np.random.Generator
+          ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The server's validation indices and each client's training indices."""
+    n_train = ds.x_train.shape[0]
+    perm = rng.permutation(n_train)
+    n_val = int(round(cfg.val_fraction * n_train))
+    val_idx, pool = np.sort(perm[:n_val]), np.sort(perm[n_val:])
+    if isinstance(cfg.partition, str):
+        local = data_mod.partition(ds.y_train[pool].numpy(), cfg.clients, cfg.partition,
+                                   rng=rng, **dict(cfg.partition_kwargs))
+        parts = [pool[p] for p in local]
+    else:
+        parts = [np.asarray(p, dtype=np.int64) for p in cfg.partition]
+        flat = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        if flat.size and (flat.min() < 0 or flat.max() >= n_train):
+            raise ValueError("partition indices are out of range of the training set")
+    for c, p in enumerate(parts):
+        if len(p) == 0:
+            raise ValueError(f"client {c} has no data (partition gives it no example)")
+    return val_idx, parts
+
+
+class _Simulation:
+    """The state of one run and its steps: sample, train each client, aggregate, evaluate."""
+
+    def __init__(self, model: nn.Module, ds: Dataset, defense: Defense, cfg: FLConfig) -> None:
+        self.model, self.ds, self.defense, self.cfg = model, ds, defense, cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.noise = torch.Generator().manual_seed(cfg.seed + 1)
+        self.val_idx, self.parts = split(ds, cfg, self.rng)
+        self.params = {n: p.detach().clone() for n, p in model.named_parameters()
+                       if p.requires_grad}
+        self.buffers = {n: b.detach().clone() for n, b in model.named_buffers()}
+        self.names = list(self.params)
+        self.sizes = tuple(len(p) for p in self.parts)
+        self.claimed = [PrivacyLedger(orders=defense.orders) for _ in range(cfg.clients)]
+        self.sound = [PrivacyLedger(orders=defense.orders) for _ in range(cfg.clients)]
+        self.optimizer = defense.optimizer or cfg.optimizer
+        self.per_example = "example" in defense.sites
+        self.recorder = Recorder(cfg.taps, defense.name)
+        self.history: dict[str, list] = {k: [] for k in (
+            "accuracy", "loss", "val_loss", "uploads", "eval_rounds", "eps_history")}
+
+    def run(self) -> Run:
+        cfg = self.cfg
+        self.defense.start(cfg.rounds)
+        for r in tqdm(range(cfg.rounds), disable=not cfg.progress,
+                      desc=f"FL {self.defense.name}"):
+            participants = tuple(int(c) for c in self.rng.choice(
+                cfg.clients, size=cfg.clients_per_round, replace=False))
+            round_ctx = RoundContext(
+                round=r, rounds=cfg.rounds, clients=cfg.clients,
+                clients_per_round=cfg.clients_per_round, local_steps=cfg.local_steps,
+                batch_size=cfg.batch_size, client_sizes=self.sizes, participants=participants,
+                claimed=self.claimed, sound=self.sound)
+            self.round(r, participants, round_ctx)
+        with torch.no_grad():
+            for n, p in self.model.named_parameters():
+                if n in self.params:
+                    p.copy_(self.params[n])
+        return self.result()
+
+    def round(self, r: int, participants: tuple[int, ...], round_ctx: RoundContext) -> None:
+        """Train the participants that upload, aggregate their updates, evaluate."""
+        updates, weights, uploaded = [], [], []
+        for pos, c in enumerate(participants):
+            if not self.defense.uploads(c, round_ctx):
+                continue
+            uploaded.append(c)
+            updates.append(self.client(r, pos, c, round_ctx))
+            n_c = len(self.parts[c])
+            weights.append(float(n_c) if self.defense.weighted_aggregation else 1.0)
+        self.history["uploads"].append(tuple(uploaded))
+        self.aggregate(updates, weights)
+        self.defense.claimed_round(round_ctx)
+        _, vloss = evaluate(self.model, self.params, self.buffers,
+                            self.ds.x_train[self.val_idx], self.ds.y_train[self.val_idx])
+        self.history["val_loss"].append(vloss)
+        self.defense.end_round(r, vloss)
+        if (r + 1) % self.cfg.eval_every == 0 or r == self.cfg.rounds - 1:
+            self.evaluate_test(r)
+
+    def client(self, r: int, pos: int, c: int, round_ctx: RoundContext) -> list[torch.Tensor]:
+        """One client's local iterations and the update that enters aggregation."""
+        cfg, rec = self.cfg, self.recorder
+        n_c = len(self.parts[c])
+        local = {n: v.clone() for n, v in self.params.items()}
+        opt = make_optimizer(self.optimizer, float(cfg.lr))
+        used: list[np.ndarray] = []
+        ctx = ClientContext(round=r, client=c, local_step=0, n_examples=n_c,
+                            batch_size=min(cfg.batch_size, n_c), lr=float(cfg.lr),
+                            generator=self.noise, round_ctx=round_ctx,
+                            claimed=self.claimed[c], sound=self.sound[c])
+        draw = self.sampler(r, c, used)
+        for step in range(cfg.local_steps):
+            ctx.local_step = step
+            batch = draw()
+            if batch.size == 0 and not self.per_example:  # empty Poisson batch, no noise
+                continue
+            before = local
+            local, g = self.defense.local_step(local, batch, opt, ctx)
+            if not finite(g):
+                raise NonFiniteGradientError(
+                    f"NaN/inf in the gradient of client {c} in round {r}, local step {step}")
+            if rec.wants(2, r, pos, step):
+                rec.batch_gradient(r, c, step, g, before, cfg.lr, batch.x, batch.y)
+        update = [local[n] - self.params[n] for n in self.names]
+        update = self.defense.privatize_update(update, ctx)
+        seen = np.unique(np.concatenate(used)) if used else np.empty(0, dtype=np.int64)
+        truth = (self.ds.x_train[seen], self.ds.y_train[seen])
+        if rec.wants(1, r, pos):
+            rec.update(1, r, c, update, self.params, cfg.lr, cfg.local_steps, cfg.batch_size,
+                       *truth)
+        update = self.defense.sanitize_update(update, ctx)
+        if not finite(update):
+            raise NonFiniteGradientError(f"NaN/inf in the update of client {c} in round {r}")
+        if rec.wants(0, r, pos):
+            rec.update(0, r, c, update, self.params, cfg.lr, cfg.local_steps, cfg.batch_size,
+                       *truth)
+        return update
+
+    def sampler(self, r: int, c: int, used: list[np.ndarray]):
+        """The function that draws client ``c``'s next local batch (and records its indices
+        in ``used``)."""
+        idx_all, cfg, ds = self.parts[c], self.cfg, self.ds
+        n_c = len(idx_all)
+
+        def draw() -> LocalBatch:
+            if cfg.batch_sampling == "shuffle":
+                bidx = idx_all[self.rng.choice(n_c, size=min(cfg.batch_size, n_c),
+                                               replace=False)]
+            else:
+                bidx = idx_all[self.rng.random(n_c) < min(1.0, cfg.batch_size / n_c)]
+            used.append(bidx)
+            return LocalBatch(self.model, self.buffers, ds.x_train[bidx], ds.y_train[bidx],
+                              num_classes=ds.num_classes, draw=draw,
+                              where=f"client {c} in round {r}")
+
+        return draw
+
+    def aggregate(self, updates: list[list[torch.Tensor]], weights: list[float]) -> None:
+        """FedAvg: the weighted mean of the updates (no upload: the model stays)."""
+        total = sum(weights)
+        if not updates:
+            return
+        for i, n in enumerate(self.names):
+            self.params[n] = self.params[n] + sum(w / total * u[i]
+                                                  for w, u in zip(weights, updates))
+
+    def evaluate_test(self, r: int) -> None:
+        acc, loss = evaluate(self.model, self.params, self.buffers, self.ds.x_test,
+                             self.ds.y_test)
+        h = self.history
+        h["accuracy"].append(acc)
+        h["loss"].append(loss)
+        h["eval_rounds"].append(r)
+        if self.cfg.track_epsilon is not None:
+            h["eps_history"].append((r, worst_epsilon(self.claimed, self.cfg.track_epsilon),
+                                     worst_epsilon(self.sound, self.cfg.track_epsilon)))
+
+    def result(self) -> Run:
+        cfg, h = self.cfg, self.history
+        settings = dict(clients=cfg.clients, clients_per_round=cfg.clients_per_round,
+                        rounds=cfg.rounds, local_steps=cfg.local_steps,
+                        batch_size=cfg.batch_size, lr=cfg.lr, optimizer=self.optimizer,
+                        partition=cfg.partition if isinstance(cfg.partition, str)
+                        else "explicit", seed=cfg.seed, val_fraction=cfg.val_fraction,
+                        batch_sampling=cfg.batch_sampling, client_sizes=list(self.sizes),
+                        dataset=self.ds.name, defense=self.defense.describe())
+        return Run(model=self.model, defense=self.defense, accuracy=h["accuracy"],
+                   loss=h["loss"], val_loss=h["val_loss"], claimed=self.claimed,
+                   sound=self.sound, observations=self.recorder.observations,
+                   settings=settings, uploads=h["uploads"], eval_rounds=h["eval_rounds"],
+                   eps_history=h["eps_history"], truths=self.recorder.truths)

@@ -1,0 +1,45 @@
+"""Same seed, same results: a small audit's results file against a stored digest.
+
+The digest covers every record of the results file (training: accuracy, claimed and sound
+eps; cells: MSE, PSNR, SSIM, tau, labels, reconstruction) with floats rounded to 6
+significant digits (so that another CPU's last-bit differences in float arithmetic do not
+count) and without the wall-clock seconds. A change that moves a digit must update
+``EXPECTED`` and say why in its commit message (refactors must not move any).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from leakaudit.auditing import audit
+
+#: measured 2026-11-23 on the redesigned layout; identical to the layout before the
+#: redesign (same command on commit c95f6d0)
+EXPECTED = "d877d0eee784a561"
+
+SMALL = dict(defenses=["none", "fed-cdp", "random-noise"], attacks=("dlg", "idlg"),
+             points=(0, 2), examples=1, rounds=2, max_iterations=8, seed=0,
+             engine="serial", progress=False)
+
+
+def _rounded(value):
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def results_digest(path) -> str:
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    payload = [(r["kind"], r["key"], _rounded(r["data"])) for r in records]
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_small_audit_results_match_the_stored_digest(tmp_path):
+    path = tmp_path / "results.jsonl"
+    audit(results=str(path), **SMALL)
+    assert results_digest(path) == EXPECTED
