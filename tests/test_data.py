@@ -151,13 +151,13 @@ def test_unknown_name_lists_the_valid_ones(name: str) -> None:
 def test_builtin_fashion_mnist_missing_says_how_to_install(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(data, "FASHION_MNIST_DIR", tmp_path / "absent")
+    monkeypatch.setattr(data.loaders, "FASHION_MNIST_DIR", tmp_path / "absent")
     with pytest.raises(FileNotFoundError, match="apt-get install dataset-fashion-mnist") as info:
         data.load("fashion-mnist")
     assert isinstance(info.value, OSError) and "fashion-mnist:<dir>" in str(info.value)
     # directory present but a file missing: the file is named, with the same hint
     (tmp_path / "partial").mkdir()
-    monkeypatch.setattr(data, "FASHION_MNIST_DIR", tmp_path / "partial")
+    monkeypatch.setattr(data.loaders, "FASHION_MNIST_DIR", tmp_path / "partial")
     with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte.*apt-get install"):
         data.load("fashion-mnist")
 

@@ -1,15 +1,5 @@
-"""Data sets and federated partitions (SPEC-defenses.md, "Federated simulator").
-
-``load(name)`` returns a :class:`Dataset` of float32 tensors: images ``(N, C, H, W)`` in
-[0, 1], tabular ``(N, F)`` standardised with the training statistics. Nothing is downloaded:
-built-in sets come with scikit-learn or a Debian package, the others from a directory named in
-the data set's name (``"mnist:/data/mnist"``). ``partition(labels, clients, scheme, rng=...)``
-splits example indices among clients (IID, label-sorted shards, k classes per client,
-Dirichlet label skew).
-
-Randomness always comes from an argument (``seed`` for the splits, a numpy ``Generator`` for
-partitions); the global random state is never touched.
-"""
+"""Loading data sets by name; nothing is downloaded (built-in sets come with scikit-learn or
+a Debian package, the others from a directory named in the data set's name)."""
 
 from __future__ import annotations
 
@@ -21,26 +11,16 @@ import pickle
 import struct
 import warnings
 import zlib
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._validate import check_int as _check_int
-from ._validate import check_positive
+from .._validate import check_int as _check_int
+from .dataset import Dataset
 
-__all__ = [
-    "Dataset",
-    "SCHEMES",
-    "available",
-    "load",
-    "partition",
-    "read_idx",
-    "resolve",
-]
+__all__ = ["FASHION_MNIST_DIR", "available", "load", "read_idx", "resolve"]
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_CLASSES = (
@@ -75,84 +55,6 @@ _FASHION_HINT = (
     "install it with `sudo apt-get install dataset-fashion-mnist` "
     '(or pass "fashion-mnist:<dir>" naming a directory with the four IDX files)'
 )
-
-
-@dataclass(frozen=True, eq=False)
-class Dataset:
-    """A train/test split of float32 inputs and int64 class labels.
-
-    Images are ``(N, C, H, W)`` scaled to [0, 1]; tabular inputs are ``(N, F)`` standardised
-    with the training mean and standard deviation. Equality is identity (tensors have no
-    single truth value).
-    """
-
-    name: str
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_test: torch.Tensor
-    y_test: torch.Tensor
-    num_classes: int
-    input_shape: tuple[int, ...]
-    kind: str
-    source: str
-    classes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("image", "tabular"):
-            raise ValueError(f"kind must be 'image' or 'tabular', got {self.kind!r}")
-        _check_int("num_classes", self.num_classes, 2)
-        shape = tuple(self.input_shape)
-        if self.kind == "image" and len(shape) != 3:
-            raise ValueError(f"input_shape of an image data set must be (C, H, W), got {shape}")
-        if self.kind == "tabular" and len(shape) != 1:
-            raise ValueError(f"input_shape of a tabular data set must be (F,), got {shape}")
-        for split in ("train", "test"):
-            x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
-            if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-                raise ValueError(f"x_{split} must be a float32 tensor")
-            if tuple(x.shape[1:]) != shape:
-                raise ValueError(
-                    f"x_{split} has examples of shape {tuple(x.shape[1:])}, "
-                    f"input_shape says {shape}"
-                )
-            if not isinstance(y, torch.Tensor) or y.dtype != torch.int64 or y.ndim != 1:
-                raise ValueError(f"y_{split} must be a 1-D int64 tensor")
-            if len(y) != len(x):
-                raise ValueError(f"y_{split} has {len(y)} labels for {len(x)} examples")
-            if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
-                raise ValueError(f"y_{split} has labels outside [0, {self.num_classes})")
-        if self.classes and len(self.classes) != self.num_classes:
-            raise ValueError(
-                f"classes names {len(self.classes)} classes, num_classes is {self.num_classes}"
-            )
-        object.__setattr__(self, "input_shape", shape)
-        object.__setattr__(self, "classes", tuple(self.classes))
-
-    @property
-    def in_channels(self) -> int:
-        """Number of image channels (images only)."""
-        self._require_image("in_channels")
-        return self.input_shape[0]
-
-    @property
-    def image_size(self) -> int:
-        """Side of the (square) images (images only)."""
-        self._require_image("image_size")
-        _, h, w = self.input_shape
-        if h != w:
-            raise ValueError(f"data set {self.name!r} has non-square images ({h}x{w})")
-        return h
-
-    def _require_image(self, what: str) -> None:
-        if self.kind != "image":
-            raise ValueError(f"data set {self.name!r} is {self.kind}: it has no {what}")
-
-    def __repr__(self) -> str:
-        return (
-            f"Dataset({self.name!r}, {self.kind} {self.input_shape}, "
-            f"{self.num_classes} classes, train {len(self.y_train)}, test {len(self.y_test)}, "
-            f"source={self.source!r})"
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -630,169 +532,3 @@ def _torchvision_arrays(ds: Any, tv_name: str) -> tuple[torch.Tensor, np.ndarray
         xs.append(array[None] if array.ndim == 2 else array.transpose(2, 0, 1))
         ys.append(int(label))
     return _uint8_images(np.stack(xs)), np.asarray(ys, dtype=np.int64)
-
-
-# --------------------------------------------------------------------------------------------
-# partitions
-
-SCHEMES = ("iid", "shards", "classes", "dirichlet")
-_MAX_DIRICHLET_DRAWS = 100
-
-
-def partition(
-    labels: Sequence[int] | np.ndarray | torch.Tensor,
-    clients: int,
-    scheme: str = "iid",
-    *,
-    rng: np.random.Generator,
-    shards_per_client: int = 2,
-    classes_per_client: int = 2,
-    alpha: float = 0.5,
-    shards: int | None = None,
-) -> list[np.ndarray]:
-    """Split example indices among ``clients``: a list of sorted int64 index arrays.
-
-    The parts are disjoint and cover every index. Schemes:
-
-    - ``"iid"``: a random permutation cut into nearly equal parts.
-    - ``"shards"``: indices sorted by label (ties in random order) cut into ``shards`` pieces
-      (default ``clients * shards_per_client``; when given it must equal that), and
-      ``shards_per_client`` random pieces dealt to each client (McMahan et al. 2017; Adap
-      DP-FL uses 400 shards, 40 per client for 10 clients). Shard sizes differ by at most 1.
-    - ``"classes"``: each client holds exactly ``classes_per_client`` classes, dealt
-      round-robin over a random class order so that every class is held; a class's examples
-      are split evenly among its holders.
-    - ``"dirichlet"``: for each class, proportions drawn from Dirichlet(``alpha``) over the
-      clients (Hsu et al. 2019); redrawn up to 100 times until every client has an example.
-    """
-    y = _labels_array(labels)
-    n = len(y)
-    clients = _check_int("clients", clients, 1)
-    if clients > n:
-        raise ValueError(f"clients={clients} is more than the {n} examples")
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    if scheme not in SCHEMES:
-        raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
-    shards_per_client = _check_int("shards_per_client", shards_per_client, 1)
-    classes_per_client = _check_int("classes_per_client", classes_per_client, 1)
-    alpha_value = _check_positive_real("alpha", alpha)
-    if scheme == "iid":
-        parts = np.array_split(rng.permutation(n), clients)
-    elif scheme == "shards":
-        parts = _shards(y, clients, shards_per_client, shards, rng)
-    elif scheme == "classes":
-        parts = _classes(y, clients, classes_per_client, rng)
-    else:
-        parts = _dirichlet(y, clients, alpha_value, rng)
-    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
-
-
-def _shards(
-    y: np.ndarray, clients: int, per_client: int, shards: int | None, rng: np.random.Generator
-) -> list[np.ndarray]:
-    needed = clients * per_client
-    if shards is None:
-        count = needed
-        if count > len(y):
-            raise ValueError(
-                f"shards_per_client={per_client}: {clients} clients need {count} shards, "
-                f"more than the {len(y)} examples"
-            )
-    else:
-        count = _check_int("shards", shards, 1)
-        if count % clients:
-            raise ValueError(f"shards={count} is not divisible by clients={clients}")
-        if count != needed:
-            relation = "fewer" if count < needed else "more"
-            raise ValueError(
-                f"shards={count}: {relation} shards than the clients * shards_per_client = "
-                f"{clients} * {per_client} = {needed} that are dealt"
-            )
-        if count > len(y):
-            raise ValueError(f"shards={count} is more than the {len(y)} examples")
-    order = rng.permutation(len(y))
-    by_label = order[np.argsort(y[order], kind="stable")]
-    pieces = np.array_split(by_label, count)
-    dealt = rng.permutation(count)
-    return [
-        np.concatenate([pieces[s] for s in dealt[i * per_client : (i + 1) * per_client]])
-        for i in range(clients)
-    ]
-
-
-def _classes(
-    y: np.ndarray, clients: int, per_client: int, rng: np.random.Generator
-) -> list[np.ndarray]:
-    present = np.unique(y)
-    num = len(present)
-    if per_client > num:
-        raise ValueError(
-            f"classes_per_client must be in [1, {num}] (the classes present in labels), "
-            f"got {per_client}"
-        )
-    if clients * per_client < num:
-        raise ValueError(
-            f"classes_per_client={per_client}: {clients} clients hold only "
-            f"{clients * per_client} class slots, fewer than the {num} classes"
-        )
-    order = rng.permutation(present)
-    holders: dict[int, list[int]] = {int(c): [] for c in present}
-    for client in range(clients):
-        for j in range(per_client):
-            holders[int(order[(client * per_client + j) % num])].append(client)
-    members = {c: np.flatnonzero(y == c) for c in holders}
-    for c, held_by in holders.items():
-        if len(members[c]) < len(held_by):
-            raise ValueError(
-                f"classes_per_client={per_client}: class {c} has {len(members[c])} examples "
-                f"but {len(held_by)} clients hold it"
-            )
-    parts: list[list[np.ndarray]] = [[] for _ in range(clients)]
-    for c, held_by in holders.items():
-        pieces = np.array_split(rng.permutation(members[c]), len(held_by))
-        for client, piece in zip(held_by, pieces):
-            parts[client].append(piece)
-    return [np.concatenate(p) for p in parts]
-
-
-def _dirichlet(
-    y: np.ndarray, clients: int, alpha: float, rng: np.random.Generator
-) -> list[np.ndarray]:
-    by_class = [np.flatnonzero(y == c) for c in np.unique(y)]
-    concentration = np.full(clients, alpha)
-    for _ in range(_MAX_DIRICHLET_DRAWS):
-        parts: list[list[np.ndarray]] = [[] for _ in range(clients)]
-        for members in by_class:
-            members = rng.permutation(members)
-            cuts = (np.cumsum(rng.dirichlet(concentration))[:-1] * len(members)).astype(np.int64)
-            for client, piece in enumerate(np.split(members, np.clip(cuts, 0, len(members)))):
-                parts[client].append(piece)
-        merged = [np.concatenate(p) for p in parts]
-        if all(len(p) for p in merged):
-            return merged
-    raise ValueError(
-        f"alpha={alpha}: no Dirichlet draw in {_MAX_DIRICHLET_DRAWS} gave each of the "
-        f"{clients} clients an example; raise alpha or use fewer clients"
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# validation helpers
-
-
-def _check_positive_real(name: str, value: object) -> float:
-    return check_positive(name, value)
-
-
-def _labels_array(labels: object) -> np.ndarray:
-    if isinstance(labels, torch.Tensor):
-        labels = labels.detach().cpu().numpy()
-    array = np.asarray(labels)
-    if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"labels must be a non-empty 1-D array, got shape {array.shape}")
-    if not np.issubdtype(array.dtype, np.integer):
-        raise ValueError(f"labels must be integer class indices, got dtype {array.dtype}")
-    if array.min() < 0:
-        raise ValueError(f"labels must be >= 0, got {int(array.min())}")
-    return array.astype(np.int64)
