@@ -26,7 +26,7 @@ and the ReLU CNN, stages initial / round1 / round5, 300 steps, 2 batches per cel
 
 Usage::
 
-    nice python benchmarks/leakage_curves.py --profile quick --workers 2
+    nice python -m benchmarks.leakage_curves --profile quick --workers 2
 """
 
 from __future__ import annotations
@@ -47,12 +47,10 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from benchmarks._markdown import Report
 from leakaudit import attacks, data, fl, metrics, models
 from leakaudit import defenses as D
 from leakaudit.auditing.results import ResultsFile
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper below
-from _markdown import Report  # noqa: E402
 
 COLUMNS = ("defense", "point", "attack", "model", "stage", "batch_size", "local_steps",
            "sigma", "eps_sound", "asr", "psnr", "label_accuracy")
@@ -468,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f" lr {train['lr']}; attacked clients: SGD lr {prof.client_lr}, "
                     f"{prof.examples} batch(es) per cell; attack steps "
                     f"{dict(prof.iterations)}.")
-    report.line(f"Command: `python benchmarks/leakage_curves.py {' '.join(argv or sys.argv[1:])}`"
+    report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
                 f" ({time.perf_counter() - t0:.0f} s, {args.workers} worker(s)).")
     (args.out / "leakage_curves.md").write_text(report.text())
     return 0
