@@ -42,6 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "process, or Ray tasks (pip install 'leakaudit[ray]')")
     a.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --engine ray: the Ray cluster to use (default: a local Ray)")
+    a.add_argument("--batch-size", type=int, default=1, help="B of the attacked clients")
+    a.add_argument("--local-steps", type=int, default=1,
+                   help="L local SGD steps of the attacked clients")
+    a.add_argument("--stage", default="initial",
+                   help="weights attacked: initial, round1 or round5 (after that many "
+                   "training rounds)")
+    a.add_argument("--device", default=None,
+                   help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present)")
     a.add_argument("--no-progress", action="store_true")
     sub.add_parser("defenses", help="list the registered defenses")
     for name in ACCOUNTANT_COMMANDS:
@@ -66,7 +74,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    rounds=args.rounds, seed=args.seed, profile=args.profile,
                    results=str(out / "results.jsonl"), threshold=args.threshold,
                    max_iterations=args.iterations, progress=not args.no_progress,
-                   engine=args.engine, ray_address=args.ray_address)
+                   engine=args.engine, ray_address=args.ray_address,
+                   batch_size=args.batch_size, local_steps=args.local_steps,
+                   stage=args.stage, device=args.device)
     print(report.to_markdown())
     paths = report.save(out)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
