@@ -19,7 +19,7 @@ attack at each point) and the resumable results file leakage_curves.jsonl.
 
 Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, one batch per cell, L in {1, 2, 5}
 (not 10), short attacks: ig/fedavg 150 signed-Adam steps, idlg/fedavg-l2 20 L-BFGS steps;
-sweeps at B = 1 with idlg, at B = 8 with ig; about 15 minutes with 2 workers on 2 idle
+sweeps at B = 1 with idlg and ig, at B = 8 with ig; about 15 minutes with 2 workers on 2 idle
 cores), ``full`` (Fashion-MNIST, LeNet
 and the ReLU CNN, stages initial / round1 / round5, 300 steps, 2 batches per cell; hours).
 ``--tiny`` shrinks any profile to a smoke run.
@@ -91,7 +91,7 @@ PROFILES: dict[str, Profile] = {
         dataset="digits", models=("lenet",), stages=("initial",),
         batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5),
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
-        sweep_defenses=SWEEP_DEFENSES, sweep_attacks=((1, ("idlg",)), (8, ("ig",))),
+        sweep_defenses=SWEEP_DEFENSES, sweep_attacks=((1, ("idlg", "ig")), (8, ("ig",))),
         points=(0, 1, 2),
         iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20), ("fedavg-l2", 20)),
         examples=1, client_lr=0.01, train=_TRAIN),
@@ -167,7 +167,8 @@ def _with_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> t
 
 
 def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """One job: a training run for eps, or one observation attacked by several attacks."""
+    """One job: a training run for eps, or one attack on every view of one observed client
+    (the simulation is repeated per attack: cheap, and it keeps each job a pure function)."""
     torch.set_num_threads(1)
     ds = data.load(job["dataset"], seed=job["seed"])
     if job["kind"] == "eps":
@@ -185,29 +186,31 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
                   job["seed"])
     out = []
     for obs in run.observations:
-        for attack in job["attacks"]:
-            rec = attack_observation(obs, model, ds, attack, job["iterations"][attack],
-                                     job["seed"] + job["example"])
-            out.append({"point": obs.point, "attack": attack, **score(rec, run.truth(obs))})
+        rec = attack_observation(obs, model, ds, job["attack"], job["iterations"],
+                                 job["seed"] + job["example"])
+        out.append({"point": obs.point, "attack": job["attack"], **score(rec, run.truth(obs))})
     return out
 
 
 # ------------------------------------------------------------------------------ planning
 def plan(prof: Profile, seed: int, weights: dict[tuple[str, str], Any]
          ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, job) for every job of the profile."""
+    """(key, job) for every job of the profile; a key names everything its result depends
+    on, so a run resumes across edits of the profile's lists."""
     its = dict(prof.iterations)
-    common = {"dataset": prof.dataset, "seed": seed, "lr": prof.client_lr, "iterations": its}
+    common = {"dataset": prof.dataset, "seed": seed, "lr": prof.client_lr}
     for m in prof.models:
         for stage in prof.stages:
             for b in prof.batch_sizes:
                 for steps in prof.local_steps:
                     for e in range(prof.examples):
-                        yield f"grid|{m}|{stage}|{b}|{steps}|{e}", {
-                            **common, "kind": "grid", "model": m, "stage": stage,
-                            "weights": weights[(m, stage)], "defense": "none", "sigma": 0.0,
-                            "batch_size": b, "local_steps": steps, "example": e,
-                            "points": (1,), "attacks": prof.grid_attacks}
+                        for a in prof.grid_attacks:
+                            yield f"grid|{m}|{stage}|{b}|{steps}|{e}|{a}|{its[a]}", {
+                                **common, "kind": "grid", "model": m, "stage": stage,
+                                "weights": weights[(m, stage)], "defense": "none",
+                                "sigma": 0.0, "batch_size": b, "local_steps": steps,
+                                "example": e, "points": (1,), "attack": a,
+                                "iterations": its[a]}
     m = prof.models[0]
     for d in prof.sweep_defenses:
         for sigma in prof.sigmas:
@@ -215,11 +218,12 @@ def plan(prof: Profile, seed: int, weights: dict[tuple[str, str], Any]
                                         "train": prof.train}
             for b, names in prof.sweep_attacks:
                 for e in range(prof.examples):
-                    yield f"sweep|{d}|{sigma}|{b}|{e}", {
-                        **common, "kind": "sweep", "model": m, "stage": "initial",
-                        "weights": weights[(m, "initial")], "defense": d, "sigma": sigma,
-                        "batch_size": b, "local_steps": 1, "example": e,
-                        "points": prof.points, "attacks": names}
+                    for a in names:
+                        yield f"sweep|{d}|{sigma}|{b}|{e}|{a}|{its[a]}", {
+                            **common, "kind": "sweep", "model": m, "stage": "initial",
+                            "weights": weights[(m, "initial")], "defense": d,
+                            "sigma": sigma, "batch_size": b, "local_steps": 1, "example": e,
+                            "points": prof.points, "attack": a, "iterations": its[a]}
 
 
 def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str, str], Any]:
@@ -451,7 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     label_section(report, prof.dataset, args.seed, 2 if args.tiny else 10)
     if not args.labels_only:
         store = ResultsFile(args.out / "leakage_curves.jsonl",
-                            {"profile": dataclasses.asdict(prof), "seed": args.seed})
+                            {"dataset": prof.dataset, "seed": args.seed, "lr": prof.client_lr,
+                             "train": prof.train, "points": prof.points})
         jobs = list(plan(prof, args.seed, stage_weights(prof, ds, args.seed)))
         execute(jobs, store, args.workers)
         rows = collect(jobs, store)
