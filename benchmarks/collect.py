@@ -27,6 +27,8 @@ SECTIONS = (
      "python -m benchmarks.utility --profile quick --jobs 2 --out docs/results"),
     ("speed", "Speed against the peers, measured in the same run",
      "python -m benchmarks.speed --profile quick --out docs/results"),
+    ("leakage_curves", "Leakage at batch sizes, local steps and noise levels",
+     "python -m benchmarks.leakage_curves --profile quick --workers 2 --out docs/results"),
 )
 
 

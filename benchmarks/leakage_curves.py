@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import datetime as _dt
 import math
 import multiprocessing
 import sys
@@ -424,6 +425,41 @@ def sweep_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> 
     return checks
 
 
+#: published calibration points (attack success at the papers' own settings)
+LITERATURE = (
+    ("iDLG (Zhao et al. 2020), its README", "MNIST, LeNet-Sigmoid, B = 1, L = 1",
+     "iDLG ~88% of images rebuilt, DLG ~76%"),
+    ("Geiping et al. 2020, Sec. 6 (FedAvg)", "CIFAR-10, ResNet, 1-5 epochs of 8-100 images",
+     "recognisable images from a multi-step update by simulating the local steps"),
+    ("Dimitrov et al. 2022", "FEMNIST, the CNN of models.relu_cnn, several epochs",
+     "simulating the local epochs beats the naive gradient (their Table 2)"),
+)
+
+
+def reading_section(report: Report, grid: dict[str, Any], sweep: dict[str, Any],
+                    prof: Profile) -> None:
+    """The literature's calibration points next to ours, and the curves in plain words."""
+    report.line("## Calibration points from the literature")
+    report.line()
+    report.table(["source", "setting", "reported"], [list(r) for r in LITERATURE])
+    report.line("## In plain words")
+    report.line()
+    b_lo, b_hi = prof.batch_sizes[0], prof.batch_sizes[-1]
+    report.line(f"- Without a defense the best attack rebuilds {grid['asr_b_lo']:.0%} of the "
+                f"images at B = {b_lo} and {grid['asr_b_hi']:.0%} at B = {b_hi}: batch size "
+                "alone is the strongest protection in this grid, at the attack budget of "
+                "this profile.")
+    mean = grid["fedavg_vs_ig"]
+    if len(mean) == 2:
+        report.line(f"- After L = {grid['steps']} local steps the naive g = -dW/(lr L) "
+                    f"misleads the attacker; simulating the steps (fedavg) gains "
+                    f"{mean['fedavg'] - mean['ig']:+.1f} dB of mean PSNR over ig.")
+    report.line(f"- fed-cdp drives the ASR to 0 at every point and batch size: "
+                f"{sweep['fed_cdp_reaches_zero']}. Read the eps panel for the privacy a run "
+                "at that noise spends; sigma 0 has eps = inf (no release is paid for).")
+    report.line()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -448,8 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"cannot load {prof.dataset!r} ({exc}); give --data")
     args.out.mkdir(parents=True, exist_ok=True)
     report = Report()
-    report.line(f"# Leakage curves (profile {args.profile}{' tiny' if args.tiny else ''}, "
-                f"{ds.name})")
+    report.line(f"# Leakage curves ({_dt.date.today().isoformat()}, profile {args.profile}"
+                f"{' tiny' if args.tiny else ''}, {ds.name})")
     report.line()
     t0 = time.perf_counter()
     label_section(report, prof.dataset, args.seed, 2 if args.tiny else 10)
@@ -462,8 +498,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = collect(jobs, store)
         write_csv(rows, args.out / "leakage_curves.csv")
         plot(rows, [b for b, _ in prof.sweep_attacks], args.out / "leakage_curves.png")
-        grid_section(report, rows, prof)
-        sweep_section(report, rows, prof)
+        grid = grid_section(report, rows, prof)
+        sweep = sweep_section(report, rows, prof)
+        reading_section(report, grid, sweep, prof)
         train = dict(prof.train)
         report.line(f"Standard training run behind eps and stages: N = {train['clients']}, "
                     f"K = {train['clients_per_round']}, T = {train['rounds']}, L = "
