@@ -19,7 +19,8 @@ attack at each point) and the resumable results file leakage_curves.jsonl.
 
 Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, one batch per cell, L in {1, 2, 5}
 (not 10), short attacks: ig/fedavg 150 signed-Adam steps, idlg/fedavg-l2 20 L-BFGS steps;
-sweeps at B = 1 with idlg and ig, at B = 8 with ig; about 15 minutes with 2 workers on 2 idle
+sweeps at B = 1 with idlg and idlg-norm (scale-free: clipping rescales the gradient), at
+B = 8 with ig; about 15 minutes with 2 workers on 2 idle
 cores), ``full`` (Fashion-MNIST, LeNet
 and the ReLU CNN, stages initial / round1 / round5, 300 steps, 2 batches per cell; hours).
 ``--tiny`` shrinks any profile to a smoke run.
@@ -92,9 +93,10 @@ PROFILES: dict[str, Profile] = {
         dataset="digits", models=("lenet",), stages=("initial",),
         batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5),
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
-        sweep_defenses=SWEEP_DEFENSES, sweep_attacks=((1, ("idlg", "ig")), (8, ("ig",))),
-        points=(0, 1, 2),
-        iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20), ("fedavg-l2", 20)),
+        sweep_defenses=SWEEP_DEFENSES,
+        sweep_attacks=((1, ("idlg", "idlg-norm")), (8, ("ig",))), points=(0, 1, 2),
+        iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20), ("fedavg-l2", 20),
+                    ("idlg-norm", 20)),
         examples=1, client_lr=0.01, train=_TRAIN),
     "full": Profile(
         dataset="fashion-mnist", models=("lenet", "relu_cnn"),
@@ -102,14 +104,16 @@ PROFILES: dict[str, Profile] = {
         batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5, 10),
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
         sweep_defenses=SWEEP_DEFENSES,
-        sweep_attacks=((1, ("idlg", "ig")), (8, ("ig", "idlg"))),
+        sweep_attacks=((1, ("idlg", "idlg-norm", "ig")), (8, ("ig", "idlg-norm"))),
         points=(0, 1, 2),
-        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 300), ("fedavg-l2", 300)),
+        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 300), ("fedavg-l2", 300),
+                    ("idlg-norm", 300)),
         examples=2, client_lr=0.01, train=_TRAIN),
 }
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
-            iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2)),
+            iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2),
+                        ("idlg-norm", 2)),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
                    ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
 

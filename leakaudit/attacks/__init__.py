@@ -2,10 +2,11 @@
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
-``idlg``, ``cpl``, ``ig``, ``fedavg``), each an :class:`~leakaudit.attacks.base.Attack` with
-the same small interface; the optimisation loop, restarts, divergence handling and
-validation are shared in :mod:`leakaudit.attacks.base`, label inference in
-:mod:`leakaudit.attacks.labels` (counts of repeated labels: ``label_counts``).
+``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``), each an
+:class:`~leakaudit.attacks.base.Attack` with the same small interface; the optimisation loop,
+restarts, divergence handling and validation are shared in :mod:`leakaudit.attacks.base`,
+label inference in :mod:`leakaudit.attacks.labels` (counts of repeated labels:
+:mod:`leakaudit.attacks.label_counts`).
 
 The attacker sees the model at the leak point, the observed gradients, the input shape, the
 class count and the batch size. The ground truth (``track``) never reaches the attack: the
@@ -37,6 +38,7 @@ from .cpl import CPL
 from .dlg import DLG
 from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
+from .idlg_norm import NormalizedIDLG
 from .ig import InvertingGradients
 from .labels import infer_labels
 
@@ -135,5 +137,5 @@ def reconstruct(
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
-                FedAvgL2()):
+                FedAvgL2(), NormalizedIDLG()):
     register(_attack)
