@@ -1,11 +1,13 @@
 """Privacy accounting for (sampled) Gaussian, Laplace and (eps, delta) releases.
 
-Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions` and
-:mod:`accounting.composition`; the one stateful object is :class:`PrivacyLedger`.
+Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`,
+:mod:`accounting.composition` and :mod:`accounting.pld` (privacy loss distributions); the
+one stateful object is :class:`PrivacyLedger`.
 See SPEC-accounting.md and the README for the papers behind every formula.
 """
 
 from . import schedules
+from ._grid import round_sigmas
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (
     DP,
@@ -41,7 +43,8 @@ from .ledger import (
     PrivacyLedger,
     parallel_epsilon,
 )
-from .prv import PRVBounds, PRVUnavailable, prv_epsilon, round_sigmas
+from .pld import PLDBounds, pld_delta, pld_epsilon
+from .prv import PRVBounds, PRVUnavailable, prv_epsilon
 from .rdp import (
     DEFAULT_ORDERS,
     INTEGER_ORDERS,
@@ -68,6 +71,7 @@ __all__ = [
     "METHODS",
     "NoPrivacyWarning",
     "OrderGridWarning",
+    "PLDBounds",
     "PRVBounds",
     "PRVUnavailable",
     "PrivacyLedger",
@@ -88,6 +92,8 @@ __all__ = [
     "moments_epsilon",
     "optimize_order",
     "parallel_epsilon",
+    "pld_delta",
+    "pld_epsilon",
     "prv_epsilon",
     "rdp_gaussian",
     "rdp_laplace",

@@ -23,6 +23,10 @@ __all__ = [
     "check_positive",
     "check_nonnegative",
     "check_factor",
+    "check_choice",
+    "check_array",
+    "check_same_length",
+    "check_instances",
 ]
 
 
@@ -60,10 +64,10 @@ def check_positive(name: str, value: object, *, allow_inf: bool = False) -> floa
     return out
 
 
-def check_nonnegative(name: str, value: object) -> float:
-    """A real number >= 0 (finite)."""
+def check_nonnegative(name: str, value: object, *, allow_inf: bool = False) -> float:
+    """A real number >= 0 (finite unless ``allow_inf``)."""
     out = check_real(name, value)
-    if out < 0.0 or math.isinf(out):
+    if out < 0.0 or (math.isinf(out) and not allow_inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {out!r}")
     return out
 
@@ -118,3 +122,70 @@ def check_orders(name: str, orders: Iterable[float] | float) -> np.ndarray:
     if (arr <= 1.0).any():
         raise ValueError(f"{name} must all be > 1, got min {arr.min()!r}")
     return arr
+
+
+def check_choice(name: str, value: object, allowed: Iterable[object]) -> object:
+    """One of a fixed set of names (a method, a direction, a conversion)."""
+    allowed = tuple(allowed)
+    if isinstance(value, (list, dict, set)) or value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def check_array(
+    name: str,
+    values: object,
+    *,
+    low: float = -math.inf,
+    high: float = math.inf,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+    allow_empty: bool = True,
+    what: str = "",
+) -> np.ndarray:
+    """A 1-D float array (scalars become length 1) with every entry in the given range.
+
+    ``what`` names the quantity in the message (e.g. "noise multipliers").
+    """
+    try:
+        arr = np.atleast_1d(np.asarray(values, dtype=float))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a sequence of real numbers") from exc
+    lo_s = ("> " if low_open else ">= ") + f"{low:g}" if math.isfinite(low) else ""
+    hi_s = ("< " if high_open else "<= ") + f"{high:g}" if math.isfinite(high) else ""
+    rng = " and ".join(x for x in (lo_s, hi_s) if x)
+    desc = f"{name} must be a 1-D sequence of {'' if allow_inf else 'finite '}numbers" + (
+        f" {rng}" if rng else "") + (f" ({what})" if what else "")
+    if arr.ndim != 1 or (arr.size == 0 and not allow_empty):
+        raise ValueError(desc)
+    bad = np.isnan(arr) | (arr < low) | (arr > high)
+    if low_open:
+        bad |= arr == low
+    if high_open:
+        bad |= arr == high
+    if not allow_inf:
+        bad |= np.isinf(arr)
+    if bad.any():
+        raise ValueError(f"{desc}; got {arr[bad][0]!r}")
+    return arr
+
+
+def check_same_length(names: tuple[str, str], a: np.ndarray, b: np.ndarray) -> None:
+    """Two sequences that must pair up element by element."""
+    if a.shape != b.shape:
+        raise ValueError(f"{names[0]} and {names[1]} must have the same length, "
+                         f"got {a.size} and {b.size}")
+
+
+def check_instances(name: str, items: object, cls: type) -> tuple:
+    """A sequence whose items are all ``cls`` (e.g. events: pass ``ledger.events``)."""
+    try:
+        out = tuple(items)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ValueError(f"{name} must be an iterable of {cls.__name__} records (e.g. "
+                         f"ledger.events), got {type(items).__name__}") from exc
+    bad = [e for e in out if not isinstance(e, cls)]
+    if bad:
+        raise ValueError(f"{name} must hold {cls.__name__} records only, got {bad[0]!r}")
+    return out

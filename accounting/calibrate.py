@@ -13,7 +13,15 @@ import warnings
 
 import numpy as np
 
-from ._validate import check_count, check_delta, check_eps, check_positive, check_probability
+from ._validate import (
+    check_array,
+    check_choice,
+    check_count,
+    check_delta,
+    check_eps,
+    check_positive,
+    check_probability,
+)
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
 
@@ -21,9 +29,7 @@ __all__ = ["calibrate_sigma", "max_steps", "scale_schedule"]
 
 
 def _check_method(method: str) -> str:
-    if method not in METHODS:
-        raise ValueError(f"method must be a sound method {METHODS}, got {method!r}")
-    return method
+    return check_choice("method", method, METHODS)  # sound methods only
 
 
 def _eps_const(q: float, sigma: float, steps: int, delta: float, method: str,
@@ -142,9 +148,8 @@ def scale_schedule(
     Returns c * sigmas with the smallest such c (to ``rtol``), keeping the schedule's shape
     (e.g. an exponential decay 15 -> 4.85 stays exponential with the same ratio).
     """
-    base = np.asarray(sigmas, dtype=float).ravel()
-    if base.size == 0 or np.isnan(base).any() or (base <= 0).any() or np.isinf(base).any():
-        raise ValueError("sigmas must be a non-empty sequence of finite numbers > 0")
+    base = check_array("sigmas", np.asarray(sigmas, dtype=float).ravel(), low=0.0,
+                       low_open=True, allow_empty=False, what="a noise schedule")
     target_eps = check_positive("target_eps", target_eps)
     delta = check_delta("delta", delta)
     q = check_probability("q", q)

@@ -1,8 +1,8 @@
 """Command line: ``python -m accounting epsilon|calibrate|max-steps ...``.
 
 ``epsilon`` prints every accountant side by side for one setting (constant or decaying
-sigma), with prv-accountant's bracket; ``calibrate`` finds sigma for a target eps;
-``max-steps`` the number of steps a budget allows.
+sigma), with prv-accountant's bracket and the certified PLD bracket; ``calibrate`` finds
+sigma for a target eps; ``max-steps`` the number of steps a budget allows.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ _NOTES = {
     "advanced": "advanced composition (Dwork et al. 2010), analytic Gaussian steps",
     "basic": "basic composition, analytic Gaussian steps amplified by sampling",
     "prv": "PRV estimate (Gopi et al. 2021)",
+    "pld": "PLD, certified upper bound (connect-the-dots; lower by merging)",
     "zcdp-approx": "APPROXIMATION rho ~ q^2/sigma^2 (Yu et al. 2019): may under-report",
 }
 
@@ -61,6 +62,10 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", OrderGridWarning)
         for m in METHODS:
             if m == "prv":
+                continue
+            if m == "pld":
+                lo, _, up = ledger.epsilon_bounds(args.delta, method="pld")
+                rows.append((m, up, _NOTES[m] + f"; certified bracket [{_fmt(lo)}, {_fmt(up)}]"))
                 continue
             res = ledger.epsilon_and_order(args.delta, m, optimize_order=args.optimize_order)
             note = _NOTES[m]

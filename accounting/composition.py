@@ -15,11 +15,14 @@ import numpy as np
 from scipy import optimize, special
 
 from ._validate import (
+    check_array,
+    check_choice,
     check_count,
     check_delta,
     check_eps,
+    check_nonnegative,
     check_probability,
-    check_real,
+    check_same_length,
     check_sigma,
 )
 
@@ -81,15 +84,12 @@ def analytic_gaussian_epsilons(sigmas: np.ndarray, deltas: np.ndarray | float) -
     Returns the smallest eps (to 1e-12 relative, rounded up) with delta(eps) <= delta;
     sigma = 0 gives inf.
     """
-    s = np.atleast_1d(np.asarray(sigmas, dtype=float))
-    if s.ndim != 1 or np.isnan(s).any() or (s < 0).any() or np.isinf(s).any():
-        raise ValueError("sigmas must be a 1-D sequence of finite numbers >= 0")
+    s = check_array("sigmas", sigmas, low=0.0, what="noise multipliers")
     try:
         d = np.broadcast_to(np.asarray(deltas, dtype=float), s.shape).copy()
     except ValueError as exc:
         raise ValueError("deltas must be a scalar or have the same length as sigmas") from exc
-    if np.isnan(d).any() or (d <= 0).any() or (d >= 1).any():
-        raise ValueError("deltas must be in the open interval (0, 1)")
+    d = check_array("deltas", d, low=0.0, high=1.0, low_open=True, high_open=True)
     out = np.full(s.shape, np.inf)
     ok = s > 0
     if not ok.any():
@@ -125,8 +125,7 @@ def gaussian_step_epsilon(sigma: float, delta: float, method: str = "classical")
     """
     sigma = check_sigma("sigma", sigma)
     delta = check_delta("delta", delta)
-    if method not in ("classical", "analytic"):
-        raise ValueError(f"method must be 'classical' or 'analytic', got {method!r}")
+    check_choice("method", method, ("classical", "analytic"))
     if sigma == 0:
         return math.inf
     if method == "analytic":
@@ -178,10 +177,8 @@ def compose_basic(
     delta_arr = np.atleast_1d(np.asarray(delta, dtype=float))
     if eps_arr.size != delta_arr.size and delta_arr.size != 1 and eps_arr.size != 1:
         raise ValueError("eps and delta must have the same length (or one of them be scalar)")
-    if np.isnan(eps_arr).any() or (eps_arr < 0).any():
-        raise ValueError("eps must be >= 0")
-    if np.isnan(delta_arr).any() or (delta_arr < 0).any() or (delta_arr > 1).any():
-        raise ValueError("delta must be in [0, 1]")
+    check_array("eps", eps_arr, low=0.0, allow_inf=True)
+    check_array("delta", delta_arr, low=0.0, high=1.0)
     n = max(eps_arr.size, delta_arr.size)
     e = np.broadcast_to(eps_arr, (n,))
     d = np.broadcast_to(delta_arr, (n,))
@@ -212,15 +209,12 @@ def compose_advanced_heterogeneous(
     """
     delta_prime = check_delta("delta_prime", delta_prime)
     e = np.atleast_1d(np.asarray(eps, dtype=float))
-    if e.size and (np.isnan(e).any() or (e < 0).any()):
-        raise ValueError("eps must be >= 0")
+    check_array("eps", e, low=0.0, allow_inf=True)
     d = np.atleast_1d(np.asarray(delta, dtype=float))
     if d.size == 1 and e.size != 1:
         d = np.full(e.size, d[0] if d.size else 0.0)
-    if d.size != e.size:
-        raise ValueError(f"eps and delta must have the same length, got {e.size} and {d.size}")
-    if (d < 0).any() or (d > 1).any():
-        raise ValueError("delta must be in [0, 1]")
+    check_same_length(("eps", "delta"), e, d)
+    check_array("delta", d, low=0.0, high=1.0)
     if e.size == 0:
         return DP(0.0, 0.0)
     if np.isinf(e).any():
@@ -281,12 +275,9 @@ def zcdp_to_dp(rho: float, delta: float, conversion: str = "classic") -> DP:
     improved: min_alpha of the improved RDP conversion (Canonne, Kamath, Steinke 2020,
     Prop. 12) applied to the curve alpha * rho: genuinely smaller.
     """
-    rho = check_real("rho", rho)
-    if rho < 0:
-        raise ValueError(f"rho must be >= 0, got {rho!r}")
+    rho = check_nonnegative("rho", rho, allow_inf=True)
     delta = check_delta("delta", delta)
-    if conversion not in ("classic", "improved"):
-        raise ValueError(f"conversion must be 'classic' or 'improved', got {conversion!r}")
+    check_choice("conversion", conversion, ("classic", "improved"))
     if math.isinf(rho):
         return DP(math.inf, delta)
     if rho == 0:

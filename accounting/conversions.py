@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import optimize
 
-from ._validate import check_delta, check_eps, check_orders
+from ._validate import check_array, check_choice, check_delta, check_eps, check_orders
 
 __all__ = [
     "DPResult",
@@ -69,16 +69,13 @@ def _check_curve(rdp: object, orders: object) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(
             f"rdp and orders must have the same length, got {rdp_arr.size} and {orders_arr.size}"
         )
-    if np.isnan(rdp_arr).any():
-        raise ValueError("rdp must not contain NaN")
-    if (rdp_arr < 0).any():
-        raise ValueError("rdp must be >= 0 at every order (a Rényi divergence is non-negative)")
+    check_array("rdp", rdp_arr, low=0.0, allow_inf=True,
+                what="a Rényi divergence is non-negative at every order")
     return rdp_arr, orders_arr
 
 
 def _check_conversion(conversion: str) -> str:
-    if conversion not in CONVERSIONS:
-        raise ValueError(f"conversion must be one of {CONVERSIONS}, got {conversion!r}")
+    check_choice("conversion", conversion, CONVERSIONS)
     return conversion
 
 
@@ -195,14 +192,12 @@ def moments_epsilon(
     """
     lam = np.atleast_1d(np.asarray(lambdas, dtype=float))
     lm = np.atleast_1d(np.asarray(log_moments, dtype=float))
-    if lam.ndim != 1 or lam.size == 0 or np.isnan(lam).any() or (lam <= 0).any():
-        raise ValueError("lambdas must be a non-empty sequence of numbers > 0")
+    check_array("lambdas", lam, low=0.0, low_open=True, allow_empty=False)
     if lm.shape != lam.shape:
         raise ValueError(
             f"log_moments and lambdas must have the same length, got {lm.size} and {lam.size}"
         )
-    if np.isnan(lm).any() or (lm < 0).any():
-        raise ValueError("log_moments must be >= 0 and not NaN")
+    check_array("log_moments", lm, low=0.0, allow_inf=True)
     delta = check_delta("delta", delta)
     with np.errstate(over="ignore", invalid="ignore"):
         eps = (lm + math.log(1.0 / delta)) / lam

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ._validate import (
+    check_array,
     check_count,
     check_eps,
     check_positive,
@@ -87,11 +88,8 @@ class GaussianSchedule(Event):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q", check_probability("q", self.q))
-        arr = np.asarray(self.sigmas, dtype=float).ravel().copy()
-        if arr.size == 0:
-            raise ValueError("sigmas must contain at least one step")
-        if np.isnan(arr).any() or (arr < 0).any() or np.isinf(arr).any():
-            raise ValueError("sigmas must all be finite numbers >= 0 (noise multipliers)")
+        arr = check_array("sigmas", np.asarray(self.sigmas, dtype=float).ravel(), low=0.0,
+                          allow_empty=False, what="noise multipliers, at least one step").copy()
         arr.setflags(write=False)
         object.__setattr__(self, "sigmas", arr)
         object.__setattr__(self, "note", str(self.note))

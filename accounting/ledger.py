@@ -23,7 +23,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import composition as comp
-from ._validate import check_count, check_delta, check_eps, check_orders
+from ._grid import Groups, group_pairs, no_privacy_reason, round_sigmas, rounded_groups, sgm_groups
+from ._validate import check_choice, check_count, check_delta, check_eps, check_orders
 from .conversions import (
     DPResult,
     NoPrivacyWarning,
@@ -35,31 +36,20 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian, event_from_dict
+from .pld import pld_delta, pld_epsilon
+from .prv import PRVUnavailable, prv_epsilon
 from .rdp import DEFAULT_ORDERS, INTEGER_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
 
-__all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT"]
+__all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs"]
 
 #: Sound methods: each returns an upper bound on eps (PRV: its estimate; see epsilon_bounds).
-METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv")
+#: "pld": the certified upper end of the privacy-loss-distribution bracket (the tightest).
+METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", "pld")
 #: Labelled approximations: may under-report, never used for a budget decision.
 APPROXIMATE_METHODS = ("zcdp-approx",)
 LEDGER_FORMAT = "leakaudit.ledger/1"
 
 _ADVANCED_SPLITS = np.linspace(0.05, 0.95, 19)
-
-
-def group_pairs(
-    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
-    if qs.size == 0:
-        return qs, sigmas, counts
-    order = np.lexsort((sigmas, qs))
-    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
-    new = np.ones(qs.size, dtype=bool)
-    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
-    starts = np.flatnonzero(new)
-    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
 
 
 class ConservativeEpsilon(NamedTuple):
@@ -98,7 +88,7 @@ class PrivacyLedger:
         self.orders = _resolve_orders(orders)
         self._events: list[Event] = []
         self._cache: dict[tuple[float, float], np.ndarray] = {}
-        self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._groups: Groups | None = None
 
     # ------------------------------------------------------------------ recording
     def _append(self, event: Event) -> None:
@@ -194,33 +184,13 @@ class PrivacyLedger:
 
     __str__ = describe
 
-    def sgm_groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def sgm_groups(self) -> Groups:
         """Distinct (q, sigma) pairs of all Gaussian steps with their step counts.
 
         Sorted by (q, sigma); memoised until the next recorded event.
         """
-        if self._groups is not None:
-            return self._groups
-        qs: list[np.ndarray] = []
-        sigmas: list[np.ndarray] = []
-        counts: list[np.ndarray] = []
-        for e in self._events:
-            if isinstance(e, SampledGaussian):
-                qs.append(np.array([e.q]))
-                sigmas.append(np.array([e.sigma]))
-                counts.append(np.array([e.count]))
-            elif isinstance(e, GaussianSchedule):
-                u, c = np.unique(e.sigmas, return_counts=True)
-                qs.append(np.full(u.size, e.q))
-                sigmas.append(u)
-                counts.append(c)
-        if not qs:
-            self._groups = (np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
-            return self._groups
-        q_all = np.concatenate(qs)
-        s_all = np.concatenate(sigmas)
-        c_all = np.concatenate(counts).astype(np.int64)
-        self._groups = group_pairs(q_all, s_all, c_all)
+        if self._groups is None:
+            self._groups = sgm_groups(self._events)
         return self._groups
 
     def _other(self, cls: type) -> list[Any]:
@@ -228,18 +198,7 @@ class PrivacyLedger:
 
     def why_infinite(self) -> str | None:
         """Why eps is unbounded, or None when every release has noise."""
-        reasons = []
-        qs, sigmas, counts = self.sgm_groups()
-        bad = (sigmas == 0) & (qs > 0)
-        if bad.any():
-            reasons.append(
-                f"{int(counts[bad].sum())} Gaussian step(s) with sigma=0 and q>0: no noise, "
-                "so the release is not private at all"
-            )
-        inf_dp = [e for e in self._other(ApproxDP) if math.isinf(e.eps)]
-        if inf_dp:
-            reasons.append(f"{len(inf_dp)} release(s) recorded with eps=inf")
-        return "; ".join(reasons) or None
+        return no_privacy_reason(self.sgm_groups(), self._events)
 
     # ------------------------------------------------------------------ RDP
     def _sgm_rdp(self, orders: np.ndarray, use_cache: bool = True) -> np.ndarray:
@@ -306,7 +265,9 @@ class PrivacyLedger:
             method: one of :data:`METHODS` ("rdp": improved conversion, the default;
                 "rdp-classic"; "moments" (Abadi et al. 2016, same value as rdp-classic);
                 "zcdp" (subsampling ignored: conservative); "advanced"; "basic"; "prv": the
-                PRV estimate, see :meth:`epsilon_bounds`) or the labelled approximation
+                PRV estimate, see :meth:`epsilon_bounds`; "pld": the certified upper bound
+                from privacy loss distributions, :func:`accounting.pld_epsilon`, the
+                tightest sound method) or the labelled approximation
                 "zcdp-approx" (Yu et al. 2019, rho ~ q^2/sigma^2; may under-report).
             optimize_order: for the RDP methods, refine the best grid order by a bounded
                 continuous search (never worse than the grid).
@@ -331,11 +292,8 @@ class PrivacyLedger:
     ) -> DPResult:
         """Like :meth:`epsilon`, also returning the optimal order (None where meaningless)."""
         delta = check_delta("delta", delta)
-        if method not in METHODS + APPROXIMATE_METHODS:
-            raise ValueError(f"method must be one of {METHODS + APPROXIMATE_METHODS}, "
-                             f"got {method!r}")
-        if gaussian not in ("analytic", "classical"):
-            raise ValueError(f"gaussian must be 'analytic' or 'classical', got {gaussian!r}")
+        check_choice("method", method, METHODS + APPROXIMATE_METHODS)
+        check_choice("gaussian", gaussian, ("analytic", "classical"))
         if not self._events:
             return DPResult(0.0, None)
         reason = self.why_infinite()
@@ -346,9 +304,9 @@ class PrivacyLedger:
         if method in ("basic", "advanced"):
             return DPResult(self._composition_eps(delta, method, gaussian), None)
         if method == "prv":
-            from .prv import prv_epsilon
-
-            return DPResult(prv_epsilon(self, delta).estimate, None)
+            return DPResult(prv_epsilon(self._events, delta).estimate, None)
+        if method == "pld":
+            return DPResult(pld_epsilon(self._events, delta).upper, None)
         approx_eps, approx_delta = self._approx_spent()
         rem = delta - approx_delta
         if rem <= 0:
@@ -503,12 +461,10 @@ class PrivacyLedger:
         ``max_excess = upper - lower`` bounds how much the fast answer overstates. Costs
         O(distinct grid points x orders), independent of the number of steps.
         """
-        from .prv import round_sigmas
-
         delta = check_delta("delta", delta)
-        if method not in ("rdp", "rdp-classic", "moments"):
-            raise ValueError(f"method must be 'rdp', 'rdp-classic' or 'moments', got {method!r}")
-        qs0, sig0, _ = self.sgm_groups()
+        check_choice("method", method, ("rdp", "rdp-classic", "moments"))
+        groups = self.sgm_groups()
+        sig0 = groups.sigmas
         if 2 * np.unique(round_sigmas(sig0, resolution, "down")).size > np.unique(sig0).size:
             # the grid does not halve the distinct sigmas: two rounded passes would cost
             # more than the exact answer, so give that (excess 0)
@@ -517,22 +473,24 @@ class PrivacyLedger:
                 return ConservativeEpsilon(self.epsilon(delta, method), 0.0, resolution)
         bounds = []
         for direction in ("down", "up"):
-            trial = PrivacyLedger.__new__(PrivacyLedger)
-            trial.orders = self.orders
-            trial._cache = self._cache
-            trial._events = []
-            trial._groups = None
-            qs, sigmas, counts = self.sgm_groups()
-            rounded = round_sigmas(sigmas, resolution, direction)
-            for q, s, c in zip(*group_pairs(qs, rounded, counts)):
-                trial._events.append(SampledGaussian(q, s, int(c)))
-            trial._events.extend(e for e in self._events
-                                 if not isinstance(e, (SampledGaussian, GaussianSchedule)))
+            trial = self._with_groups(rounded_groups(groups, resolution, direction))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 bounds.append(trial.epsilon(delta, method))
         upper, lower = bounds
         return ConservativeEpsilon(upper, max(0.0, upper - lower), resolution)
+
+    def _with_groups(self, groups: Groups) -> PrivacyLedger:
+        """A ledger whose Gaussian steps are ``groups`` and whose other releases are this
+        ledger's (same orders, sharing the pure RDP memo)."""
+        trial = PrivacyLedger(self.orders)
+        for q, s, c in zip(*groups):
+            trial.record(SampledGaussian(q, s, int(c)))
+        for e in self._events:
+            if not isinstance(e, (SampledGaussian, GaussianSchedule)):
+                trial.record(e)
+        trial._cache = self._cache
+        return trial
 
     def get_epsilon(self, delta: float) -> float:
         """Opacus-style alias of :meth:`epsilon` with the default (improved RDP) method."""
@@ -543,11 +501,15 @@ class PrivacyLedger:
         res = self.epsilon_and_order(delta)
         return res.eps, res.order
 
-    def epsilon_bounds(self, delta: float, **kwargs: Any) -> tuple[float, float, float]:
-        """(lower, estimate, upper) eps from prv-accountant (see :func:`accounting.prv_epsilon`)."""
-        from .prv import prv_epsilon
-
-        return tuple(prv_epsilon(self, delta, **kwargs))  # type: ignore[return-value]
+    def epsilon_bounds(self, delta: float, method: str = "prv",
+                       **kwargs: Any) -> tuple[float, float, float]:
+        """(lower, estimate, upper) eps: "prv" from prv-accountant (:func:`accounting.prv_epsilon`,
+        its own error bounds) or "pld" (:func:`accounting.pld_epsilon`, both ends certified).
+        ``kwargs`` go to that function."""
+        check_choice("method", method, ("prv", "pld"))
+        if method == "pld":
+            return tuple(pld_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
+        return tuple(prv_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
 
     def epsilon_report(self, delta: float, *, prv: bool = True) -> dict[str, float]:
         """Every sound method side by side (and the PRV bounds when ``prv``)."""
@@ -559,8 +521,6 @@ class PrivacyLedger:
                     continue
                 out[m] = self.epsilon(delta, m)
             if prv:
-                from .prv import PRVUnavailable
-
                 try:
                     lo, est, up = self.epsilon_bounds(delta)
                 except PRVUnavailable:
@@ -570,14 +530,16 @@ class PrivacyLedger:
         return out
 
     def delta(self, eps: float, method: str = "rdp") -> float:
-        """Smallest delta for which the ledger is (eps, delta)-DP ("rdp" or "rdp-classic")."""
+        """Smallest delta for which the ledger is (eps, delta)-DP: an upper bound from "rdp",
+        "rdp-classic" or "pld" (the certified upper end, :func:`accounting.pld_delta`)."""
         eps = check_eps("eps", eps)
-        if method not in ("rdp", "rdp-classic"):
-            raise ValueError(f"method must be 'rdp' or 'rdp-classic', got {method!r}")
+        check_choice("method", method, ("rdp", "rdp-classic", "pld"))
         if not self._events:
             return 0.0
         if self.why_infinite() is not None:
             return 1.0
+        if method == "pld":
+            return pld_delta(self._events, eps, with_lower=False)[1]
         approx_eps, approx_delta = self._approx_spent()
         if eps < approx_eps:
             return 1.0
@@ -616,8 +578,7 @@ class PrivacyLedger:
     # ------------------------------------------------------------------ composition
     def copy(self) -> PrivacyLedger:
         """An independent ledger with the same history (shares only the pure RDP memo)."""
-        new = PrivacyLedger.__new__(PrivacyLedger)
-        new.orders = self.orders.copy()
+        new = PrivacyLedger(self.orders)
         new._events = list(self._events)
         new._cache = self._cache
         new._groups = self._groups

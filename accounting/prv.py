@@ -3,7 +3,8 @@
 Gopi, Lee, Wutschitz 2021, "Numerical composition of differential privacy" (NeurIPS):
 ``prv_accountant.PRVAccountant`` composes heterogeneous mechanisms and returns
 (lower, estimate, upper) bounds on eps with a guaranteed error. This adapter feeds it the
-same ledger, grouped by distinct (q, sigma).
+same events, grouped by distinct (q, sigma) (:mod:`accounting._grid`); it takes events or
+groups, never a ledger.
 
 Many distinct sigmas (a schedule with a new sigma each step) would make prv-accountant
 discretise thousands of PRVs. Above ``max_distinct`` distinct sigmas we bucket them on a
@@ -15,17 +16,14 @@ removed, eps can only grow), the LOWER bound from sigmas rounded UP (eps can onl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-import numpy as np
+from ._grid import Groups, no_privacy_reason, rounded_groups, sgm_groups
+from ._validate import check_count, check_delta, check_instances, check_positive
+from .events import ApproxDP, Event, Laplace
 
-from ._validate import check_count, check_delta, check_positive
-from .events import ApproxDP, Laplace
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .ledger import PrivacyLedger
-
-__all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "round_sigmas"]
+__all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "prv_bounds"]
 
 
 class PRVUnavailable(RuntimeError):
@@ -40,30 +38,7 @@ class PRVBounds(NamedTuple):
     upper: float
 
 
-def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.ndarray:
-    """Round sigmas onto the geometric grid (1 + resolution)^k, "down" or "up".
-
-    Rounding sigma down can only increase eps (less noise), so results computed on the
-    rounded-down schedule are valid upper bounds; rounding up gives lower bounds.
-    """
-    resolution = check_positive("resolution", resolution)
-    if direction not in ("down", "up"):
-        raise ValueError(f"direction must be 'down' or 'up', got {direction!r}")
-    s = np.asarray(sigmas, dtype=float)
-    out = s.copy()
-    pos = s > 0
-    step = math.log1p(resolution)
-    k = np.log(s[pos]) / step
-    k = np.floor(k + 1e-12) if direction == "down" else np.ceil(k - 1e-12)
-    out[pos] = np.exp(k * step)
-    if direction == "down":
-        out[pos] = np.minimum(out[pos], s[pos])
-    else:
-        out[pos] = np.maximum(out[pos], s[pos])
-    return out
-
-
-def _build(ledger: PrivacyLedger, sigma_map: str | None, resolution: float):
+def _build(groups: Groups, others: Sequence[Event], sigma_map: str | None, resolution: float):
     from prv_accountant.privacy_random_variables import (
         ApproximateDPMechanism,
         GaussianMechanism,
@@ -72,23 +47,19 @@ def _build(ledger: PrivacyLedger, sigma_map: str | None, resolution: float):
         PureDPMechanism,
     )
 
-    qs, sigmas, counts = ledger.sgm_groups()
-    keep = qs > 0
-    qs, sigmas, counts = qs[keep], sigmas[keep], counts[keep]
+    keep = groups.qs > 0
+    groups = Groups(groups.qs[keep], groups.sigmas[keep], groups.counts[keep])
     if sigma_map is not None:
-        sigmas = round_sigmas(sigmas, resolution, sigma_map)
-        from .ledger import group_pairs
-
-        qs, sigmas, counts = group_pairs(qs, sigmas, counts)
+        groups = rounded_groups(groups, resolution, sigma_map)
     prvs, comps = [], []
-    for q, s, c in zip(qs, sigmas, counts):
+    for q, s, c in zip(*groups):
         if q == 1:
             prvs.append(GaussianMechanism(noise_multiplier=float(s)))
         else:
             prvs.append(PoissonSubsampledGaussianMechanism(sampling_probability=float(q),
                                                            noise_multiplier=float(s)))
         comps.append(int(c))
-    for e in ledger.events:
+    for e in others:
         if isinstance(e, Laplace):
             prvs.append(LaplaceMechanism(mu=e.eps))
             comps.append(e.count)
@@ -114,7 +85,7 @@ def _run(prvs, comps, delta: float, eps_error: float, delta_error: float) -> PRV
 
 
 def prv_epsilon(
-    ledger: PrivacyLedger,
+    events: Iterable[Event],
     delta: float,
     *,
     eps_error: float = 0.05,
@@ -122,10 +93,10 @@ def prv_epsilon(
     max_distinct: int = 16,
     resolution: float = 0.01,
 ) -> PRVBounds:
-    """(lower, estimate, upper) eps of the ledger from prv-accountant.
+    """(lower, estimate, upper) eps of a sequence of events from prv-accountant.
 
     Args:
-        ledger: the ledger to compose.
+        events: the releases to compose (e.g. ``ledger.events``).
         delta: target delta.
         eps_error: prv-accountant's eps error (the width of its bracket is about 2x this).
         delta_error: its delta error; default delta / 1000.
@@ -137,22 +108,42 @@ def prv_epsilon(
     delta_error = delta / 1000.0 if delta_error is None else check_delta("delta_error",
                                                                          delta_error)
     max_distinct = check_count("max_distinct", max_distinct, minimum=1)
-    if ledger.why_infinite() is not None:
+    resolution = check_positive("resolution", resolution)
+    events = check_instances("events", events, Event)
+    return prv_bounds(sgm_groups(events), events, delta, eps_error=eps_error,
+                      delta_error=delta_error, max_distinct=max_distinct,
+                      resolution=resolution)
+
+
+def prv_bounds(
+    groups: Groups,
+    others: Sequence[Event],
+    delta: float,
+    *,
+    eps_error: float,
+    delta_error: float,
+    max_distinct: int,
+    resolution: float,
+) -> PRVBounds:
+    """:func:`prv_epsilon` on checked arguments: Gaussian ``groups`` plus the Laplace and
+    (eps, delta) releases among ``others`` (Gaussian events there are ignored)."""
+    if no_privacy_reason(groups, others) is not None:
         return PRVBounds(math.inf, math.inf, math.inf)
-    if ledger.steps == 0:
+    if int(groups.counts.sum()) + sum(e.steps for e in others
+                                      if isinstance(e, (Laplace, ApproxDP))) == 0:
         return PRVBounds(0.0, 0.0, 0.0)
-    prvs, comps = _build(ledger, None, resolution)
+    prvs, comps = _build(groups, others, None, resolution)
     if not prvs:
         return PRVBounds(0.0, 0.0, 0.0)
     if len(prvs) <= max_distinct:
         return _run(prvs, comps, delta, eps_error, delta_error)
     res = resolution
     while True:  # coarsen until the bucketed schedule is small enough
-        up_prvs, up_comps = _build(ledger, "down", res)
+        up_prvs, up_comps = _build(groups, others, "down", res)
         if len(up_prvs) <= max_distinct:
             break
         res *= 2.0
     upper = _run(up_prvs, up_comps, delta, eps_error, delta_error)
-    lo_prvs, lo_comps = _build(ledger, "up", res)
+    lo_prvs, lo_comps = _build(groups, others, "up", res)
     lower = _run(lo_prvs, lo_comps, delta, eps_error, delta_error)
     return PRVBounds(lower.lower, upper.estimate, upper.upper)

@@ -20,7 +20,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from scipy import special
 
-from ._validate import check_orders, check_positive, check_probability, check_sigma
+from ._validate import (
+    check_array,
+    check_eps,
+    check_orders,
+    check_positive,
+    check_probability,
+    check_same_length,
+    check_sigma,
+)
 
 __all__ = [
     "DEFAULT_ORDERS",
@@ -131,17 +139,7 @@ def _frac_block(
     z0 = sigmas**2 * (log_1mq - log_q) + 0.5
     inv2s2 = 1.0 / (2.0 * sigmas**2)
     rs2 = math.sqrt(2.0) * sigmas
-    # A1 integrates mu0 (mu/mu0)^a over z >= z0, where mu/mu0 <= 2 q exp((2z-1)/(2s^2)), so
-    # A1 <= (2q)^a exp((a^2-a)/(2s^2)) P(N(a, s^2) >= z0). Skip the A1 series where that
-    # bound is negligible against A >= 1 (the common small-q case): a cheap (R, C) test.
-    a_row = alphas[None, :]
-    a1_bound = (
-        a_row * (math.log(2.0) + log_q)
-        + (a_row * a_row - a_row) * inv2s2[:, None]
-        + _LOG_HALF
-        + _log_erfc((z0[:, None] - a_row) / rs2[:, None])
-    )
-    need_a1 = a1_bound > _TERM_FLOOR - 14.0
+    need_a1 = _log_a1_bound(log_q, z0, inv2s2, rs2, alphas) > _TERM_FLOOR - 14.0
     scale = np.full((R, C), -np.inf)  # running log-scale per element
     acc = np.zeros((R, C))  # signed sum of exp(term - scale)
     abs_acc = np.zeros((R, C))  # sum of |exp(term - scale)|, for the round-off allowance
@@ -208,13 +206,37 @@ def _frac_block(
             scale[active] = np.inf
             acc[active] = 1.0
             break
-    # Never under-report: add what truncation can have dropped (the omitted tail is bounded
-    # by its first term, at most the last computed one, doubled for safety) and a round-off
-    # allowance of a few ulps of the sum of |terms|.
+    return _log_with_allowance(scale, acc, abs_acc, tail)
+
+
+def _log_a1_bound(log_q: float, z0: np.ndarray, inv2s2: np.ndarray, rs2: np.ndarray,
+                  alphas: np.ndarray) -> np.ndarray:
+    """log of an upper bound on the A1 part, shape (sigmas, alphas).
+
+    A1 integrates mu0 (mu/mu0)^a over z >= z0, where mu/mu0 <= 2 q exp((2z-1)/(2s^2)), so
+    A1 <= (2q)^a exp((a^2-a)/(2s^2)) P(N(a, s^2) >= z0). Where that bound is negligible
+    against A >= 1 (the common small-q case) the A1 series is skipped: a cheap (R, C) test.
+    """
+    a_row = alphas[None, :]
+    return (
+        a_row * (math.log(2.0) + log_q)
+        + (a_row * a_row - a_row) * inv2s2[:, None]
+        + _LOG_HALF
+        + _log_erfc((z0[:, None] - a_row) / rs2[:, None])
+    )
+
+
+def _log_with_allowance(scale: np.ndarray, acc: np.ndarray, abs_acc: np.ndarray,
+                        tail: np.ndarray) -> np.ndarray:
+    """log A from the scaled signed sum, never under-reporting.
+
+    Adds what truncation can have dropped (the omitted tail is bounded by its first term,
+    at most the last computed one, doubled for safety) and a round-off allowance of a few
+    ulps of the sum of |terms|; A_alpha >= 1, so round-off never makes the result negative.
+    """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         slack = 2.0 * np.exp(tail - scale) + _ULPS * np.finfo(float).eps * abs_acc
         out = scale + np.log(np.maximum(acc, 0.0) + np.where(np.isfinite(scale), slack, 0.0))
-    # A_alpha >= 1: round-off can never make the divergence negative.
     return np.maximum(out, 0.0)
 
 
@@ -245,22 +267,13 @@ def rdp_sgm_many(
     2017), sigma = 0 with q > 0 gives +inf (no noise, no privacy).
     """
     orders = DEFAULT_ORDERS if orders is None else check_orders("orders", orders)
-    qs_arr = np.atleast_1d(np.asarray(qs, dtype=float))
-    sig_arr = np.atleast_1d(np.asarray(sigmas, dtype=float))
-    if qs_arr.ndim != 1 or sig_arr.ndim != 1:
-        raise ValueError("qs and sigmas must be scalars or 1-D sequences")
+    qs_arr = check_array("qs", qs, low=0.0, high=1.0, what="sampling probabilities")
+    sig_arr = check_array("sigmas", sigmas, low=0.0, what="noise multipliers")
     if qs_arr.size == 1 and sig_arr.size > 1:
         qs_arr = np.full(sig_arr.size, qs_arr[0])
     if sig_arr.size == 1 and qs_arr.size > 1:
         sig_arr = np.full(qs_arr.size, sig_arr[0])
-    if qs_arr.size != sig_arr.size:
-        raise ValueError(
-            f"qs and sigmas must have the same length, got {qs_arr.size} and {sig_arr.size}"
-        )
-    if np.isnan(qs_arr).any() or (qs_arr < 0).any() or (qs_arr > 1).any():
-        raise ValueError("q must be in [0, 1] (sampling probability)")
-    if np.isnan(sig_arr).any() or (sig_arr < 0).any() or np.isinf(sig_arr).any():
-        raise ValueError("sigma must be a finite number >= 0 (noise multiplier)")
+    check_same_length(("qs", "sigmas"), qs_arr, sig_arr)
 
     out = np.zeros((qs_arr.size, orders.size))
     is_int = np.isclose(orders, np.round(orders), rtol=0, atol=1e-12)
@@ -348,7 +361,6 @@ def rdp_pure_dp(eps: float, orders: np.ndarray | None = None) -> np.ndarray:
     eps-DP bounds every Rényi divergence by eps (Mironov 2017, Prop. 3's premise) and gives
     (eps^2/2)-zCDP (Bun & Steinke 2016, Prop. 3.3), i.e. RDP alpha eps^2 / 2.
     """
-    if isinstance(eps, bool) or not np.isfinite(eps) or eps < 0:
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    eps = check_eps("eps", eps)
     orders = DEFAULT_ORDERS if orders is None else check_orders("orders", orders)
     return np.minimum(float(eps), orders * float(eps) ** 2 / 2.0)

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._validate import check_count, check_factor, check_nonnegative, check_positive, check_real
+from ._validate import (
+    check_choice,
+    check_count,
+    check_factor,
+    check_nonnegative,
+    check_positive,
+    check_real,
+)
 
 __all__ = [
     "SCHEDULES",
@@ -121,8 +128,7 @@ def schedule(name: str, sigma0: float, sigma_end: float | None, steps: int, **kw
 
     ``kwargs``: ``period`` for staircase, ``cycles`` for cyclic.
     """
-    if name not in SCHEDULES:
-        raise ValueError(f"name must be one of {SCHEDULES}, got {name!r}")
+    check_choice("name", name, SCHEDULES)
     if name == "constant":
         return constant(sigma0, steps)
     if sigma_end is None:

@@ -166,7 +166,7 @@ def prv_bounds(sigmas: np.ndarray) -> A.PRVBounds | str:
     ledger = A.PrivacyLedger()
     ledger.step_schedule(Q, sigmas)
     try:
-        return A.prv_epsilon(ledger, DELTA)
+        return A.prv_epsilon(ledger.events, DELTA)
     except ImportError:
         return "not installed"
     except A.PRVUnavailable as exc:  # the peer's own failure on this ledger

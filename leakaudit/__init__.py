@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["audit", "AuditReport", "__version__"]
+__all__ = ["audit", "audit_observations", "AuditReport", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -23,6 +23,10 @@ def __getattr__(name: str) -> Any:
         from .auditing import audit
 
         return audit
+    if name == "audit_observations":
+        from .auditing.observations import audit_observations
+
+        return audit_observations
     if name == "AuditReport":
         from .auditing import AuditReport
 

@@ -91,7 +91,7 @@ def test_rdp_never_below_prv_lower_bound(q, sigma, t):
     ledger = A.PrivacyLedger()
     ledger.step(q=q, sigma=sigma, count=t)
     try:
-        lo, est, up = A.prv_epsilon(ledger, 1e-5, eps_error=0.1)
+        lo, est, up = A.prv_epsilon(ledger.events, 1e-5, eps_error=0.1)
     except A.PRVUnavailable:  # the peer's own limitation (its issue #42): no oracle here
         assume(False)
     assert lo <= est <= up

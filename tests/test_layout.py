@@ -21,8 +21,9 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, name: str) -> set[str]:
-    """Modules of the two packages that ``path`` imports (absolute names)."""
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """Modules of the two packages that ``path`` imports (absolute names). ``from pkg import
+    sub`` imports the module ``pkg.sub`` (not ``pkg`` itself) when ``pkg.sub`` is one."""
     is_pkg = path.name == "__init__.py"
     package = name if is_pkg else name.rpartition(".")[0]
     found: set[str] = set()
@@ -36,8 +37,8 @@ def _imports(path: Path, name: str) -> set[str]:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            found.add(mod)
-            found.update(f"{mod}.{a.name}" for a in node.names)
+            subs = {f"{mod}.{a.name}" for a in node.names} & modules
+            found.update(subs if subs else {mod})
     return {m for m in found if m.split(".")[0] in PACKAGES}
 
 
@@ -47,7 +48,8 @@ def graph() -> dict[str, set[str]]:
     edges = {}
     for name, path in modules.items():
         # "from .x import y" may name a module or an attribute: keep the modules
-        edges[name] = {m for m in _imports(path, name) if m in modules and m != name}
+        edges[name] = {m for m in _imports(path, name, set(modules))
+                       if m in modules and m != name}
     return edges
 
 

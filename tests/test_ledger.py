@@ -134,7 +134,7 @@ def test_no_noise_is_infinite_with_a_reason():
         assert math.isinf(ledger.epsilon(1e-5))
     assert "not private" in ledger.why_infinite()
     assert ledger.delta(5.0) == 1.0
-    assert math.isinf(A.prv_epsilon(ledger, 1e-5).upper)
+    assert math.isinf(A.prv_epsilon(ledger.events, 1e-5).upper)
 
 
 def test_approx_dp_steps_spend_their_delta():

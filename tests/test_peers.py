@@ -126,7 +126,7 @@ def test_prv_bounds_bracket_and_rdp_is_never_below_the_lower_bound():
     for q, sigma, steps in [(0.01, 4.0, 1000), (0.05, 1.5, 300), (1.0, 8.0, 10)]:
         ledger = A.PrivacyLedger()
         ledger.step(q=q, sigma=sigma, count=steps)
-        lo, est, up = A.prv_epsilon(ledger, 1e-5)
+        lo, est, up = A.prv_epsilon(ledger.events, 1e-5)
         assert lo <= est <= up
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -137,8 +137,8 @@ def test_prv_bounds_bracket_and_rdp_is_never_below_the_lower_bound():
 def test_prv_bucketing_keeps_a_valid_bracket():
     ledger = A.PrivacyLedger()
     ledger.step_schedule(0.05, A.schedules.exponential(3.0, 1.0, 24))
-    fine = A.prv_epsilon(ledger, 1e-5, max_distinct=1000, eps_error=0.05)
-    coarse = A.prv_epsilon(ledger, 1e-5, max_distinct=4, eps_error=0.05)
+    fine = A.prv_epsilon(ledger.events, 1e-5, max_distinct=1000, eps_error=0.05)
+    coarse = A.prv_epsilon(ledger.events, 1e-5, max_distinct=4, eps_error=0.05)
     assert coarse.lower <= fine.estimate <= coarse.upper
     assert ledger.epsilon(1e-5) >= coarse.lower
 
@@ -154,7 +154,7 @@ def test_opacus_gdp_can_under_report_and_we_offer_no_such_number():
         gdp.step(noise_multiplier=sigma, sample_rate=q)
     ledger = A.PrivacyLedger()
     ledger.step(q=q, sigma=sigma, count=steps)
-    lo, _, _ = A.prv_epsilon(ledger, delta, eps_error=0.01)
+    lo, _, _ = A.prv_epsilon(ledger.events, delta, eps_error=0.01)
     assert gdp.get_epsilon(delta) < lo  # the peer's approximation under-reports
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,0 +1,108 @@
+"""Grouping of Gaussian steps by distinct (q, sigma), and rounding of sigmas onto a grid.
+
+Every numerical accountant (conservative RDP, PRV, PLD) composes *groups*: one
+(q, sigma, count) triple per distinct Poisson-sampled Gaussian step. With many distinct
+sigmas (a new sigma every step) the sigmas are rounded onto the geometric grid
+(1 + resolution)^k: rounding DOWN (less noise) can only increase eps, so anything computed
+from rounded-down groups is an upper bound; rounding UP gives lower bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from ._validate import check_choice, check_positive
+from .events import ApproxDP, Event, GaussianSchedule, SampledGaussian
+
+__all__ = ["Groups", "group_pairs", "round_sigmas", "sgm_groups", "rounded_groups",
+           "no_privacy_reason"]
+
+
+class Groups(NamedTuple):
+    """Distinct (q, sigma) pairs of Gaussian steps and their counts, sorted by (q, sigma)."""
+
+    qs: np.ndarray
+    sigmas: np.ndarray
+    counts: np.ndarray
+
+
+def group_pairs(
+    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
+    if qs.size == 0:
+        return qs, sigmas, counts
+    order = np.lexsort((sigmas, qs))
+    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
+    new = np.ones(qs.size, dtype=bool)
+    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
+    starts = np.flatnonzero(new)
+    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
+
+
+def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.ndarray:
+    """Round sigmas onto the geometric grid (1 + resolution)^k, "down" or "up".
+
+    Rounding sigma down can only increase eps (less noise), so results computed on the
+    rounded-down schedule are valid upper bounds; rounding up gives lower bounds.
+    """
+    resolution = check_positive("resolution", resolution)
+    check_choice("direction", direction, ("down", "up"))
+    s = np.asarray(sigmas, dtype=float)
+    out = s.copy()
+    pos = s > 0
+    step = math.log1p(resolution)
+    k = np.log(s[pos]) / step
+    k = np.floor(k + 1e-12) if direction == "down" else np.ceil(k - 1e-12)
+    out[pos] = np.exp(k * step)
+    if direction == "down":
+        out[pos] = np.minimum(out[pos], s[pos])
+    else:
+        out[pos] = np.maximum(out[pos], s[pos])
+    return out
+
+
+def sgm_groups(events: Iterable[Event]) -> Groups:
+    """The Gaussian steps of ``events`` as distinct (q, sigma) groups with step counts."""
+    qs: list[np.ndarray] = []
+    sigmas: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    for e in events:
+        if isinstance(e, SampledGaussian):
+            qs.append(np.array([e.q]))
+            sigmas.append(np.array([e.sigma]))
+            counts.append(np.array([e.count]))
+        elif isinstance(e, GaussianSchedule):
+            u, c = np.unique(e.sigmas, return_counts=True)
+            qs.append(np.full(u.size, e.q))
+            sigmas.append(u)
+            counts.append(c)
+    if not qs:
+        return Groups(np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
+    return Groups(*group_pairs(np.concatenate(qs), np.concatenate(sigmas),
+                               np.concatenate(counts).astype(np.int64)))
+
+
+def rounded_groups(groups: Groups, resolution: float, direction: str) -> Groups:
+    """``groups`` with every sigma rounded ``direction`` onto the grid, regrouped."""
+    rounded = round_sigmas(groups.sigmas, resolution, direction)
+    return Groups(*group_pairs(groups.qs, rounded, groups.counts))
+
+
+def no_privacy_reason(groups: Groups, events: Iterable[Event]) -> str | None:
+    """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None."""
+    reasons = []
+    bad = (groups.sigmas == 0) & (groups.qs > 0)
+    if bad.any():
+        reasons.append(
+            f"{int(groups.counts[bad].sum())} Gaussian step(s) with sigma=0 and q>0: no noise, "
+            "so the release is not private at all"
+        )
+    inf_dp = [e for e in events if isinstance(e, ApproxDP) and math.isinf(e.eps)]
+    if inf_dp:
+        reasons.append(f"{len(inf_dp)} release(s) recorded with eps=inf")
+    return "; ".join(reasons) or None

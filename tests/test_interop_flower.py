@@ -1,0 +1,282 @@
+"""leakaudit.interop.flower: taps in a (tiny) real Flower simulation; the DP ledgers."""
+
+import math
+import os
+import sys
+import warnings
+
+import pytest
+import torch
+from _extras import require
+
+require("flwr", "flower")
+
+import numpy as np  # noqa: E402
+from flwr.clientapp.mod import LocalDpMod  # noqa: E402
+from flwr.serverapp.strategy import (  # noqa: E402
+    DifferentialPrivacyClientSideFixedClipping,
+    DifferentialPrivacyServerSideAdaptiveClipping,
+    DifferentialPrivacyServerSideFixedClipping,
+    FedAvg,
+)
+from flwr.supercore.privacy_accounting import (  # noqa: E402
+    GaussianPrivacyEvent,
+    NeighboringRelation,
+    PrivacyConfig,
+    SamplingMethod,
+)
+from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant  # noqa: E402
+
+import accounting  # noqa: E402
+import leakaudit  # noqa: E402
+from accounting import PrivacyLedger  # noqa: E402
+from leakaudit import data, models  # noqa: E402
+from leakaudit.interop import flower as lf  # noqa: E402
+
+Z, C, N = 1.0, 1.0, 10
+
+
+# ------------------------------------------------------------------------------ ledgers
+def test_fixed_clipping_ledgers_claimed_every_round_sound_with_participation():
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
+    claimed, sound = lf.ledgers(dp, {0: [1, 2, 3], 4: [2]}, num_clients=N, rounds=3)
+    assert set(claimed) == set(range(N))
+    for c in range(N):
+        (ev,) = claimed[c].events
+        assert (ev.q, ev.sigma, ev.count) == (2 / N, Z, 3)
+    assert [(e.q, e.sigma, e.count) for e in sound[0].events] == [(1.0, Z, 3)]
+    assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z, 1)]
+    assert sound[1].steps == 0 and sound[1].epsilon(1e-5) == 0.0
+    assert sound[0].epsilon(1e-5) > sound[4].epsilon(1e-5) > 0
+
+
+def test_sound_ledger_of_a_client_in_every_round_is_flowers_own_accountant():
+    rounds = 20
+    acc = RdpAccountant(PrivacyConfig(
+        target_delta=1e-5, population_size=N,
+        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+        sampling_method=SamplingMethod.NO_AMPLIFICATION))
+    acc.compose(GaussianPrivacyEvent(noise_multiplier=Z, sample_size=N, population_size=N),
+                count=rounds)
+    dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=N)
+    _, sound = lf.ledgers(dp, {0: list(range(1, rounds + 1))}, num_clients=N, rounds=rounds)
+    on_flowers_orders = PrivacyLedger(orders=acc._orders).merge(sound[0])
+    assert on_flowers_orders.epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+
+
+def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
+    mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
+    claimed, sound = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2)
+    (ev,) = claimed[3].events
+    assert (ev.eps, ev.delta, ev.count) == (1.0, 1e-6, 2)
+    std = 1.0 * math.sqrt(2 * math.log(1.25 / 1e-6)) / 1.0
+    (g,) = sound[3].events
+    assert g.sigma == pytest.approx(std / (2 * C)) and g.count == 2 and g.q == 1.0
+    # sensitivity C is half the clipped update's true sensitivity 2C: one round's real
+    # (exact, analytic) eps is above the claimed 1.0
+    assert accounting.gaussian_step_epsilon(std / (2 * C), 1e-6, "analytic") > 1.0
+    # with sensitivity 2C and eps < 1 the classical calibration holds: real eps <= claim
+    ok = lf.classical_gaussian_std(2 * C, 0.5, 1e-6) / (2 * C)
+    assert accounting.gaussian_step_epsilon(ok, 1e-6, "analytic") <= 0.5
+    assert claimed[0].steps == 0 and sound[0].steps == 0
+
+
+def test_adaptive_clipping_claims_the_requested_multiplier():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp = DifferentialPrivacyServerSideAdaptiveClipping(
+            FedAvg(), noise_multiplier=1.2, num_sampled_clients=N, clipped_count_stddev=2.0)
+    claimed, sound = lf.ledgers(dp, {0: [1]}, num_clients=N, rounds=1)
+    assert claimed[0].events[0].sigma == pytest.approx(1.2)
+    assert [e.sigma for e in sound[0].events] == pytest.approx([dp.noise_multiplier, 2.0])
+    assert dp.noise_multiplier > 1.2  # Flower moved part of the noise to the count
+
+
+def test_no_dp_is_infinite_for_participants_only():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        claimed, sound = lf.ledgers(None, {1: [1]}, num_clients=3, rounds=1)
+        assert math.isinf(sound[1].epsilon(1e-5)) and sound[0].epsilon(1e-5) == 0.0
+
+
+def test_ledgers_bad_input_is_named():
+    with pytest.raises(ValueError, match="dp must be a Flower DP strategy wrapper.*FedAvg"):
+        lf.ledgers(FedAvg(), {}, num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match="participation of client 2"):
+        lf.ledgers(None, {2: [0]}, num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match="LocalDpMod has epsilon=0"):
+        lf.ledgers(LocalDpMod(C, C, 0.0, 1e-6), {}, num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match="num_clients"):
+        lf.ledgers(None, {}, num_clients=0, rounds=1)
+    with pytest.raises(ValueError, match="strategy must be"):
+        lf.StrategyTap(object(), "/tmp")
+    with pytest.raises(ValueError, match="does not exist"):
+        lf.load("/nonexistent/leakaudit-taps")
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
+        lf.ClientTap("/tmp", lr=0.0)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        lf.StrategyTap(FedAvg(), "/tmp", batch_size=0)
+
+
+# ------------------------------------------------------------------------------ the mod alone
+@pytest.fixture
+def task_identity():
+    """Messages need a task identity (the simulation sets one); restored afterwards."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = saved
+
+
+def _wrap(mod, inner):
+    return lambda m, c: mod(m, c, inner)
+
+
+def _train_through(mods, tap_dir, update=1e-3, size=4000):
+    """One train message through ``mods`` (outermost first) around a client that moves every
+    weight by ``update``; returns what the taps wrote."""
+    from flwr.app import (
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
+
+    msg = Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.zeros(size)}),
+                                      "config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=7, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 3}, state=RecordDict(),
+                  run_config={})
+
+    def app(m, c):
+        lf.keep_truth(c, torch.ones(1, 1, 2, 2), torch.tensor([1]))
+        return Message(RecordDict({"arrays": ArrayRecord({"w": torch.full((size,), update)}),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=m)
+
+    call = app
+    for mod in reversed(mods):  # as ClientApp(mods=...) chains them
+        call = _wrap(mod, call)
+    call(msg, ctx)
+    return lf.load(tap_dir)
+
+
+def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_path):
+    np.random.seed(0)  # LocalDpMod draws from numpy's global generator
+    mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
+    first = lf.ClientTap(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
+    inner = lf.ClientTap(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
+    (obs,), (truth,) = _train_through([first, mod, inner], tmp_path / "first").at(1)
+    # the std Flower logs for these settings, "local DP noise with 4.8448 stddev"
+    assert lf.classical_gaussian_std(1.0, 1.0, 1e-5) == pytest.approx(4.8448, abs=1e-4)
+    assert float(obs.tensors[0].std()) == pytest.approx(4.8448, rel=0.05)
+    assert obs.client == 3 and torch.equal(truth.labels, torch.tensor([1]))
+    # a tap placed inside the mod sees the clear update
+    (clear,), _ = lf.load(tmp_path / "inner").at(1)
+    assert torch.allclose(clear.tensors[0], torch.full((4000,), 1e-3))
+
+
+# ------------------------------------------------------------------------------ simulation
+NODES, LR = 2, 0.1
+
+
+def _net():
+    return models.default_for(data.load("digits"), generator=torch.Generator().manual_seed(0))
+
+
+def _apps(tap_dir, clip, z):
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.clientapp.mod import fixedclipping_mod
+    from flwr.serverapp import ServerApp
+
+    client = ClientApp(mods=[lf.ClientTap(tap_dir, label="client-side", lr=LR,
+                                          local_steps=1, batch_size=1), fixedclipping_mod])
+
+    @client.train()
+    def train(msg, context):
+        pid = int(context.node_config["partition-id"])
+        ds = data.load("digits")
+        x, y = ds.x_train[pid:pid + 1], ds.y_train[pid:pid + 1]
+        lf.keep_truth(context, x, y)
+        net = _net()
+        net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        loss = torch.nn.functional.cross_entropy(net(x), y)
+        with torch.no_grad():
+            for p, g in zip(net.parameters(), torch.autograd.grad(loss, net.parameters())):
+                p -= LR * g
+        return Message(RecordDict({"arrays": ArrayRecord(net.state_dict()),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg)
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        np.random.seed(0)
+        base = FedAvg(fraction_train=1.0, min_train_nodes=NODES, min_available_nodes=NODES,
+                      fraction_evaluate=0.0)
+        dp = DifferentialPrivacyClientSideFixedClipping(base, z, clip, NODES)
+        lf.StrategyTap(dp, tap_dir, label="client-side", lr=LR, local_steps=1,
+                       batch_size=1).start(grid=grid, initial_arrays=ArrayRecord(
+                           _net().state_dict()), num_rounds=1, train_config=ConfigRecord())
+
+    return server, client
+
+
+@pytest.fixture(scope="module")
+def flower_run(tmp_path_factory):
+    """One round of a real Flower simulation: 2 clients, client-side fixed clipping."""
+    import ray
+    from flwr.simulation import run_simulation
+
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # actors get our apps
+    tap_dir = tmp_path_factory.mktemp("taps")
+    server, client = _apps(tap_dir, clip=5.0, z=1.0)
+    run_simulation(server_app=server, client_app=client, num_supernodes=NODES,
+                   backend_config={"client_resources": {"num_cpus": 1},
+                                   "init_args": {"num_cpus": 1, "include_dashboard": False}})
+    return lf.load(tap_dir)
+
+
+def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
+    obs1, truth1 = flower_run.at(1)
+    obs0, truth0 = flower_run.at(0)
+    assert len(obs1) == NODES and len(obs0) == 1
+    assert sorted(o.client for o in obs1) == list(range(NODES))
+    assert obs0[0].client == lf.AGGREGATE and obs0[0].batch_size == NODES
+    assert flower_run.participation == {c: [1] for c in range(NODES)}
+    ds = data.load("digits")
+    for o, t in zip(obs1, truth1):
+        assert torch.equal(t.inputs, ds.x_train[o.client:o.client + 1])
+        assert not hasattr(o, "inputs")
+    assert torch.equal(truth0[0].inputs, torch.cat([t.inputs for t in truth1]))
+    # the upload is the client's one SGD step (clip 5 does not bind here)
+    net = _net()
+    for o in obs1:
+        x, y = ds.x_train[o.client:o.client + 1], ds.y_train[o.client:o.client + 1]
+        g = torch.autograd.grad(torch.nn.functional.cross_entropy(net(x), y),
+                                net.parameters())
+        for u, gi in zip(o.tensors, g):
+            assert torch.allclose(u, -LR * gi, atol=1e-6)
+    # the aggregate is their mean plus the server's noise N(0, (z C / K)^2)
+    mean = [sum(o.tensors[i] for o in obs1) / NODES for i in range(len(obs1[0].tensors))]
+    noise = torch.cat([(a - m).ravel() for a, m in zip(obs0[0].tensors, mean)])
+    assert float(noise.std()) == pytest.approx(1.0 * 5.0 / NODES, rel=0.1)
+
+
+def test_upload_leaks_and_the_aggregate_resists(flower_run):
+    """Client-side fixed clipping: the upload (point 1) is only clipped, the noise comes at
+    the server, so iDLG rebuilds the client's example from it; the aggregate resists."""
+    obs, truths = flower_run.observations, flower_run.truths
+    report = leakaudit.audit_observations(
+        obs, ("idlg",), model=_net(), truths=truths, input_shape=(1, 28, 28),
+        num_classes=10, engine="serial", progress=False, max_iterations=20)
+    assert report.resilience() == {"client-side": {1: False, 0: True}}
+    assert all(c["success"] for c in report.cells if c["point"] == 1)
