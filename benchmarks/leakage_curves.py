@@ -175,6 +175,14 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One job: a training run for eps, or one attack on every view of one observed client
     (the simulation is repeated per attack: cheap, and it keeps each job a pure function)."""
     torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    rows = _job_rows(job)
+    for row in rows:
+        row["seconds"] = (time.perf_counter() - t0) / len(rows)
+    return rows
+
+
+def _job_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     ds = data.load(job["dataset"], seed=job["seed"])
     if job["kind"] == "eps":
         defense = D.get(job["defense"], sigma=job["sigma"])
@@ -507,6 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         execute(jobs, store, args.workers)
         rows = collect(jobs, store)
         write_csv(rows, args.out / "leakage_curves.csv")
+        busy = sum(r.get("seconds", 0.0) for _, rec in store.items("job") for r in rec["rows"])
         plot(rows, [b for b, _ in prof.sweep_attacks], args.out / "leakage_curves.png")
         grid = grid_section(report, rows, prof)
         sweep = sweep_section(report, rows, prof)
@@ -517,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{train['local_steps']}, B = {train['batch_size']}, {train['optimizer']}"
                     f" lr {train['lr']}; attacked clients: SGD lr {prof.client_lr}, "
                     f"{prof.examples} batch(es) per cell; attack steps "
-                    f"{dict(prof.iterations)}.")
+                    f"{dict(prof.iterations)}; job time summed over workers {busy:.0f} s.")
     report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
                 f" ({time.perf_counter() - t0:.0f} s, {args.workers} worker(s)).")
     (args.out / "leakage_curves.md").write_text(report.text())
