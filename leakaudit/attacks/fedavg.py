@@ -45,7 +45,8 @@ from .problem import GradientProblem
 __all__ = ["FedAvg", "FedAvgL2", "METHODS", "simulated_update"]
 
 #: "cosine": Geiping et al.'s objective and loop (as ig); "l2": iDLG's (L-BFGS on the squared
-#: distance in gradient units, strong-Wolfe line search unless ``line_search=None``)
+#: distance in gradient units, both updates scaled by -1 / (client_lr L); no TV term;
+#: strong-Wolfe line search unless ``line_search=None``)
 METHODS = ("cosine", "l2")
 
 
@@ -74,9 +75,6 @@ class FedAvg(InvertingGradients):
                 raise ValueError(f"client_optimizer must be one of {OPTIMIZERS}, got {value!r}")
             return value
         return super().check_option(key, value)
-
-    def start(self, gen: torch.Generator, cfg: Config) -> Start:
-        return Start(torch.randn((cfg.batch_size, *cfg.input_shape), generator=gen))
 
     def attempt(self, problem: GradientProblem, start: Start, cfg: Config) -> Attempt:
         if cfg.options["method"] == "l2":  # iDLG's loop: L-BFGS on the L2 distance
