@@ -72,3 +72,21 @@ def test_asr_counts_images_not_batches():
     (row,) = bench.collect([("a", job), ("b", job)], store)
     assert row["asr"] == pytest.approx(0.25) and row["psnr"] == pytest.approx(20.0)
     assert math.isinf(row["eps_sound"])
+
+
+def test_trained_stages_are_weights_after_undefended_rounds():
+    bench = load_benchmark("leakage_curves")
+    import dataclasses
+
+    from leakaudit import data
+
+    prof = dataclasses.replace(bench.PROFILES["quick"], stages=("initial", "round1"),
+                               models=("lenet", "relu_cnn"), **bench.TINY)
+    ds = data.load("digits")
+    weights = bench.stage_weights(prof, ds, seed=0)
+    for m in prof.models:
+        assert weights[(m, "initial")] is None
+        trained = weights[(m, "round1")]
+        initial = bench.build_model(m, ds, 0).state_dict()
+        assert set(trained) == set(initial)
+        assert any(not (trained[k] == initial[k]).all() for k in initial)
