@@ -554,8 +554,10 @@ def _other_pmfs(others: list[Event], h: float, upper: bool) -> list[tuple[_PMF, 
     """Discrete PLDs of Laplace and (eps, delta) releases (symmetric: both directions)."""
     out = []
     for e in others:
-        if not isinstance(e, (Laplace, ApproxDP)) or e.eps == 0:
+        if not isinstance(e, (Laplace, ApproxDP)):
             continue
+        if e.eps == 0 and (isinstance(e, Laplace) or e.delta == 0):
+            continue  # nothing leaks (a (0, delta) release still carries its delta atom)
         k0 = int(math.floor(-e.eps / h)) - 1
         edges = np.arange(k0, int(math.ceil(e.eps / h)) + 2, dtype=float) * h
         if isinstance(e, Laplace):
@@ -611,7 +613,7 @@ def pld_epsilon(
     delta: float,
     *,
     value_interval: float | None = None,
-    sigma_resolution: float = 3e-3,
+    sigma_resolution: float = 5e-3,
     max_distinct: int = 64,
 ) -> PLDBounds:
     """Certified (lower, estimate, upper) eps of a sequence of events at ``delta``.
@@ -659,7 +661,7 @@ def pld_delta(
     eps: float,
     *,
     value_interval: float | None = None,
-    sigma_resolution: float = 3e-3,
+    sigma_resolution: float = 5e-3,
     max_distinct: int = 64,
     with_lower: bool = True,
 ) -> tuple[float, float]:

@@ -61,6 +61,13 @@ _TERM_FLOOR = -32.0
 #: Round-off allowance (in units of machine epsilon times the sum of |terms|) added to the
 #: fractional series so that it errs on the conservative side.
 _ULPS = 4.0
+#: Up to this q the fractional series sums A - 1 (full relative precision, see
+#: _frac_block_small_q); above it, A itself (A - 1 is then far above round-off).
+_SMALL_Q = 0.25
+_TINY_AM1 = math.log(1e-6)
+#: Relative upward nudge of every fractional-order value: the last divisions and logs
+#: round to nearest, and the result must never be below the exact RDP.
+_NUDGE = 16.0 * np.finfo(float).eps
 #: Threads for large batches of (q, sigma) pairs (each thread writes disjoint rows).
 _WORKERS = max(1, min(8, os.cpu_count() or 1))
 _ROWS_PER_THREAD = 500
@@ -240,19 +247,153 @@ def _log_with_allowance(scale: np.ndarray, acc: np.ndarray, abs_acc: np.ndarray,
     return np.maximum(out, 0.0)
 
 
+def _log_abs_expm1(x: np.ndarray) -> np.ndarray:
+    """log |e^x - 1| for any real x (-inf at 0), without overflow or cancellation."""
+    out = np.full(x.shape, -np.inf)
+    pos = x > 0
+    out[pos] = _log_expm1(x[pos])
+    neg = x < 0
+    out[neg] = np.log(-np.expm1(x[neg]))
+    return out
+
+
+def _am1_terms(log_q: float, log_1mq: float, sig: np.ndarray, z0: np.ndarray,
+               alphas: np.ndarray, i: np.ndarray):
+    """Terms of A - 1 = sum_i C(a,i) q^i (1-q)^(a-i) (e^(c_i) P_i - 1) + A1 for i in ``i``.
+
+    P_i = P(N(i, s^2) <= z0) (the erfc factor of the A0 series), c_i = (i^2 - i)/(2 s^2);
+    the -1 uses sum_i C(a,i) q^i (1-q)^(a-i) = 1 (q < 1/2). Each e^(c_i) P_i - 1 is an expm1
+    of c_i + log P_i, so nothing cancels. Returns log|term|, its sign, and the log of a
+    round-off bound per term: (r, c, n) arrays. Also the log binomial coefficients (c, n).
+    """
+    a = alphas[:, None]
+    coef = special.binom(a, i[None, :])
+    sgn = np.sign(coef)
+    with np.errstate(divide="ignore"):
+        log_c = np.log(np.abs(coef))
+    lt0 = log_c + i[None, :] * log_q + (a - i[None, :]) * log_1mq  # (c, n)
+    c_i = (i * i - i)[None, :] / (2.0 * sig[:, None] ** 2)  # (r, n)
+    log_p = special.log_ndtr((z0[:, None] - i[None, :]) / sig[:, None])
+    x = c_i + log_p
+    log_d = _log_abs_expm1(x)
+    with np.errstate(divide="ignore", over="ignore"):
+        # error of x (a few ulps of |c_i| + |log P_i|) times d(e^x)/dx, plus d's own ulp
+        log_err = np.maximum(x, 0.0) + np.log(np.abs(c_i) + np.abs(log_p) + np.exp(log_d))
+    t = lt0[None] + log_d[:, None, :]
+    sign = sgn[None] * np.sign(x)[:, None, :]
+    err = lt0[None] + log_err[:, None, :]
+    return t, sign, err, log_c
+
+
+def _frac_block_small_q(log_q: float, log_1mq: float, sigmas: np.ndarray,
+                        alphas: np.ndarray) -> np.ndarray:
+    """log A_alpha for q <= 1/4: log1p of A - 1 summed term by term (see :func:`_am1_terms`).
+
+    Same two-series form as :func:`_frac_block` (Mironov, Talwar, Zhang 2019, §3.3), but
+    with the 1 taken out analytically, so the result keeps full relative precision when
+    log A is far below machine epsilon (tiny q, large sigma), where summing A itself loses
+    everything below 1e-16 absolute. Series stop at terms e^-40 below the largest; A1 is
+    skipped where its bound is that small, and that bound is added instead. Never below
+    the truth: truncation tail, round-off of every term and the skipped A1 bound are added.
+    """
+    R, C = sigmas.size, alphas.size
+    z0 = sigmas**2 * (log_1mq - log_q) + 0.5
+    inv2s2 = 1.0 / (2.0 * sigmas**2)
+    rs2 = math.sqrt(2.0) * sigmas
+    a_row = alphas[None, :]
+    est = (np.log(a_row * (a_row - 1.0) / 2.0) + 2.0 * log_q + (a_row - 2.0) * log_1mq
+           + np.log(np.expm1(1.0 / sigmas**2))[:, None])  # the i = 2 term: ~ A - 1
+    a1_log = _log_a1_bound(log_q, z0, inv2s2, rs2, alphas)
+    need_a1 = a1_log > est - 40.0
+    skipped = np.where(need_a1, -np.inf, a1_log)
+    scale = np.full((R, C), -np.inf)
+    acc, abs_acc = np.zeros((R, C)), np.zeros((R, C))
+    tail = np.full((R, C), -np.inf)
+    active = np.ones((R, C), dtype=bool)
+    start = 0
+    n = int(np.clip(math.ceil(40.0 / max(-log_q, 1e-3)) + 4, 8, 256))
+    while active.any():
+        rows = np.flatnonzero(active.any(axis=1))
+        cols = np.flatnonzero(active.any(axis=0))
+        ix = np.ix_(rows, cols)
+        i = np.arange(start, start + n, dtype=float)
+        t0, s0, e0, log_c = _am1_terms(log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i)
+        t1 = np.full(t0.shape, -np.inf)
+        rr, cc = np.nonzero(need_a1[ix])
+        if rr.size:
+            jj = alphas[cols][cc][:, None] - i[None, :]
+            x1 = (z0[rows][rr][:, None] - jj) / rs2[rows][rr][:, None]
+            t1[rr, cc] = (log_c[cc] + jj * log_q + i[None, :] * log_1mq
+                          + (jj * jj - jj) * inv2s2[rows][rr][:, None] + _LOG_HALF
+                          + _log_erfc(x1))
+        s1 = np.broadcast_to(np.sign(special.binom(alphas[cols][:, None], i[None, :]))[None],
+                             t1.shape)
+        terms = np.concatenate([t0, t1], axis=2)
+        signs = np.concatenate([s0, s1], axis=2)
+        errs = np.concatenate([e0, t1], axis=2)
+        sub_scale = scale[ix]
+        new_scale = np.maximum(sub_scale, terms.max(axis=2))
+        with np.errstate(invalid="ignore", over="ignore"):
+            rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
+            w = np.exp(terms - new_scale[:, :, None])
+            sub_acc = acc[ix] * rescale + np.nansum(signs * w, axis=2)
+            sub_abs = abs_acc[ix] * rescale + np.nansum(
+                w + np.exp(errs - new_scale[:, :, None]), axis=2)
+        last = np.maximum(t0[:, :, -1], t1[:, :, -1])
+        prev = np.maximum(t0[:, :, -2], t1[:, :, -2])
+        sub_active = active[ix]
+        acc[ix] = np.where(sub_active, sub_acc, acc[ix])
+        abs_acc[ix] = np.where(sub_active, sub_abs, abs_acc[ix])
+        scale[ix] = np.where(sub_active, new_scale, sub_scale)
+        past_head = (start + n) > (alphas[cols] + 2)[None, :]
+        done = past_head & (last <= prev) & (np.maximum(last, prev) < new_scale - 40.0)
+        active[ix] = sub_active & ~done
+        tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
+        start += n
+        n = min(2 * n, 4096)
+        if start > _MAX_TERMS and active.any():
+            warnings.warn(f"fractional-order RDP series did not converge after {start} terms "
+                          f"(q={math.exp(log_q):.3g}); those orders are reported as +inf",
+                          SeriesConvergenceWarning, stacklevel=3)
+            scale[active], acc[active] = np.inf, 1.0
+            break
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        slack = (2.0 * np.exp(tail - scale) + _ULPS * np.finfo(float).eps * abs_acc
+                 + np.exp(skipped - scale))
+        am1 = np.exp(scale) * np.maximum(acc + np.where(np.isfinite(scale), slack, 0.0), 0.0)
+        out = np.where(np.isinf(scale) & (scale > 0), np.inf, np.log1p(am1))
+    return np.maximum(np.nan_to_num(out, nan=np.inf), 0.0)
+
+
 def log_a_fractional(q: float, sigmas: np.ndarray, alphas: np.ndarray) -> np.ndarray:
     """log A_alpha for fractional alphas > 1, 0 < q < 1, sigmas > 0; shape (sigmas, alphas).
 
     Blocks of sigmas bound the memory; terms are summed in chunks until they stop
-    contributing (below exp(-32) absolute, with A >= 1, and decreasing).
+    contributing: for q <= 1/4 the series of A - 1, to full relative precision
+    (:func:`_frac_block_small_q`), above it the series of A (terms below exp(-32)).
     """
     sigmas = np.asarray(sigmas, dtype=float)
     alphas = np.asarray(alphas, dtype=float)
     out = np.empty((sigmas.size, alphas.size))
     log_q, log_1mq = math.log(q), math.log1p(-q)
     block = max(1, 200_000 // max(alphas.size, 1))
-    for lo in range(0, sigmas.size, block):
-        out[lo : lo + block] = _frac_block(log_q, log_1mq, sigmas[lo : lo + block], alphas)
+    # where A - 1 < 1e-6 (estimated by the i = 2 term) the round-off and tail allowances of A
+    # (up to ~2.5e-14 absolute) would cost up to 2.5e-8 relative: those are summed as A - 1
+    est = (np.log(alphas * (alphas - 1.0) / 2.0)[None, :] + 2.0 * log_q
+           + np.log(np.expm1(1.0 / sigmas**2))[:, None])
+    tiny = (est < _TINY_AM1).any(axis=1) & (sigmas >= 1.5) if q <= _SMALL_Q else np.zeros(
+        sigmas.size, bool)  # (small sigmas: e^(c_i) P_i grows huge and its allowance with it)
+    # below sigma = 4 both series are summed and the smaller upper bound kept (the A - 1
+    # allowance can be loose there); above it the A - 1 sum alone (tight in every test)
+    plain = np.flatnonzero(~tiny | (sigmas < 4.0))
+    for lo in range(0, plain.size, block):
+        part = plain[lo : lo + block]
+        out[part] = _frac_block(log_q, log_1mq, sigmas[part], alphas)
+    rows = np.flatnonzero(tiny)
+    for lo in range(0, rows.size, block):
+        part = rows[lo : lo + block]
+        am1 = _frac_block_small_q(log_q, log_1mq, sigmas[part], alphas)
+        out[part] = np.where((sigmas[part] < 4.0)[:, None], np.minimum(out[part], am1), am1)
     return out
 
 
@@ -295,7 +436,7 @@ def rdp_sgm_many(
                 out[rows, c] = log_a_integer(q, s, alpha, table) / (alpha - 1)
         if frac_idx.size:
             la = log_a_fractional(q, s, orders[frac_idx])
-            out[np.ix_(rows, frac_idx)] = la / (orders[frac_idx] - 1.0)[None, :]
+            out[np.ix_(rows, frac_idx)] = la / (orders[frac_idx] - 1.0)[None, :] * (1 + _NUDGE)
 
     jobs = []
     for q in np.unique(qs_arr[sub]):

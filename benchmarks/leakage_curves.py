@@ -50,7 +50,7 @@ import torch
 from matplotlib.figure import Figure
 
 from benchmarks._markdown import Report
-from leakaudit import attacks, data, fl, metrics, models
+from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
 from leakaudit.auditing.results import ResultsFile
 
@@ -174,9 +174,9 @@ def _with_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> t
 def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One job: a training run for eps, or one attack on every view of one observed client
     (the simulation is repeated per attack: cheap, and it keeps each job a pure function)."""
-    torch.set_num_threads(1)
     t0 = time.perf_counter()
-    rows = _job_rows(job)
+    with grads.torch_threads(1):  # one thread per worker; the caller's setting is restored
+        rows = _job_rows(job)
     for row in rows:
         row["seconds"] = (time.perf_counter() - t0) / len(rows)
     return rows

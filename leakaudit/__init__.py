@@ -5,8 +5,9 @@ gradient-leakage attacks and returns an :class:`~leakaudit.auditing.report.Audit
 The layers, bottom to top: :mod:`leakaudit.grads` (the loss, per-example gradients),
 :mod:`leakaudit.data`, :mod:`leakaudit.models`, :mod:`leakaudit.optim`,
 :mod:`leakaudit.metrics`; :mod:`leakaudit.defenses`; :mod:`leakaudit.fl` (simulator and
-taps); :mod:`leakaudit.attacks`; :mod:`leakaudit.auditing` (the audit); the CLI. The privacy
-accountant is the sibling package :mod:`accounting`.
+taps); :mod:`leakaudit.attacks`; :mod:`leakaudit.auditing` (the audit);
+:mod:`leakaudit.empirical` (``leakaudit.privacy_audit``: measured lower bounds on eps of each
+defense's releases); the CLI. The privacy accountant is the sibling package :mod:`accounting`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["audit", "audit_observations", "AuditReport", "__version__"]
+__all__ = ["audit", "audit_observations", "AuditReport", "privacy_audit", "PrivacyReport",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -31,4 +33,8 @@ def __getattr__(name: str) -> Any:
         from .auditing import AuditReport
 
         return AuditReport
+    if name in ("privacy_audit", "PrivacyReport"):
+        from . import empirical
+
+        return getattr(empirical, name)
     raise AttributeError(f"module 'leakaudit' has no attribute {name!r}")

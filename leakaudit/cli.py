@@ -1,6 +1,7 @@
 """``leakaudit`` command line.
 
   leakaudit audit --defenses none,fed-cdp --dataset digits --attacks dlg,idlg,cpl --out results/
+  leakaudit privacy-audit --defenses fed-cdp,fed-alpha-cdp --point 2 --trials 10000 --out DIR
   leakaudit defenses
   leakaudit epsilon|calibrate|max-steps ...   (the accountant CLI, ``python -m accounting``)
 """
@@ -50,7 +51,26 @@ def build_parser() -> argparse.ArgumentParser:
                    "training rounds)")
     a.add_argument("--device", default=None,
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present)")
+    a.add_argument("--empirical", type=int, default=None, metavar="TRIALS",
+                   help="also measure a lower bound on eps of each defense (privacy-audit "
+                   "with TRIALS runs per side): a 'measured eps >=' column")
     a.add_argument("--no-progress", action="store_true")
+    e = sub.add_parser("privacy-audit", help="measured lower bounds on eps next to the "
+                       "claimed and sound eps of one release per defense")
+    e.add_argument("--defenses", default="fed-cdp,fed-alpha-cdp",
+                   help="comma-separated defense names (the papers' parameters)")
+    e.add_argument("--point", default="2", help="leak point(s) of the audited release, e.g. 2 "
+                   "or 2,1,0 (points where a defense releases nothing are skipped)")
+    e.add_argument("--trials", type=int, default=10_000,
+                   help="held-out runs with the canary, and as many without")
+    e.add_argument("--delta", type=float, default=1e-5)
+    e.add_argument("--confidence", type=float, default=0.95)
+    e.add_argument("--statistic", default=None,
+                   help="projection, energy or llr (default: all, Bonferroni-corrected)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--out", default="results", help="directory for privacy.{md,csv,json,png} "
+                   "and the resumable results file")
+    e.add_argument("--no-progress", action="store_true")
     sub.add_parser("defenses", help="list the registered defenses")
     for name in ACCOUNTANT_COMMANDS:
         sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
@@ -76,9 +96,33 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    max_iterations=args.iterations, progress=not args.no_progress,
                    engine=args.engine, ray_address=args.ray_address,
                    batch_size=args.batch_size, local_steps=args.local_steps,
-                   stage=args.stage, device=args.device)
+                   stage=args.stage, device=args.device,
+                   empirical=args.empirical is not None,
+                   empirical_trials=args.empirical or 2000)
     print(report.to_markdown())
     paths = report.save(out)
+    print("wrote " + ", ".join(str(p) for p in paths.values()))
+    return 0
+
+
+def _cmd_privacy_audit(args: argparse.Namespace) -> int:
+    from .empirical import privacy_audit
+
+    try:
+        points = [int(p) for p in _csv(args.point)]
+    except ValueError:
+        print(f"error: --point must be integers among 0,1,2, got {args.point!r}",
+              file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = privacy_audit(_csv(args.defenses), point=points, trials=args.trials,
+                           delta=args.delta, confidence=args.confidence, seed=args.seed,
+                           statistic=args.statistic, progress=not args.no_progress,
+                           results=str(out / "privacy_results.jsonl"),
+                           skip_silent=len(points) > 1)
+    print(report.to_markdown())
+    paths = report.save(out, stem="privacy")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0
 
@@ -106,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if parsed.command == "audit":
             return _cmd_audit(parsed)
+        if parsed.command == "privacy-audit":
+            return _cmd_privacy_audit(parsed)
         return _cmd_defenses()
     except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"error: {exc}", file=sys.stderr)

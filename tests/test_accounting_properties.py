@@ -139,7 +139,8 @@ def test_json_round_trip(events):
     np.testing.assert_array_equal(back.rdp(), ledger.rdp())
 
 
-@given(_ledgers(), deltas, st.sampled_from(A.METHODS[:-1] + A.APPROXIMATE_METHODS))
+@given(_ledgers(), deltas, st.sampled_from(
+    [m for m in A.METHODS if m not in ("prv", "pld")] + list(A.APPROXIMATE_METHODS)))
 def test_no_nan_for_any_valid_input(events, delta, method):
     ledger = _build(events)
     with warnings.catch_warnings():

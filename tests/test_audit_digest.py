@@ -14,9 +14,10 @@ import json
 
 from leakaudit.auditing import audit
 
-#: measured 2026-11-23 on the redesigned layout; identical to the layout before the
-#: redesign (same command on commit c95f6d0)
-EXPECTED = "d877d0eee784a561"
+#: measured 2026-11-23 on the redesigned layout (d877d0eee784a561, identical to the layout
+#: before the redesign); moved by issue 11: fed-cdp trains on Poisson batches by default and
+#: normalises by the expected batch size
+EXPECTED = "380f37e1e2171ae2"
 
 SMALL = dict(defenses=["none", "fed-cdp", "random-noise"], attacks=("dlg", "idlg"),
              points=(0, 2), examples=1, rounds=2, max_iterations=8, seed=0,

@@ -100,10 +100,10 @@ def test_estimator_update_by_hand():
 
 def test_noise_std_and_state_per_client():
     d = AdaClip(clip=1.0, sigma=2.0, init_clip=3.0)
-    g = [torch.zeros(4, 50_000)]
+    g = [torch.zeros(4, 50_000)]  # 4 realised rows, expected batch size B = 8
     out = d.privatize_batch(g, ctx(client=1))
-    # g~ = b * (0 + N(0, (sigma C)^2)) / B + 0, b = 3: std 3 * 2 / 4
-    assert float(out[0].std()) == pytest.approx(1.5, rel=0.02)
+    # g~ = b * (0 + N(0, (sigma C)^2)) / B + 0, b = 3, B the EXPECTED size: std 3 * 2 / 8
+    assert float(out[0].std()) == pytest.approx(0.75, rel=0.02)
     assert set(d.state) == {1}
     d.start(2)
     assert d.state == {}

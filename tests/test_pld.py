@@ -164,3 +164,13 @@ def test_pld_is_never_nan_and_finite_for_tiny_and_huge_losses() -> None:
         assert not any(np.isnan(b))
         assert b.lower <= b.upper
     assert np.isfinite(A.pld_epsilon([A.SampledGaussian(0.9, 0.3, 5)], 1e-5).upper)
+
+
+def test_a_zero_eps_release_still_spends_its_delta() -> None:
+    # (0, delta)-DP composed k times is (0, 1 - (1 - delta)^k)-DP: eps is 0 below that delta
+    events = [A.ApproxDP(0.0, 1e-4, 3)]
+    spent = 1.0 - (1.0 - 1e-4) ** 3
+    assert math.isinf(A.pld_epsilon(events, 0.5 * spent).upper)
+    assert A.pld_epsilon(events, 2.0 * spent).upper == 0.0
+    lo, up = A.pld_delta(events, 0.0)
+    assert lo <= spent <= up

@@ -159,6 +159,8 @@ def audit(
     local_steps: int = 1,
     stage: str = "initial",
     device: str | None = None,
+    empirical: bool = False,
+    empirical_trials: int = 2000,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring.
 
@@ -186,12 +188,11 @@ def audit(
             every node needs leakaudit and torch installed). None starts a local Ray instance
             with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
             used as it is and left running; a Ray started by audit() is shut down at the end.
-        batch_size: B of the attacked clients' local steps; local_steps: their L (with
-            L > 1 each attacked client holds exactly B examples); stage: the weights attacked,
-            one of ``STAGES`` ("initial", "round1", "round5": after that many rounds of the
-            training run under the defense).
-        device: where the attacks run: None or "cpu", "cuda[:i]" (ValueError when CUDA is
-            absent) or "auto" (CUDA when present). Training stays on the CPU.
+        batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
+            and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
+        empirical: also measure a lower bound on eps of each defense's release at each audited
+            point (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the
+            defense table gains a "measured eps >=" column (the largest over the points).
     """
     _check_engine(engine, ray_address)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
@@ -200,10 +201,10 @@ def audit(
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
-    config = _config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
+    config = (_config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
+              | _empirical_config(empirical, empirical_trials))
     store = ResultsFile(results, config)
-    cells = [(d, p, a, e) for d in defs for p in plan.points for a in plan.attacks
-             for e in range(plan.examples)]
+    cells = [(d, *c) for d in defs for c in _cells(plan)]
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
     report = AuditReport(config=config, threshold=threshold, delta=delta)
     runner: Engine | None = None
@@ -213,6 +214,7 @@ def audit(
             if train is None:
                 train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
                 store.put("training", d.describe(), train)
+            train = _with_measured(train, d, store, plan.points, config, seed, delta)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -230,7 +232,17 @@ def audit(
         if runner is not None:
             runner.close()
         bar.close()
-    for cell in cells:  # canonical order, whatever order the cells finished in
+    return _with_cells(report, store, cells)
+
+
+def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
+    """(point, attack, example) of every cell of one defense."""
+    return [(p, a, e) for p in plan.points for a in plan.attacks for e in range(plan.examples)]
+
+
+def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
+    """The report with every cell, in canonical order (whatever order they finished in)."""
+    for cell in cells:
         report.add_cell(store.get("cell", _cell_key(*cell)))
     return report
 
@@ -244,6 +256,28 @@ def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, pla
             "restarts": plan.restarts, "threshold": threshold, "delta": delta,
             "trained": trained, "clients": clients, "batch_size": plan.batch_size,
             "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
+
+
+def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
+    """The config entry of audit(empirical=True) (none otherwise: old results files resume)."""
+    return {"empirical_trials": check_int("empirical_trials", trials, 100)} if empirical else {}
+
+
+def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
+                   points: Sequence[int], config: dict[str, Any], seed: int,
+                   delta: float) -> dict[str, Any]:
+    """The training record with "eps_measured": the largest measured lower bound on eps over
+    the points where the defense releases (stored, so a resumed audit does not remeasure)."""
+    trials = config.get("empirical_trials")
+    if trials is None or "eps_measured" in train:
+        return train
+    from ..empirical import audit_release, game  # the empirical audit sits beside this one
+
+    bounds = [audit_release(defense, p, trials, delta=delta, seed=seed)["eps_lower"]
+              for p in points if game.releases_at(defense, p)]
+    train = dict(train, eps_measured=max(bounds, default=0.0))
+    store.put("training", defense.describe(), train)
+    return train
 
 
 def _check_engine(engine: str, ray_address: str | None) -> None:
@@ -302,6 +336,7 @@ def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dat
     run = fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
                       rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
                       lr=prof.attack_lr, seed=seed, progress=False,
+                      batch_sampling="shuffle",  # the attacks' view: exactly B examples
                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points], **setting)
     jobs = []
     for cell in pending:
@@ -376,7 +411,7 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=1,
                           local_steps=1, batch_size=1, lr=prof.attack_lr, seed=seed,
-                          progress=False)
+                          progress=False, batch_sampling="shuffle")
     else:
         run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=plan.rounds,

@@ -25,6 +25,8 @@ __all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "ma
 CELL_COLUMNS = ("defense", "point", "attack", "resilient", "mse", "rmse", "psnr", "ssim",
                 "asr", "tau", "label_accuracy", "examples")
 DEFENSE_COLUMNS = ("defense", "accuracy", "eps_claimed", "eps_sound", "reason")
+#: column of audit(empirical=True): the largest measured lower bound on eps over the points
+MEASURED = "measured eps >="
 
 
 def _fmt(v: Any, digits: int = 4) -> str:
@@ -94,8 +96,15 @@ class AuditReport:
         return [{"defense": k, "accuracy": _num(v.get("accuracy")),
                  "eps_claimed": _num(v.get("eps_claimed")), "eps_sound": _num(v.get("eps_sound")),
                  "reason": v.get("reason", "") if _num(v.get("eps_claimed")) !=
-                 _num(v.get("eps_sound")) or v.get("level") == "none" else ""}
+                 _num(v.get("eps_sound")) or v.get("level") == "none" else "",
+                 **({MEASURED: _num(v["eps_measured"])} if "eps_measured" in v else {})}
                 for k, v in self.defenses.items()]
+
+    def _defense_columns(self) -> tuple[str, ...]:
+        """DEFENSE_COLUMNS, with "measured eps >=" when the audit measured it."""
+        if any("eps_measured" in v for v in self.defenses.values()):
+            return (*DEFENSE_COLUMNS[:-1], MEASURED, DEFENSE_COLUMNS[-1])
+        return DEFENSE_COLUMNS
 
     def summary_rows(self) -> list[dict[str, str]]:
         """defense x leak point: "resilient (MSE m)" or "leaks: ASR a%, tau DLG/iDLG/CPL
@@ -146,7 +155,7 @@ class AuditReport:
                  "Per attack (tau = L-BFGS steps to success, else the limit)",
                  "", markdown_table(CELL_COLUMNS, self.rows()), "",
                  f"Accuracy and privacy (eps at delta = {self.delta:g}, worst client)", "",
-                 markdown_table(DEFENSE_COLUMNS, self.defense_rows())]
+                 markdown_table(self._defense_columns(), self.defense_rows())]
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:

@@ -7,10 +7,37 @@ releases a defense makes and compare them with the steps its ledger holds.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import torch
 
 __all__ = ["flat_norms", "clip_flat", "clipped_sum", "clip_per_layer", "gaussian_like",
-           "laplace_like", "prune_smallest", "update_norm", "l1_norm"]
+           "laplace_like", "prune_smallest", "update_norm", "l1_norm", "trials"]
+
+#: leading number of independent draws per noise call (None: one draw, the training path)
+_TRIALS: contextvars.ContextVar[int | None] = contextvars.ContextVar("trials", default=None)
+
+
+@contextlib.contextmanager
+def trials(n: int) -> Iterator[None]:
+    """Within this block every noise draw has a leading dimension of ``n`` independent trials.
+
+    The empirical privacy audit runs a defense's own code once for many trials of a release:
+    the defense's arithmetic on (sum + noise) broadcasts over the leading dimension. Outside
+    the block (training) nothing changes.
+    """
+    token = _TRIALS.set(int(n))
+    try:
+        yield
+    finally:
+        _TRIALS.reset(token)
+
+
+def _noise_shape(t: torch.Tensor) -> tuple[int, ...]:
+    n = _TRIALS.get()
+    return tuple(t.shape) if n is None else (n, *t.shape)
 
 
 def flat_norms(grads: list[torch.Tensor]) -> torch.Tensor:
@@ -66,8 +93,8 @@ def clip_per_layer(grads: list[torch.Tensor],
 def gaussian_like(tensors: list[torch.Tensor], std: float,
                   generator: torch.Generator) -> list[torch.Tensor]:
     """Independent N(0, std^2) noise shaped like each tensor, from the given generator."""
-    return [torch.randn(t.shape, generator=generator, dtype=t.dtype, device=t.device) * std
-            for t in tensors]
+    return [torch.randn(_noise_shape(t), generator=generator, dtype=t.dtype, device=t.device)
+            * std for t in tensors]
 
 
 def laplace_like(tensors: list[torch.Tensor], scale: float,
@@ -78,7 +105,8 @@ def laplace_like(tensors: list[torch.Tensor], scale: float,
     """
     out = []
     for t in tensors:
-        u = torch.rand(t.shape, generator=generator, dtype=torch.float64, device=t.device) - 0.5
+        u = torch.rand(_noise_shape(t), generator=generator, dtype=torch.float64,
+                       device=t.device) - 0.5
         u = u.clamp(min=-0.5 + 1e-16, max=0.5 - 1e-16)
         out.append((-scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())).to(t.dtype))
     return out

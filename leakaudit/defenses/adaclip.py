@@ -114,7 +114,7 @@ class AdaClip(Defense):
         return m, s, optimal_scale(s)
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        batch = grads[0].shape[0]
+        batch = ctx.batch_size  # expected size: the realised one would be a release
         if ctx.client not in self.state:
             self.state[ctx.client] = self.initial_state([g[0] for g in grads])
         m, s, b = self.state[ctx.client]

@@ -127,12 +127,12 @@ class AdaDP(Defense):
     # ------------------------------------------------------------------ gradients
     def _noisy(self, batch: LocalBatch, params: dict[str, torch.Tensor],
                ctx: ClientContext) -> list[torch.Tensor]:
-        """Clipped per-example sum + N(0, sigma^2 C^2), divided by the batch size."""
+        """Clipped per-example sum + N(0, sigma^2 C^2), divided by the expected batch size
+        (not the realised one, a data-dependent normaliser; see fed-cdp)."""
         grads = batch.per_example(params)
-        rows = grads[0].shape[0]
         sums, _ = _ops.clipped_sum(grads, self.clip)
         noise = _ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
-        return [(s + n) / rows for s, n in zip(sums, noise)]
+        return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 
     def _gradient(self, batch: LocalBatch, params: dict[str, torch.Tensor],
                   ctx: ClientContext) -> list[torch.Tensor]:

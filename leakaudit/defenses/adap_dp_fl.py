@@ -9,7 +9,8 @@ Per client c and round t (instance level, DP-SGD inside each client):
   gradient norms of the client's last local batch of round t:
   m~_t = (sum_i min(||g_i||, C_t) + N(0, (sigma_stat C_t)^2)) / B  (sensitivity C_t);
 * noise: every local step adds N(0, sigma_t^2 C_t^2) to the sum of clipped per-example
-  gradients (Abadi et al. 2016, Alg. 1) and divides by B;
+  gradients (Abadi et al. 2016, Alg. 1) and divides by the expected batch size B (not the
+  realised one, a data-dependent normaliser; see fed-cdp);
 * decay: sigma_{t+1} = beta * sigma_t after the server's validation loss fell in each of
   the last 3 rounds (the count restarts after a decay; ``accounting.schedules.PlateauDecay``);
 * budget: each client keeps an RDP ledger on the integer orders 2..64 and stops uploading,
@@ -152,14 +153,13 @@ class AdapDPFL(Defense):
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         clip = self.clips[ctx.client]
         sigma_t = self.noise_multiplier(ctx.round)
-        batch = grads[0].shape[0]
         sums, clipped_norms = _ops.clipped_sum(grads, clip)
         noise = _ops.gaussian_like(sums, sigma_t * clip, ctx.generator)
         note = f"{self.name} local step"
         ctx.claimed.step(q=ctx.batch_rate, sigma=sigma_t, note=note)
         ctx.sound.step(q=ctx.batch_rate, sigma=sigma_t, note=note)
         self._last_norms[ctx.client] = clipped_norms
-        return [(s + n) / batch for s, n in zip(sums, noise)]
+        return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 
     def privatize_update(self, update: list[torch.Tensor],
                          ctx: ClientContext) -> list[torch.Tensor]:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
-__all__ = ["Defense", "ClientContext", "RoundContext", "SITES"]
+__all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "FixedSizeBatchLedger",
+           "default_batch_sampling"]
 
 SITES = ("example", "client", "server")
 
@@ -85,6 +86,42 @@ class ClientContext:
     def batch_rate(self) -> float:
         """q of one local batch, B / n_c (fixed-size batches accounted as Poisson)."""
         return min(1.0, self.batch_size / self.n_examples)
+
+
+class FixedSizeBatchLedger:
+    """A client's sound ledger as seen by a defense when local batches have a FIXED size.
+
+    The defenses record each noisy batch release as a Poisson-sampled Gaussian step
+    (q = B/n_c, add/remove adjacency). With fixed-size batches drawn without replacement that
+    accounting does not hold; the sound bound used instead: replace-one adjacency, so the
+    clipped sum has L2 sensitivity 2C, i.e. a Gaussian step with multiplier sigma/2, and no
+    amplification by sampling (q = 1). Valid because conditioned on the (data-independent)
+    batch each release is such a Gaussian mechanism, and Rényi divergence is jointly
+    quasi-convex over the mixture of batches. Loose, but sound; Poisson batches keep the
+    amplified accounting. Every other ledger call passes through unchanged.
+    """
+
+    def __init__(self, ledger: PrivacyLedger) -> None:
+        self._ledger = ledger
+
+    def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
+             noise_multiplier: float | None = None, sample_rate: float | None = None,
+             note: str = "") -> None:
+        sigma = noise_multiplier if sigma is None else sigma
+        if sigma is None:
+            raise ValueError("sigma (noise multiplier >= 0) is required")
+        self._ledger.step(q=1.0, sigma=sigma / 2.0, count=count,
+                          note=f"{note} [fixed-size batch: replace-one, sensitivity 2C, q=1]")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._ledger, name)
+
+
+def default_batch_sampling(defense: Defense) -> str:
+    """"poisson" where the defense's sound ledger assumes Poisson batches (per-example DP at
+    the instance level), else "shuffle" (fixed size: what the attacks' views assume)."""
+    return "poisson" if defense.level == "instance" and "example" in defense.sites \
+        else "shuffle"
 
 
 class Defense:

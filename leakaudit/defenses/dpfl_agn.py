@@ -2,7 +2,8 @@
 "differentially private federated learning with adaptive Gaussian noise").
 
 Each local iteration: clip every per-example gradient to L2 norm Theta, sum, add
-N(0, sigma_t^2 Theta^2) per coordinate, divide by the batch size B, and hand the noisy
+N(0, sigma_t^2 Theta^2) per coordinate, divide by the expected batch size B (never the
+realised one: a data-dependent normaliser, see fed-cdp), and hand the noisy
 gradient to standard Adam (Kingma & Ba 2015, Alg. 1; ``leakaudit.optim.Adam``). The published
 pseudo-code mixes beta1 and beta2 and drops the power t in the bias corrections 1 - beta^t:
 an erratum we do not repeat.
@@ -87,7 +88,6 @@ class DPFLAGN(Defense):
             else float(self._decay.sigma)
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        batch = grads[0].shape[0]
         sigma_t = self.noise_multiplier(ctx.round)
         if self.clip == "median":
             theta = float(torch.quantile(_ops.flat_norms(grads), 0.5))
@@ -99,7 +99,7 @@ class DPFLAGN(Defense):
         ctx.claimed.step(q=ctx.batch_rate, sigma=sigma_t, note=f"{self.name} local step")
         sums, _ = _ops.clipped_sum(grads, theta)
         noise = _ops.gaussian_like(sums, sigma_t * theta, ctx.generator)
-        return [(s + n) / batch for s, n in zip(sums, noise)]
+        return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 
     @property
     def claimed_vs_sound(self) -> str:

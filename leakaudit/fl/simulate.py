@@ -12,9 +12,11 @@ batches) and one ``torch.Generator`` (the defense's noise), both seeded from ``s
 global RNG state.
 
 Sampling conventions (stated, as the accounting assumes them): K clients are drawn without
-replacement each round and accounted with q = K/N; each local iteration draws a batch of
-min(B, n_c) examples without replacement ("shuffle") or includes every example
-independently with probability B/n_c ("poisson"), accounted with q = B/n_c.
+replacement each round and accounted with q = K/N; each local iteration includes every
+example independently with probability B/n_c ("poisson", accounted with q = B/n_c; the
+default for per-example DP defenses, whose ledgers assume it) or draws a batch of
+min(B, n_c) examples without replacement ("shuffle", the default otherwise; per-example
+releases then accounted without amplification, replace-one, multiplier sigma/2).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .. import models as models_mod
 from ..data import Dataset
 from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses import get as get_defense
+from ..defenses.base import FixedSizeBatchLedger, default_batch_sampling
 from ..grads import LocalBatch, NonFiniteGradientError, cross_entropy, finite, flush_denormals
 from ..optim import make_optimizer
 from .config import FLConfig
@@ -64,7 +67,7 @@ def simulate(
     seed: int = 0,
     progress: bool = True,
     val_fraction: float = 0.1,
-    batch_sampling: str = "shuffle",
+    batch_sampling: str | None = None,
     eval_every: int = 1,
     track_epsilon: float | None = None,
 ) -> Run:
@@ -82,11 +85,16 @@ def simulate(
             options in ``partition_kwargs``) or explicit index lists, one per client.
         taps: leak points to record (:class:`Tap`).
         val_fraction: share of the training data the server keeps as validation set.
-        batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c).
+        batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c); None:
+            "poisson" where the defense's sound ledger assumes it (instance-level per-example
+            DP), else "shuffle". With "shuffle" the per-example releases are accounted soundly
+            for fixed-size batches (``FixedSizeBatchLedger``: q = 1, sigma/2).
         eval_every: evaluate the test set every this many rounds (and after the last).
         track_epsilon: a delta: also record the worst client's claimed and sound eps at
             every evaluation (``Run.eps_history``; accuracy against privacy spent).
     """
+    if batch_sampling is None and isinstance(defense, (str, Defense)):
+        batch_sampling = default_batch_sampling(get_defense(defense))
     cfg = FLConfig.make(
         clients=clients, clients_per_round=clients_per_round, rounds=rounds,
         local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=optimizer,
@@ -225,7 +233,7 @@ class _Simulation:
         ctx = ClientContext(round=r, client=c, local_step=0, n_examples=n_c,
                             batch_size=min(cfg.batch_size, n_c), lr=float(cfg.lr),
                             generator=self.noise, round_ctx=round_ctx,
-                            claimed=self.claimed[c], sound=self.sound[c])
+                            claimed=self.claimed[c], sound=self._sound_view(c))
         draw = self.sampler(r, c, used)
         for step in range(cfg.local_steps):
             ctx.local_step = step
@@ -253,6 +261,13 @@ class _Simulation:
             rec.update(0, r, c, update, self.params, cfg.lr, cfg.local_steps, cfg.batch_size,
                        *truth)
         return update
+
+    def _sound_view(self, c: int) -> Any:
+        """Client ``c``'s sound ledger; with fixed-size batches, the view that accounts them
+        soundly (the defenses' steps assume Poisson batches)."""
+        if self.cfg.batch_sampling == "shuffle":
+            return FixedSizeBatchLedger(self.sound[c])
+        return self.sound[c]
 
     def sampler(self, r: int, c: int, used: list[np.ndarray]):
         """The function that draws client ``c``'s next local batch (and records its indices

@@ -1,0 +1,348 @@
+"""The canary distinguishing game: one release of a defense, with and without a canary.
+
+What is audited (white box, model frozen):
+
+* point 2: the batch gradient of ONE local step, i.e. the defense's own ``local_step`` (hence
+  its ``privatize_batch``) on a batch of fixed per-example gradients;
+* point 1: the client's upload after ``local_steps`` local steps on that batch, then the
+  defense's ``privatize_update``;
+* point 0: that upload after the server's ``sanitize_update`` (the update as it enters
+  aggregation).
+
+Neighbouring inputs are add/remove of ONE example for instance-level defenses (the canary is
+one more per-example gradient in every local batch, so the sampling rate of the audited
+release is q = 1), and add/remove of ONE client for client-level defenses at points 1 and 0
+(the canary is the client's update, against the zero update of an absent client). The
+auditor chooses the worst case it can: a background of ``background`` per-example gradients
+of small norm (``background_scale`` times the clip bound, random directions) and a Dirac
+canary, one coordinate at the clip bound in every parameter tensor (so it sits on the bound
+for flat, per-layer and L1 clipping alike).
+
+Each trial runs the defense's own code. For the shipped defenses whose noise is additive and
+drawn through ``defenses._ops`` the trials of a chunk share one call, with every noise draw
+carrying a leading trial dimension (``_ops.trials``); any other defense (a user's own, one
+with data-dependent random choices) runs once per trial on a fresh copy.
+
+Two numbers per run are kept: the projection of the release on the canary direction (mean
+channel) and the energy of the release around a reference (the mean of separate canary-out
+runs) orthogonal to the canary (variance channel).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from accounting import PrivacyLedger
+
+from ..defenses import Defense, _ops
+from ..defenses.adaclip import AdaClip
+from ..defenses.adadp import AdaDP
+from ..defenses.adap_dp_fl import AdapDPFL
+from ..defenses.base import ClientContext, RoundContext
+from ..defenses.cos_adaptive_laplace import CosAdaptiveLaplace
+from ..defenses.dpfl_agn import DPFLAGN
+from ..defenses.fed_alpha_cdp import FedAlphaCDP
+from ..defenses.fed_cdp import FedCDP
+from ..defenses.fed_sdp import FedSDP
+from ..defenses.quantile_clip import QuantileClip
+from ..defenses.random_noise import RandomNoise
+from ..grads import torch_threads
+from ..optim import make_optimizer
+
+__all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
+           "make_setup", "Probe", "probe", "run_trials", "vectorisable", "fit_llr",
+           "log_likelihood_ratio"]
+
+#: parameter shapes of the LeNet of the DLG papers (28x28x1 inputs, 10 classes): 13,426 values
+LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5), (12,),
+                                             (12, 12, 5, 5), (12,), (10, 588), (10,))
+POINTS = (0, 1, 2)
+#: the sites whose processing a release at each point has gone through
+_UPSTREAM = {2: {"example"}, 1: {"example", "client"}, 0: {"example", "client", "server"}}
+#: shipped defenses whose noise enters only additively through ``_ops`` (safe to batch)
+_VECTOR_SAFE: tuple[type, ...] = (FedCDP, FedAlphaCDP, AdapDPFL, DPFLAGN, AdaClip, FedSDP,
+                                  RandomNoise, CosAdaptiveLaplace, QuantileClip)
+
+
+def releases_at(defense: Defense, point: int) -> bool:
+    """Does ``defense`` release something it protects at ``point``? (no sites: raw, yes)"""
+    sites = set(defense.sites)
+    return not sites or bool(sites & _UPSTREAM[point])
+
+
+def adjacency(defense: Defense, point: int) -> str:
+    """"instance" (add/remove one example) or "client" (add/remove one client's update)."""
+    if point == 2 or defense.level == "instance" or "example" in defense.sites:
+        return "instance"
+    return "client"
+
+
+def canary_bound(defense: Defense) -> float:
+    """The clip bound the canary sits on (1.0 for defenses without a numeric clip)."""
+    if isinstance(defense, AdaClip):   # clipped in the transformed space (g - m) / b, b_0
+        return defense.clip * defense.init_clip
+    for attr in ("clip", "gamma"):
+        value = getattr(defense, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return 1.0
+
+
+@dataclass(frozen=True)
+class GameSetup:
+    """The auditor's choices: the release's point, the background, the canary."""
+
+    point: int
+    adjacency: str
+    background: list[torch.Tensor]   # (B, *shape) per parameter tensor
+    canary: list[torch.Tensor]       # (*shape) per parameter tensor
+    local_steps: int
+    lr: float = 0.1
+
+    @property
+    def direction(self) -> torch.Tensor:
+        """Unit vector of the canary, flattened."""
+        flat = torch.cat([c.reshape(-1) for c in self.canary])
+        return flat / flat.norm()
+
+    @property
+    def batch_size(self) -> int:
+        """Size of the canary-in batch (the expected batch at q = 1)."""
+        return int(self.background[0].shape[0]) + 1
+
+
+def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...],
+               background: int, background_scale: float, local_steps: int,
+               generator: torch.Generator) -> GameSetup:
+    """Background gradients of norm ``background_scale * C`` and the Dirac canary at C."""
+    bound = canary_bound(defense)
+    raw = [torch.randn((background, *s), generator=generator) for s in shapes]
+    norms = _ops.flat_norms(raw)
+    scale = (background_scale * bound / norms).view(-1)
+    bg = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in raw]
+    canary = []
+    for s in shapes:
+        c = torch.zeros(s)
+        c.view(-1)[0] = bound
+        canary.append(c)
+    steps = 1 if point == 2 else local_steps
+    return GameSetup(point=point, adjacency=adjacency(defense, point), background=bg,
+                     canary=canary, local_steps=steps)
+
+
+class _FixedBatch:
+    """A local batch of fixed per-example gradients (the model is frozen), duck-typing
+    ``LocalBatch`` for a defense's ``local_step``."""
+
+    input_shape = (1,)
+    num_classes = 2
+
+    def __init__(self, grads: list[torch.Tensor]) -> None:
+        self._grads = grads
+
+    @property
+    def size(self) -> int:
+        return int(self._grads[0].shape[0])
+
+    def per_example(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [g.clone() for g in self._grads]
+
+    def mean(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [g.mean(dim=0) for g in self._grads]
+
+    def gradients_at(self, params: dict[str, torch.Tensor], x: torch.Tensor,
+                     y: torch.Tensor) -> list[torch.Tensor]:
+        return [g[:1].expand(x.shape[0], *g.shape[1:]).clone() for g in self._grads]
+
+    def fresh(self) -> _FixedBatch:
+        return self
+
+
+class _NoStep:
+    """At point 2 the release is the gradient; the weights it would move are not needed."""
+
+    lr = 0.1
+
+    def step(self, params: dict[str, torch.Tensor],
+             grads: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        return params
+
+
+def _contexts(setup: GameSetup, generator: torch.Generator
+              ) -> tuple[Callable[[int], ClientContext], RoundContext]:
+    """Contexts of the audited release: one client, one round, q = 1, public metadata only."""
+    claimed, sound = PrivacyLedger(), PrivacyLedger()
+    b = setup.batch_size
+    round_ctx = RoundContext(round=0, rounds=1, clients=1, clients_per_round=1,
+                             local_steps=setup.local_steps, batch_size=b, client_sizes=(b,),
+                             participants=(0,), claimed=[claimed], sound=[sound])
+
+    def ctx(step: int) -> ClientContext:
+        return ClientContext(round=0, client=0, local_step=step, n_examples=b, batch_size=b,
+                             lr=setup.lr, generator=generator, round_ctx=round_ctx,
+                             claimed=claimed, sound=sound)
+    return ctx, round_ctx
+
+
+def _prepare(defense: Defense, setup: GameSetup, params: dict[str, torch.Tensor]) -> None:
+    """Bring a fresh defense to the state of a first round (white box where needed)."""
+    defense.start(1)
+    if isinstance(defense, AdapDPFL):
+        defense.clips[0] = canary_bound(defense)   # C_t known to the auditor
+    if hasattr(defense, "observe_global"):
+        defense.observe_global(0, list(params.values()))
+
+
+def _release(defense: Defense, setup: GameSetup, canary_in: bool,
+             ctx: Callable[[int], ClientContext]) -> list[torch.Tensor]:
+    """One run of the audited release through the defense's own hooks."""
+    params = {f"p{i}": torch.zeros(c.shape) for i, c in enumerate(setup.canary)}
+    _prepare(defense, setup, params)
+    if setup.adjacency == "client":
+        update = [c.clone() if canary_in else torch.zeros_like(c) for c in setup.canary]
+    else:
+        grads = setup.background
+        if canary_in:
+            grads = [torch.cat([g, c.unsqueeze(0)]) for g, c in zip(grads, setup.canary)]
+        batch = _FixedBatch(grads)
+        optimizer = _NoStep() if setup.point == 2 else \
+            make_optimizer(defense.optimizer or "sgd", setup.lr)
+        current = params
+        for step in range(setup.local_steps):
+            current, g = defense.local_step(current, batch, optimizer, ctx(step))  # type: ignore[arg-type]
+            if setup.point == 2:
+                return g
+        update = [current[k] - params[k] for k in params]
+    out = defense.privatize_update(update, ctx(setup.local_steps - 1))
+    if setup.point == 0:
+        out = defense.sanitize_update(out, ctx(setup.local_steps - 1))
+    return out
+
+
+def _flatten(out: list[torch.Tensor], n: int | None) -> torch.Tensor:
+    if n is None:
+        return torch.cat([t.reshape(-1) for t in out]).unsqueeze(0)
+    return torch.cat([t.reshape(n, -1) for t in out], dim=1)
+
+
+def _vectorised(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+                generator: torch.Generator) -> torch.Tensor | None:
+    """n trials in one call (noise with a leading trial dimension), or None if not possible."""
+    defense = copy.deepcopy(template)
+    ctx, _ = _contexts(setup, generator)
+    try:
+        with _ops.trials(n):
+            out = _release(defense, setup, canary_in, ctx)
+    except (RuntimeError, ValueError):
+        return None
+    if any(tuple(t.shape) != (n, *c.shape) for t, c in zip(out, setup.canary)):
+        return None
+    return _flatten(out, n)
+
+
+def _looped(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+            generator: torch.Generator) -> torch.Tensor:
+    rows = []
+    for _ in range(n):
+        defense = copy.deepcopy(template)
+        ctx, _ = _contexts(setup, generator)
+        rows.append(_flatten(_release(defense, setup, canary_in, ctx), None))
+    return torch.cat(rows)
+
+
+def vectorisable(defense: Defense, point: int) -> bool:
+    """Shipped defenses whose noise is additive and drawn through ``_ops`` (adadp at point 2
+    only: its learning-rate rule would mix trials over several steps)."""
+    return type(defense) in _VECTOR_SAFE or (type(defense) is AdaDP and point == 2)
+
+
+def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk: int,
+             generator: torch.Generator, vectorise: bool) -> Iterator[torch.Tensor]:
+    """Flattened releases, (m, D) per chunk, n in all."""
+    done = 0
+    while done < n:
+        m = min(chunk, n - done)
+        rows = _vectorised(template, setup, canary_in, m, generator) if vectorise else None
+        if rows is None:
+            rows = _looped(template, setup, canary_in, m, generator)
+        done += m
+        yield rows
+
+
+@dataclass
+class Probe:
+    """The ledgers of exactly one audited release (canary in), and what else it noted."""
+
+    claimed: PrivacyLedger
+    sound: PrivacyLedger
+    extra: dict[str, Any]
+
+
+def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Probe:
+    """Run the release once with the canary and read the defense's own ledgers of it."""
+    defense = copy.deepcopy(template)
+    ctx, round_ctx = _contexts(setup, generator)
+    with torch_threads(1):
+        _release(defense, setup, True, ctx)
+    defense.claimed_round(round_ctx)
+    extra: dict[str, Any] = {}
+    public = getattr(defense, "if_public", None)
+    if isinstance(public, dict) and 0 in public:
+        extra["if_public"] = public[0]
+    return Probe(claimed=round_ctx.claimed[0], sound=round_ctx.sound[0], extra=extra)
+
+
+def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+               reference: torch.Tensor | None, generator: torch.Generator, chunk: int = 512,
+               vectorise: bool = True, threads: int = 1
+               ) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """(projection, energy) of n runs, and the sum of the releases (for a reference mean).
+
+    energy = ||(y - reference) minus its canary component||^2 (0 without a reference).
+    """
+    u = setup.direction
+    proj, energy, total = [], [], torch.zeros_like(u, dtype=torch.float64)
+    with torch_threads(threads):
+        for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
+            rows = rows.float()
+            proj.append((rows @ u).double().numpy())
+            total += rows.sum(dim=0, dtype=torch.float64)
+            if reference is None:
+                energy.append(np.zeros(rows.shape[0]))
+            else:
+                r = rows - reference.float()
+                energy.append((r.pow(2).sum(dim=1, dtype=torch.float64)
+                               - (r @ u).double().pow(2)).numpy())
+    return np.concatenate(proj), np.concatenate(energy), total
+
+
+def log_likelihood_ratio(proj: np.ndarray, energy: np.ndarray, fit: dict[str, float],
+                         dims: int) -> np.ndarray:
+    """Gaussian log-likelihood ratio of "canary in" against "canary out".
+
+    Model (fitted on the selection split): the projection is N(a_w, v_w) and the orthogonal
+    energy is s_w^2 chi^2_{dims-1} in world w; the ratio adds both channels.
+    """
+    def world(w: str) -> np.ndarray:
+        a, v, s2 = fit[f"a{w}"], fit[f"v{w}"], fit[f"s{w}"]
+        return (-0.5 * (proj - a) ** 2 / v - 0.5 * math.log(v)
+                - 0.5 * energy / s2 - 0.5 * (dims - 1) * math.log(s2))
+    with np.errstate(all="ignore"):
+        return world("1") - world("0")
+
+
+def fit_llr(proj_out: np.ndarray, energy_out: np.ndarray, proj_in: np.ndarray,
+            energy_in: np.ndarray, dims: int) -> dict[str, float]:
+    """Per-world mean and variance of the projection and noise scale of the energy."""
+    tiny = 1e-300
+    return {"a0": float(proj_out.mean()), "v0": max(float(proj_out.var()), tiny),
+            "s0": max(float(energy_out.mean()) / (dims - 1), tiny),
+            "a1": float(proj_in.mean()), "v1": max(float(proj_in.var()), tiny),
+            "s1": max(float(energy_in.mean()) / (dims - 1), tiny)}

@@ -1,0 +1,133 @@
+"""PrivacyReport: claimed, sound and measured epsilon per defense and leak point.
+
+Markdown, CSV, JSON and a PNG (``matplotlib.figure.Figure``, no pyplot state).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._jsonsafe import finite_json, number
+
+__all__ = ["PrivacyReport", "COLUMNS"]
+
+COLUMNS = ("defense", "point", "trials", "statistic", "eps_claimed", "eps_sound", "eps_lower",
+           "mu_lower", "eps_lower_gdp", "claim_violated", "sound_violated", "reason")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf"
+        if math.isnan(v):
+            return "-"
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _unclean(v: Any) -> Any:
+    return number(v) if v in ("inf", "-inf", "nan") else v
+
+
+@dataclass
+class PrivacyReport:
+    """Rows of :func:`leakaudit.privacy_audit`, one per (defense, leak point)."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(dict(record))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per audited release with the :data:`COLUMNS` (and a few details)."""
+        return [dict(r) for r in self.records]
+
+    def violations(self) -> list[dict[str, Any]]:
+        """Rows whose sound eps is below the measured lower bound (a ledger is wrong)."""
+        return [r for r in self.records if r["sound_violated"]]
+
+    def to_markdown(self) -> str:
+        head = "| " + " | ".join(COLUMNS) + " |"
+        sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+        body = ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in self.records]
+        return "\n".join([head, sep, *body]) + "\n"
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        keys = list(COLUMNS) + sorted({k for r in self.records for k in r} - set(COLUMNS))
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        for r in self.records:
+            writer.writerow({k: finite_json(r.get(k)) for k in keys})
+        return buf.getvalue()
+
+    def to_json(self) -> str:
+        data = {"config": self.config,
+                "rows": [finite_json(r) for r in self.records]}
+        return json.dumps(data, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> PrivacyReport:
+        data = json.loads(text)
+        return cls(config=data.get("config", {}),
+                   records=[{k: _unclean(v) for k, v in r.items()} for r in data["rows"]])
+
+    def figure(self) -> Any:
+        """Claimed, sound and measured eps per row on a log scale (inf drawn at the top)."""
+        from matplotlib.figure import Figure
+
+        rows = self.records
+        fig = Figure(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.2), layout="constrained")
+        ax = fig.add_subplot()
+        finite = [v for r in rows for v in (r["eps_claimed"], r["eps_sound"], r["eps_lower"])
+                  if isinstance(v, (int, float)) and math.isfinite(v) and v > 0]
+        top = 10 ** math.ceil(math.log10(max(finite + [10.0]) * 3))
+        x = list(range(len(rows)))
+        for dx, key, marker, label in ((-0.2, "eps_claimed", "s", "claimed eps"),
+                                       (0.0, "eps_sound", "D", "sound eps (inf at top)"),
+                                       (0.2, "eps_lower", "o", "measured eps >= (95%)")):
+            ys = [top if math.isinf(r[key]) else max(r[key], 1e-3) for r in rows]
+            ax.scatter([i + dx for i in x], ys, marker=marker, label=label, zorder=3)
+        for i, r in enumerate(rows):
+            if r["sound_violated"] or r["claim_violated"]:
+                ax.annotate("!" if r["sound_violated"] else "c", (i, top / 3), ha="center",
+                            color="red" if r["sound_violated"] else "orange")
+        ax.set_yscale("log")
+        ax.set_ylim(1e-3, top * 2)
+        ax.set_xticks(x, [f"{r['defense']} p{r['point']}" for r in rows], rotation=60,
+                      ha="right", fontsize=7)
+        ax.set_ylabel(f"epsilon (delta = {self.config.get('delta', 1e-5):g})")
+        ax.legend(fontsize=7, loc="lower left")
+        ax.set_title("claimed vs sound vs measured (c: claim violated, !: sound violated)",
+                     fontsize=9)
+        return fig
+
+    def save_figure(self, path: str | Path) -> Path:
+        path = Path(path)
+        self.figure().savefig(path, dpi=120)
+        return path
+
+    def save(self, directory: str | Path, stem: str = "privacy") -> dict[str, Path]:
+        """Write Markdown, CSV, JSON and PNG into ``directory``."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        out = {"md": d / f"{stem}.md", "csv": d / f"{stem}.csv", "json": d / f"{stem}.json"}
+        out["md"].write_text(self.to_markdown())
+        out["csv"].write_text(self.to_csv())
+        out["json"].write_text(self.to_json())
+        if self.records:
+            out["png"] = self.save_figure(d / f"{stem}.png")
+        return out
