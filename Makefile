@@ -51,6 +51,7 @@ results: setup
 	$(PY) -m benchmarks.utility --profile quick --jobs 2 --out docs/results
 	$(PY) -m benchmarks.speed --profile quick --out docs/results
 	$(PY) -m benchmarks.empirical_privacy --profile quick --out docs/results --results results/empirical_privacy.jsonl
+	$(PY) -m benchmarks.leakage_curves --profile quick --workers 2 --out docs/results
 	$(PY) -m benchmarks.collect --dir docs/results --out docs/results.md
 
 clean:

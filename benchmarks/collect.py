@@ -30,6 +30,8 @@ SECTIONS = (
     ("empirical_privacy", "Measured privacy: claimed vs sound vs measured eps",
      "python -m benchmarks.empirical_privacy --profile quick --out docs/results "
      "--results results/empirical_privacy.jsonl"),
+    ("leakage_curves", "Leakage at batch sizes, local steps and noise levels",
+     "python -m benchmarks.leakage_curves --profile quick --workers 2 --out docs/results"),
 )
 
 

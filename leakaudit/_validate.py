@@ -7,9 +7,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
-__all__ = ["check_bool", "check_fraction", "check_int", "check_nonneg", "check_number",
-           "check_positive", "check_probability", "is_number"]
+__all__ = ["check_bool", "check_device", "check_fraction", "check_int", "check_nonneg",
+           "check_number", "check_positive", "check_probability", "is_number"]
+
 
 
 def is_number(value: object) -> bool:
@@ -25,6 +27,31 @@ def check_int(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
+
+
+def check_device(name: str, value: object) -> torch.device | None:
+    """A torch device: None (leave tensors where they are), "auto" (CUDA when present, else
+    the CPU), or a CPU/CUDA device name or ``torch.device``; CUDA must be available."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not isinstance(value, (str, torch.device)):
+        raise ValueError(f"{name} must be 'auto', 'cpu', 'cuda[:i]' or a torch.device, "
+                         f"got {value!r}")
+    try:
+        device = torch.device(value)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"{name}: unknown device {value!r} ({exc})") from exc
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name} must be a CPU or CUDA device, got {value!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} is {value!r} but CUDA is not available here")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{name} is {value!r} but only {torch.cuda.device_count()} CUDA "
+                             "devices exist")
+    return device
 
 
 def check_number(name: str, value: object, *, minimum: float | None = None,

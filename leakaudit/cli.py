@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "process, or Ray tasks (pip install 'leakaudit[ray]')")
     a.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --engine ray: the Ray cluster to use (default: a local Ray)")
+    a.add_argument("--batch-size", type=int, default=1, help="B of the attacked clients")
+    a.add_argument("--local-steps", type=int, default=1,
+                   help="L local SGD steps of the attacked clients")
+    a.add_argument("--stage", default="initial",
+                   help="weights attacked: initial, round1 or round5 (after that many "
+                   "training rounds)")
+    a.add_argument("--device", default=None,
+                   help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present)")
     a.add_argument("--empirical", type=int, default=None, metavar="TRIALS",
                    help="also measure a lower bound on eps of each defense (privacy-audit "
                    "with TRIALS runs per side): a 'measured eps >=' column")
@@ -87,6 +95,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    results=str(out / "results.jsonl"), threshold=args.threshold,
                    max_iterations=args.iterations, progress=not args.no_progress,
                    engine=args.engine, ray_address=args.ray_address,
+                   batch_size=args.batch_size, local_steps=args.local_steps,
+                   stage=args.stage, device=args.device,
                    empirical=args.empirical is not None,
                    empirical_trials=args.empirical or 2000)
     print(report.to_markdown())

@@ -2,9 +2,11 @@
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
-``idlg``, ``cpl``, ``ig``), each an :class:`~leakaudit.attacks.base.Attack` with the same small
-interface; the optimisation loop, restarts, divergence handling and validation are shared in
-:mod:`leakaudit.attacks.base`, label inference in :mod:`leakaudit.attacks.labels`.
+``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``), each an
+:class:`~leakaudit.attacks.base.Attack` with the same small interface; the optimisation loop,
+restarts, divergence handling and validation are shared in :mod:`leakaudit.attacks.base`,
+label inference in :mod:`leakaudit.attacks.labels` (counts of repeated labels:
+:mod:`leakaudit.attacks.label_counts`).
 
 The attacker sees the model at the leak point, the observed gradients, the input shape, the
 class count and the batch size. The ground truth (``track``) never reaches the attack: the
@@ -34,7 +36,9 @@ from .base import (
 from .checks import check_track
 from .cpl import CPL
 from .dlg import DLG
+from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
+from .idlg_norm import NormalizedIDLG
 from .ig import InvertingGradients
 from .labels import infer_labels
 
@@ -90,6 +94,7 @@ def reconstruct(
     track: torch.Tensor | None = None,
     track_every: int = 10,
     keep_iterates: bool = False,
+    device: str | torch.device | None = None,
     **options: Any,
 ) -> Reconstruction:
     """Reconstruct ``batch_size`` inputs from observed ``gradients`` with attack ``name``.
@@ -108,8 +113,15 @@ def reconstruct(
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
     ``num_threads`` (1; None keeps torch's setting); L-BFGS attacks: ``line_search``
     ("strong_wolfe", or None for the references); CPL: ``pattern`` (2, 4, 8); IG:
-    ``tv_weight`` (0.1), ``lr`` (0.1). Every argument is checked before any work
-    (``ValueError`` naming it).
+    ``tv_weight`` (0.1), ``lr`` (0.1); fedavg: IG's and ``local_steps`` (1), ``client_lr``
+    (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker, and ``method``
+    ("cosine"; fedavg-l2: "l2"). Every
+    argument is checked before any work (``ValueError`` naming it).
+
+    ``device``: where the attack runs: None (where ``model`` lives), "auto" (CUDA when
+    present), "cpu" or "cuda[:i]" (a ValueError when CUDA is absent). The model is copied
+    there; the result is on the CPU. Seeds draw on the CPU, so a seed gives the same starts on
+    every device.
     """
     attack = get(name)
     truth = check_track(track, batch_size, input_shape)
@@ -117,11 +129,13 @@ def reconstruct(
                      num_classes=num_classes, batch_size=batch_size,
                      max_iterations=max_iterations, restarts=restarts, seed=seed,
                      labels=labels, track_every=track_every, options=options,
-                     keep_iterates=keep_iterates or truth is not None)
+                     keep_iterates=keep_iterates or truth is not None,
+                     device=device)
     if truth is not None:  # the scorer, after the attack
         metrics.score_history(rec.history, truth)
     return rec
 
 
-for _attack in (DLG(), IDLG(), CPL(), InvertingGradients()):
+for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
+                FedAvgL2(), NormalizedIDLG()):
     register(_attack)

@@ -37,6 +37,7 @@ rows unclamped; the optimisation itself is unconstrained unless the attack says 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -47,7 +48,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from .._validate import check_int, check_number
+from .._validate import check_device, check_int, check_number
 from ..grads import flush_denormals, torch_threads
 from .attempt import Attempt, AttemptRun, Config, Memo, Start
 from .checks import RELU_TYPES, ReLUWarning, check_call, warn_relu
@@ -229,12 +230,17 @@ def run_attack(attack: Attack, model: nn.Module, gradients: Sequence[torch.Tenso
                input_shape: Sequence[int], num_classes: int, batch_size: int,
                max_iterations: int, restarts: int, seed: int, labels: Any,
                options: dict[str, Any], track_every: int = 10,
-               keep_iterates: bool = False) -> Reconstruction:
+               keep_iterates: bool = False,
+               device: str | torch.device | None = None) -> Reconstruction:
     """Validate everything, then run the attempts and keep the best by gradient loss.
 
     The attack sees only what an attacker has; with ``keep_iterates`` the winning history
-    holds the reported dummy of each recorded step (``"inputs"``) for a scorer."""
+    holds the reported dummy of each recorded step (``"inputs"``) for a scorer. ``device``:
+    where it runs (None: where ``model`` is; the model is copied there)."""
     t0 = time.perf_counter()
+    where = check_device("device", device)
+    if where is not None and isinstance(model, nn.Module):
+        model = copy.deepcopy(model).to(where)
     cfg, grads, known = check_call(
         attack.options, model, gradients, input_shape, num_classes, batch_size,
         max_iterations, restarts, seed, labels, track_every, options, keep_iterates)

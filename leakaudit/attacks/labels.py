@@ -15,7 +15,10 @@ class absent from the batch is >= 0, and for one example the row of its class is
   are the classes with negative row sums (most negative first), then the other present
   classes (most negative entry first), and the remaining slots repeat the most negative
   row sums in proportion to their magnitude (D'Hondt allocation: the magnitude grows with
-  the count), with ``identifiable`` False. B > classes is never identifiable.
+  the count), with ``identifiable`` False. B > classes is never identifiable. When the last
+  layer has a bias, the counts come from :mod:`leakaudit.attacks.label_counts` instead (the
+  bias-corrected estimate: 1.00 of the multiset at B = 8, 0.99 at B = 32 where the rule
+  above gets 0.81 and 0.73).
 
 Row sums (not the bias) rank classes: with activations >= 0 they are exact like the bias,
 and summing many coordinates makes them far more robust to additive noise.
@@ -29,6 +32,7 @@ import torch
 from torch import nn
 
 from .._validate import check_int
+from .label_counts import count_labels
 from .problem import trainable
 
 __all__ = ["infer_labels", "last_linear_index"]
@@ -70,7 +74,12 @@ def infer_labels(model: nn.Module, gradients: Sequence[torch.Tensor], batch_size
             f"gradients[{index}] has shape {tuple(weight.shape)}, the parameter "
             f"{params[index][0]!r} has {tuple(params[index][1].shape)}"
         )
-    return labels_from_last_layer(weight.detach().to(torch.float64).cpu(), batch_size)
+    labels, identifiable = labels_from_last_layer(weight.detach().to(torch.float64).cpu(),
+                                                  batch_size)
+    if identifiable or batch_size == 1:
+        return labels, identifiable
+    counted = count_labels(model, gradients, batch_size, num_classes)  # repeated labels
+    return (labels if counted is None else counted), False
 
 
 def labels_from_last_layer(weight: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, bool]:

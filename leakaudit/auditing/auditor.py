@@ -4,11 +4,15 @@ Data flows one way (SPEC-attacks "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
 Per defense two simulations: a *training* run (the profile's federated setting) gives test
-accuracy and the claimed and sound eps; an *attack* run takes one round from the starting
-weights with one local step of batch size 1 (the DLG/iDLG/CPL setting: L = 1 so that the
-three leak points differ only by where the defense acted) and taps points 0, 1, 2 for
-``examples`` sampled clients. Types 1 and 0 observe an update dW; the attacker uses
-g = -dW / (lr * L) as the gradient (exact for L = 1).
+accuracy and the claimed and sound eps; an *attack* run takes one round from the weights of
+the audited ``stage`` ("initial", or after 1 or 5 rounds of the training run under the
+defense: "round1", "round5") with ``local_steps`` local SGD steps of batch size
+``batch_size`` (default 1 and 1, the DLG/iDLG/CPL setting: the three leak points then differ
+only by where the defense acted) and taps points 0, 1, 2 for ``examples`` sampled clients.
+With L > 1 each attacked client holds exactly B examples and takes every step on all of them
+(L local epochs: the FedAvg case of Geiping et al.). Types 1 and 0 observe an update dW;
+the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); the "fedavg" attacks
+are also told L and lr and simulate the local steps.
 
 Every finished cell is appended to the results file; a rerun with the same file skips what
 is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
@@ -38,13 +42,18 @@ from .. import defenses as defenses_mod
 from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
-from .._validate import check_int
+from .._validate import check_device, check_int
+from ..attacks.fedavg import FedAvg
 from .cells import AttackSpec, CellJob
 from .engines import ENGINES, Engine, import_ray, make_engine
 from .report import AuditReport
 from .results import ResultsFile, fingerprint
 
-__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "PAPER_PARAMS"]
+__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "PAPER_PARAMS",
+           "STAGES"]
+
+#: training stage of the audited weights -> rounds of the training run before the attack
+STAGES = {"initial": 0, "round1": 1, "round5": 5}
 
 DEFAULT_DEFENSES = ("none", "fed-sdp-server", "fed-sdp-client", "fed-cdp", "fed-alpha-cdp",
                     "prune", "random-noise")
@@ -101,6 +110,11 @@ class _Plan:
     workers: int
     points: tuple[int, ...]
     attacks: tuple[str, ...]
+    batch_size: int = 1
+    local_steps: int = 1
+    stage: str = "initial"
+    #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
+    device: str | None = None
 
 
 def _resolve_defenses(defenses: Sequence[Any],
@@ -143,6 +157,10 @@ def audit(
     progress: bool = True,
     engine: str = "process",
     ray_address: str | None = None,
+    batch_size: int = 1,
+    local_steps: int = 1,
+    stage: str = "initial",
+    device: str | None = None,
     empirical: bool = False,
     empirical_trials: int = 2000,
 ) -> AuditReport:
@@ -172,25 +190,23 @@ def audit(
             every node needs leakaudit and torch installed). None starts a local Ray instance
             with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
             used as it is and left running; a Ray started by audit() is shut down at the end.
+        batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
+            and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
         empirical: also measure a lower bound on eps of each defense's release at each audited
             point (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the
             defense table gains a "measured eps >=" column (the largest over the points).
     """
     _check_engine(engine, ray_address)
-    plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks)
+    plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
+                 batch_size, local_steps, stage, device)
     defs = _resolve_defenses(defenses, defense_params)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
-    config = {"dataset": ds.name, "model": repr(model), "weights": _weights_digest(model),
-              "seed": seed, "profile": profile, "examples": plan.examples,
-              "rounds": plan.rounds, "max_iterations": plan.max_iterations,
-              "restarts": plan.restarts, "threshold": threshold, "delta": delta,
-              "trained": trained, "clients": clients}
-    config.update(_empirical_config(empirical, empirical_trials))
+    config = (_config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
+              | _empirical_config(empirical, empirical_trials))
     store = ResultsFile(results, config)
-    cells = [(d, p, a, e) for d in defs for p in plan.points for a in plan.attacks
-             for e in range(plan.examples)]
+    cells = [(d, *c) for d in defs for c in _cells(plan)]
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
     report = AuditReport(config=config, threshold=threshold, delta=delta)
     runner: Engine | None = None
@@ -218,9 +234,30 @@ def audit(
         if runner is not None:
             runner.close()
         bar.close()
-    for cell in cells:  # canonical order, whatever order the cells finished in
+    return _with_cells(report, store, cells)
+
+
+def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
+    """(point, attack, example) of every cell of one defense."""
+    return [(p, a, e) for p in plan.points for a in plan.attacks for e in range(plan.examples)]
+
+
+def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
+    """The report with every cell, in canonical order (whatever order they finished in)."""
+    for cell in cells:
         report.add_cell(store.get("cell", _cell_key(*cell)))
     return report
+
+
+def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, plan: _Plan,
+            threshold: float, delta: float, trained: bool, clients: int) -> dict[str, Any]:
+    """What the report records about the audit (and the results file's fingerprint)."""
+    return {"dataset": ds.name, "model": repr(model), "weights": _weights_digest(model),
+            "seed": seed, "profile": profile, "examples": plan.examples,
+            "rounds": plan.rounds, "max_iterations": plan.max_iterations,
+            "restarts": plan.restarts, "threshold": threshold, "delta": delta,
+            "trained": trained, "clients": clients, "batch_size": plan.batch_size,
+            "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
 
 
 def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
@@ -256,8 +293,12 @@ def _check_engine(engine: str, ray_address: str | None) -> None:
 
 def _plan(profile: str, examples: int | None, rounds: int | None,
           max_iterations: int | None, restarts: int | None, workers: int | None,
-          points: Sequence[int], attacks: Sequence[str]) -> _Plan:
+          points: Sequence[int], attacks: Sequence[str], batch_size: int = 1,
+          local_steps: int = 1, stage: str = "initial", device: str | None = None) -> _Plan:
     """Check the sizes of an audit (the profile's unless given)."""
+    if not isinstance(stage, str) or stage not in STAGES:
+        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+    where = check_device("device", device)
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
     prof = PROFILES[profile]
@@ -276,20 +317,29 @@ def _plan(profile: str, examples: int | None, rounds: int | None,
                                  if max_iterations is None else max_iterations, 1),
         restarts=check_int("restarts", prof.restarts if restarts is None else restarts, 1),
         workers=check_int("workers", min(4, os.cpu_count() or 1)
-                          if workers is None else workers, 1))
+                          if workers is None else workers, 1),
+        batch_size=check_int("batch_size", batch_size, 1),
+        local_steps=check_int("local_steps", local_steps, 1),
+        stage=stage, device=None if where is None else str(where))
 
 
 def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dataset,
                  model: nn.Module, plan: _Plan, clients: int, seed: int,
                  threshold: float) -> list[tuple[str, CellJob]]:
-    """One round from the starting weights, one local step of batch 1, taps at the audited
+    """One round from the stage's weights, L local steps of batch B, taps at the audited
     points; one job per pending cell (the attacker's view, the truth apart)."""
     prof = plan.profile
-    run = fl.simulate(copy.deepcopy(model), ds, copy.deepcopy(d), clients=clients,
-                      clients_per_round=plan.examples, rounds=1, local_steps=1,
-                      batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
-                      batch_sampling="shuffle",  # the attacks' view: exactly one example
-                      taps=[fl.Tap(p, clients=plan.examples) for p in plan.points])
+    start = _stage_model(d, ds, model, plan, clients, seed)
+    setting: dict[str, Any] = {"clients": clients}
+    if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
+        setting = {"clients": plan.examples,
+                   "partition": _holdings(len(ds.y_train), plan.examples, plan.batch_size,
+                                          seed)}
+    run = fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
+                      rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
+                      lr=prof.attack_lr, seed=seed, progress=False,
+                      batch_sampling="shuffle",  # the attacks' view: exactly B examples
+                      taps=[fl.Tap(p, clients=plan.examples) for p in plan.points], **setting)
     jobs = []
     for cell in pending:
         _, p, a, e = cell
@@ -298,11 +348,43 @@ def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dat
                           gradients=obs.as_gradient(), input_shape=tuple(ds.input_shape),
                           num_classes=ds.num_classes, batch_size=obs.batch_size,
                           max_iterations=plan.max_iterations, restarts=plan.restarts,
-                          seed=seed + e)
+                          seed=seed + e, options=_protocol_options(a, obs),
+                          device=plan.device)
         jobs.append((_cell_key(*cell), CellJob(
             defense=d.describe(), point=p, example=e, spec=spec, truth=run.truth(obs),
             threshold=threshold, image=ds.kind == "image")))
     return jobs
+
+
+def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                 plan: _Plan, clients: int, seed: int) -> nn.Module:
+    """The weights of the audited stage: the starting model, or that model after
+    ``STAGES[stage]`` rounds of the profile's training run under the defense."""
+    rounds = STAGES[plan.stage]
+    if rounds == 0:
+        return copy.deepcopy(model)
+    prof = plan.profile
+    run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
+                      clients_per_round=prof.clients_per_round, rounds=rounds,
+                      local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
+                      optimizer=prof.optimizer, seed=seed, progress=False)
+    return run.model
+
+
+def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int]]:
+    """Disjoint sets of ``batch_size`` training examples, one per attacked client."""
+    if clients * batch_size > n:
+        raise ValueError(f"batch_size {batch_size} x examples {clients} exceeds the "
+                         f"{n} training examples")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
+
+
+def _protocol_options(attack: str, obs: fl.Observation) -> dict[str, Any]:
+    """What the protocol tells a multi-step attack: L and the client's learning rate."""
+    if isinstance(attacks_mod.get(attack), FedAvg):
+        return {"local_steps": obs.local_steps, "client_lr": obs.lr}
+    return {}
 
 
 def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,6 +39,10 @@ class AttackSpec:
     max_iterations: int
     restarts: int
     seed: int
+    #: what the protocol tells the attack (fedavg: local_steps, client_lr)
+    options: dict[str, Any] = field(default_factory=dict)
+    #: where the attack runs (None: where the model is)
+    device: str | None = None
 
 
 @dataclass
@@ -74,7 +78,7 @@ def attack(spec: AttackSpec) -> attacks_mod.Reconstruction:
         spec.attack, spec.model, spec.gradients, input_shape=spec.input_shape,
         num_classes=spec.num_classes, batch_size=spec.batch_size,
         max_iterations=spec.max_iterations, restarts=spec.restarts, seed=spec.seed,
-        track_every=1, keep_iterates=True)
+        track_every=1, keep_iterates=True, device=spec.device, **spec.options)
 
 
 def score(job: CellJob, rec: attacks_mod.Reconstruction, seconds: float) -> dict[str, Any]:

@@ -141,8 +141,15 @@ class AuditReport:
         cols = tuple(rows[0]) if rows else ("defense",)
         return markdown_table(cols, rows) + "\n"
 
+    def setting_line(self) -> str:
+        """The attacked clients' setting (issue 13): B, L, stage and device."""
+        c = self.config
+        return (f"Attacked clients: batch size {c['batch_size']}, {c['local_steps']} local "
+                f"step(s), stage {c['stage']}, attacks on {c.get('device') or 'cpu'}.\n")
+
     def to_markdown(self) -> str:
-        lines = [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
+        lines = [self.setting_line()] if "batch_size" in self.config else []
+        lines += [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
                  "attacked example rebuilt by any attack; tau = L-BFGS steps to success; eps "
                  f"at delta = {self.delta:g}, worst client; claimed: RDP; sound: the tightest "
                  "certified bound, exact Gaussian, PLD or RDP)", "", self.summary_markdown(),
