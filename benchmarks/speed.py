@@ -190,10 +190,12 @@ def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
 
 
 # ---------------------------------------------------------------------------- (c) attack
-def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], None]:
-    """The original DLG code's closure (Zhu et al. 2019), on its own copy of the weights:
-    forward through the module, ``autograd.grad`` with create_graph over the parameters,
-    a Python sum of squared differences, backward."""
+def _original_dlg(case: att_bench.Case
+                  ) -> tuple[list[torch.Tensor], Callable[[], torch.Tensor]]:
+    """The original DLG code's closure (Zhu et al. 2019), on its own copy of the weights, from
+    the first start ``reconstruct("dlg", seed=0)`` uses: forward through the module,
+    ``autograd.grad`` with create_graph over the parameters, a Python sum of squared
+    differences, backward. Returns the dummy variables and the closure."""
     import copy
 
     net = copy.deepcopy(case.model)
@@ -202,7 +204,7 @@ def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], None]:
     dummy_data = start.inputs.clone().requires_grad_(True)
     dummy_label = start.label_logits.clone().requires_grad_(True)
 
-    def closure() -> None:
+    def closure() -> torch.Tensor:
         dummy_data.grad = None
         dummy_label.grad = None
         net.zero_grad()
@@ -213,33 +215,21 @@ def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], None]:
         for gx, gy in zip(dy_dx, observed):
             grad_diff = grad_diff + ((gx - gy) ** 2).sum()
         grad_diff.backward()
+        return grad_diff
 
-    return closure
+    return [dummy_data, dummy_label], closure
+
+
+def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], torch.Tensor]:
+    """One evaluation of the original DLG closure (see :func:`_original_dlg`)."""
+    return _original_dlg(case)[1]
 
 
 def naive_dlg_steps(case: att_bench.Case, steps: int) -> float:
-    """``steps`` L-BFGS steps (strong Wolfe) of the original DLG closure from the first start
-    ``reconstruct("dlg", seed=0)`` uses; returns the final gradient loss."""
-    import copy
-
-    net = copy.deepcopy(case.model)
-    observed = [g.detach().clone() for g in case.grads]
-    start = att_bench._start("dlg", case)
-    dummy_data = start.inputs.clone().requires_grad_(True)
-    dummy_label = start.label_logits.clone().requires_grad_(True)
-    opt = torch.optim.LBFGS([dummy_data, dummy_label], line_search_fn="strong_wolfe")
-
-    def closure() -> torch.Tensor:
-        opt.zero_grad()
-        pred = net(dummy_data)
-        loss = F.cross_entropy(pred, F.softmax(dummy_label, dim=-1))
-        dy_dx = torch.autograd.grad(loss, list(net.parameters()), create_graph=True)
-        grad_diff = 0
-        for gx, gy in zip(dy_dx, observed):
-            grad_diff = grad_diff + ((gx - gy) ** 2).sum()
-        grad_diff.backward()
-        return grad_diff
-
+    """``steps`` L-BFGS steps (strong Wolfe) of the original DLG closure; returns the final
+    gradient loss."""
+    variables, closure = _original_dlg(case)
+    opt = torch.optim.LBFGS(variables, line_search_fn="strong_wolfe")
     loss = math.nan
     for _ in range(steps):
         loss = float(opt.step(closure))

@@ -20,6 +20,15 @@ def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _points(text: str, option: str) -> list[int] | None:
+    """Leak points from a comma-separated list; None (after printing why) when not integers."""
+    try:
+        return [int(p) for p in _csv(text)]
+    except ValueError:
+        print(f"error: {option} must be integers among 0,1,2, got {text!r}", file=sys.stderr)
+        return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="leakaudit", description="Audit DP federated-learning "
                                 "defenses against gradient-leakage attacks.")
@@ -83,11 +92,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        points = [int(p) for p in _csv(args.points)]
-    except ValueError:
-        print(f"error: --points must be integers among 0,1,2, got {args.points!r}",
-              file=sys.stderr)
+    points = _points(args.points, "--points")
+    if points is None:
         return 2
     report = audit(defenses=_csv(args.defenses), dataset=args.dataset,
                    attacks=_csv(args.attacks), points=points, examples=args.examples,
@@ -108,11 +114,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     from .empirical import privacy_audit
 
-    try:
-        points = [int(p) for p in _csv(args.point)]
-    except ValueError:
-        print(f"error: --point must be integers among 0,1,2, got {args.point!r}",
-              file=sys.stderr)
+    points = _points(args.point, "--point")
+    if points is None:
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
