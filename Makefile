@@ -48,6 +48,7 @@ bench: setup
 results: setup
 	$(PY) -m benchmarks.resilience --profile quick --out docs/results --results results/resilience.jsonl
 	$(PY) -m benchmarks.privacy --profile quick --out docs/results
+	$(PY) -m benchmarks.accounting_speed --profile quick --out docs/results
 	$(PY) -m benchmarks.utility --profile quick --jobs 2 --out docs/results
 	$(PY) -m benchmarks.speed --profile quick --out docs/results
 	$(PY) -m benchmarks.empirical_privacy --profile quick --out docs/results --results results/empirical_privacy.jsonl

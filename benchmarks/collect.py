@@ -23,6 +23,8 @@ SECTIONS = (
      "--results results/resilience.jsonl"),
     ("privacy", "Privacy: one setting, every accountant",
      "python -m benchmarks.privacy --profile quick --out docs/results"),
+    ("accounting_speed", "Accounting speed and tightness: RDP and PLD against the peers",
+     "python -m benchmarks.accounting_speed --profile quick --out docs/results"),
     ("utility", "Utility: accuracy, claimed and sound eps, accuracy at one budget",
      "python -m benchmarks.utility --profile quick --jobs 2 --out docs/results"),
     ("speed", "Speed against the peers, measured in the same run",

@@ -70,5 +70,5 @@ def test_collect_embeds_each_section_with_its_command_and_figure(tmp_path):
     assert "## Privacy (2026-01-01)" in text  # the output's own title, with its date
     assert "## Privacy: one setting" not in text  # no second title for the same section
     assert "python -m benchmarks.privacy" in text and "](../res/privacy.png)" in text
-    assert ("No output yet for: resilience, utility, speed, empirical_privacy, "
-            "leakage_curves.") in text
+    assert ("No output yet for: resilience, accounting_speed, utility, speed, "
+            "empirical_privacy, leakage_curves.") in text
