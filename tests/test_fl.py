@@ -199,3 +199,16 @@ def test_eps_history_tracks_privacy_spent_at_every_evaluation():
     assert run.accuracy_within(sound[1]) == (1, run.accuracy[1])
     with pytest.raises(ValueError, match="track_epsilon"):
         fl.simulate(dataset="digits", rounds=1, progress=False, track_epsilon=1.5)
+
+
+def test_an_update_says_how_many_examples_are_behind_it_without_the_truth():
+    """adadp draws a second, fresh batch per iteration: the type-1 update comes from two
+    examples at B = 1, and the observation says so (what the audit attacks), while a type-2
+    view is one batch."""
+    run = fl.simulate(None, "digits", defenses.get("adadp"), clients=4, clients_per_round=1,
+                      rounds=1, local_steps=1, batch_size=1, batch_sampling="shuffle",
+                      progress=False, taps=[fl.Tap(1), fl.Tap(2)], seed=0)
+    update = run.observations_at(1)[0]
+    assert update.examples_behind == 2 == run.truth(update).inputs.shape[0]
+    step = run.observations_at(2)[0]
+    assert step.examples_behind == 1 == step.batch_size

@@ -346,7 +346,7 @@ def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dat
         obs = run.observations_at(p)[e]
         spec = AttackSpec(attack=a, model=_with_weights(model, obs.weights),
                           gradients=obs.as_gradient(), input_shape=tuple(ds.input_shape),
-                          num_classes=ds.num_classes, batch_size=obs.batch_size,
+                          num_classes=ds.num_classes, batch_size=obs.examples_behind,
                           max_iterations=plan.max_iterations, restarts=plan.restarts,
                           seed=seed + e, options=_protocol_options(a, obs),
                           device=plan.device)

@@ -57,6 +57,15 @@ class Observation:
     local_steps: int
     batch_size: int
     defense: str = ""
+    #: how many distinct examples the client processed to produce it (a count the protocol
+    #: tells: B for one batch; more when a defense draws fresh batches or over L steps);
+    #: None: ``batch_size``
+    examples: int | None = None
+
+    @property
+    def examples_behind(self) -> int:
+        """The number of examples an attacker reconstructs from this observation."""
+        return self.batch_size if self.examples is None else self.examples
 
     def as_gradient(self) -> list[torch.Tensor]:
         """The gradient an attacker uses: type 2 as observed; types 1/0 the naive
@@ -107,7 +116,7 @@ class Recorder:
                               tensors=[u.detach().clone() for u in update],
                               weights={n: v.clone() for n, v in weights.items()},
                               lr=float(lr), local_steps=local_steps, batch_size=batch_size,
-                              defense=self.defense), x, y)
+                              defense=self.defense, examples=int(x.shape[0])), x, y)
 
     def _add(self, obs: Observation, x: torch.Tensor, y: torch.Tensor) -> None:
         self.observations.append(obs)
