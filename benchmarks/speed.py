@@ -139,13 +139,10 @@ def accountant_rows(prof: Profile) -> tuple[list[Row], list[str]]:
 def dp_step_rows(prof: Profile, threads: int = 1) -> tuple[list[Row], list[str]]:
     """Ours vs Opacus and vs a plain step, LeNet-Sigmoid, interleaved, best of the repeats,
     on ``threads`` torch threads (0: torch's default)."""
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
+    from leakaudit.grads import torch_threads
+
+    with torch_threads(threads or None):
         return _dp_step_rows(prof)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
@@ -225,10 +222,11 @@ def naive_dlg_evaluation(case: att_bench.Case) -> Callable[[], torch.Tensor]:
     return _original_dlg(case)[1]
 
 
-def naive_dlg_steps(case: att_bench.Case, steps: int) -> float:
-    """``steps`` L-BFGS steps (strong Wolfe) of the original DLG closure; returns the final
-    gradient loss."""
-    variables, closure = _original_dlg(case)
+def naive_dlg_steps(variables: list[torch.Tensor], closure: Callable[[], torch.Tensor],
+                    steps: int) -> float:
+    """``steps`` L-BFGS steps (strong Wolfe) of the original DLG closure (its variables and
+    closure made by :func:`_original_dlg`, outside the timing); returns the final gradient
+    loss."""
     opt = torch.optim.LBFGS(variables, line_search_fn="strong_wolfe")
     loss = math.nan
     for _ in range(steps):
@@ -242,9 +240,7 @@ def attack_rows(prof: Profile) -> tuple[list[Row], list[str]]:
 
     case = att_bench.make_case(1, 28, 1)
     rows, notes = [], []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with grads.torch_threads(1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", attacks.ReLUWarning)
             ours_eval, _ = att_bench._eval_costs("dlg", case, prof.eval_repeats)
@@ -262,9 +258,10 @@ def attack_rows(prof: Profile) -> tuple[list[Row], list[str]]:
                     num_classes=att_bench.CLASSES, batch_size=case.batch,
                     max_iterations=prof.attack_steps, early_stop=0.0, seed=0)
                 ours_s = min(ours_s, time.perf_counter() - t0)
+                variables, closure = _original_dlg(case)  # setup, not timed
                 with grads.flush_denormals():
                     t0 = time.perf_counter()
-                    naive_loss = naive_dlg_steps(case, max(rec.iterations, 1))
+                    naive_loss = naive_dlg_steps(variables, closure, max(rec.iterations, 1))
                     naive_s = min(naive_s, time.perf_counter() - t0)
             steps = max(rec.iterations, 1)
             rows.append(Row("c", f"(c) one DLG L-BFGS step (strong Wolfe), LeNet, {case.name}, "
@@ -275,8 +272,6 @@ def attack_rows(prof: Profile) -> tuple[list[Row], list[str]]:
                          f"ours {rec.gradient_loss:.3e}, original closure {naive_loss:.3e} "
                          "(ours: the built-in objective's evaluations are memoised, validation "
                          "and book-keeping included in its time).")
-    finally:
-        torch.set_num_threads(threads)
     return rows, notes
 
 

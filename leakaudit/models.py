@@ -48,11 +48,8 @@ def lenet(
     ``image_size`` after the two stride-2 convolutions (28 -> 7, 32 -> 8). Weights and biases
     are uniform(-0.5, 0.5).
     """
-    in_channels = _check_int("in_channels", in_channels, 1)
-    image_size = _check_int("image_size", image_size, 1)
-    num_classes = _check_int("num_classes", num_classes, 2)
-    act = _activation(activation)
-    gen = _generator(generator)
+    in_channels, image_size, num_classes, act, gen = _image_model_args(
+        in_channels, image_size, num_classes, activation, generator)
     side = _conv_out(_conv_out(image_size, 5, 2, 2, image_size), 5, 2, 2, image_size)
     model = nn.Sequential(
         OrderedDict(
@@ -85,11 +82,8 @@ def adap_cnn(
     28x28 inputs (512 features), 5 for 32x32. PyTorch's default initialisation bounds
     (uniform within 1/sqrt(fan_in) for weights and biases) drawn from ``generator``.
     """
-    in_channels = _check_int("in_channels", in_channels, 1)
-    image_size = _check_int("image_size", image_size, 1)
-    num_classes = _check_int("num_classes", num_classes, 2)
-    act = _activation(activation)
-    gen = _generator(generator)
+    in_channels, image_size, num_classes, act, gen = _image_model_args(
+        in_channels, image_size, num_classes, activation, generator)
     side = image_size
     for kernel, stride, padding, pool in ((8, 2, 3, True), (4, 2, 0, True)):
         side = _conv_out(side, kernel, stride, padding, image_size)
@@ -128,11 +122,8 @@ def relu_cnn(
     strides (ours, not the paper's) keep the dense layer at 3,136 x 100 so that gradient
     inversion runs on a CPU. PyTorch's default initialisation bounds drawn from ``generator``.
     """
-    in_channels = _check_int("in_channels", in_channels, 1)
-    image_size = _check_int("image_size", image_size, 1)
-    num_classes = _check_int("num_classes", num_classes, 2)
-    act = _activation(activation)
-    gen = _generator(generator)
+    in_channels, image_size, num_classes, act, gen = _image_model_args(
+        in_channels, image_size, num_classes, activation, generator)
     side = _conv_out(_conv_out(image_size, 3, 2, 1, image_size), 3, 2, 1, image_size)
     model = nn.Sequential(
         OrderedDict(
@@ -205,6 +196,15 @@ def resolve(model: nn.Module | None, dataset: Dataset, *, seed: int = 0) -> nn.M
 
 # --------------------------------------------------------------------------------------------
 # helpers
+
+
+def _image_model_args(in_channels: int, image_size: int, num_classes: int, activation: str,
+                      generator: torch.Generator | None
+                      ) -> tuple[int, int, int, type[nn.Module], torch.Generator]:
+    """The checked arguments shared by the image models: sizes, activation class, generator."""
+    return (_check_int("in_channels", in_channels, 1), _check_int("image_size", image_size, 1),
+            _check_int("num_classes", num_classes, 2), _activation(activation),
+            _generator(generator))
 
 
 def _skip(cls: type[nn.Module], *args: object, **kwargs: object) -> nn.Module:

@@ -82,3 +82,13 @@ def replay_adam(observations, lr: float) -> None:
         torch_adam.step()
         for p, w in zip(ref, nxt.weights.values()):
             torch.testing.assert_close(p.detach(), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The attacks run on one thread; so do the observed gradients the tests make (faster on
+    a shared CPU)."""
+    from leakaudit.grads import torch_threads
+
+    with torch_threads(1):
+        yield

@@ -15,14 +15,7 @@ from leakaudit.attacks.idlg import IDLG
 SHAPE = (1, 28, 28)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The attacks run on one thread; so do the observed gradients made here (faster on a
-    shared CPU)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
