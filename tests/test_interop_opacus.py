@@ -5,6 +5,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from _extras import require
@@ -16,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 import accounting  # noqa: E402
 import leakaudit  # noqa: E402
 from leakaudit import data, models  # noqa: E402
-from leakaudit.interop.opacus import Tap, ledger_from_accountant  # noqa: E402
+from leakaudit.interop.opacus import Tap, ledger_from_accountant, ledgers  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +246,156 @@ def test_tap_with_poisson_sampling_keeps_each_batch_with_its_step(digits):
         assert truth.inputs.shape[0] == obs.batch_size == truth.labels.shape[0]
         for x in truth.inputs:  # each kept example is one of the data set's
             assert any(torch.equal(x, d) for d in digits.x_train[:8])
+
+
+# ------------------------------------------------------------------------------ ledgers
+def _tiny_run(loader_kwargs, *, n, poisson, sigma=1.0, epochs=1, accountant="rdp"):
+    """Opacus DP-SGD on a linear model over n random points; returns engine, loader."""
+    g = torch.Generator().manual_seed(0)
+    net = torch.nn.Linear(4, 2)
+    data_ = TensorDataset(torch.randn(n, 4, generator=g), torch.randint(0, 2, (n,), generator=g))
+    engine = opacus.PrivacyEngine(accountant=accountant)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, opt, loader = engine.make_private(
+            module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+            data_loader=DataLoader(data_, **loader_kwargs), noise_multiplier=sigma,
+            max_grad_norm=1.0, poisson_sampling=poisson,
+            noise_generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)  # Opacus's Poisson sampler and RandomSampler draw from it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch: backward hooks on inputs without grad
+        for _ in range(epochs):
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+    return engine, loader
+
+
+def _gaussian_eps(mu, delta):
+    """Exact eps of a Gaussian mechanism with sensitivity / std = mu (Balle & Wang 2018,
+    Thm 8), solved here by bisection with scipy, apart from the library's code."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps):
+        return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
+
+    return brentq(excess, 0.0, 200.0, xtol=1e-12, rtol=1e-12)
+
+
+def test_poisson_run_sound_ledger_is_opacus_history():
+    engine, loader = _tiny_run(dict(batch_size=2), n=8, poisson=True, epochs=2)
+    pair = ledgers(engine, loader)
+    claimed, sound = pair  # unpacks as a pair
+    assert pair.claimed is claimed and pair.sound is sound
+    history = engine.accountant.history
+    assert sum(c for _, _, c in history) == 8 and history[0][1] == 0.25
+    assert [(e.sigma, e.q, e.count) for e in sound.events] == [tuple(h) for h in history]
+    assert [(e.sigma, e.q, e.count) for e in claimed.events] == [tuple(h) for h in history]
+    for delta in (1e-5, 1e-7):
+        assert sound.epsilon(delta, "rdp") == pytest.approx(
+            engine.accountant.get_epsilon(delta), rel=1e-9)
+    assert (pair.relation, pair.sampling, pair.reason) == ("add-remove", "poisson", "")
+    assert "add-remove" in pair.describe(1e-5) and "delta 1e-05" in pair.describe(1e-5)
+    # Poisson is accounted under add/remove (or zero-out): replace-one is refused
+    with pytest.raises(ValueError, match="relation='replace-one' with Poisson"):
+        ledgers(engine, loader, relation="replace-one")
+    assert ledger_from_accountant(engine.accountant, data_loader=loader).events == claimed.events
+
+
+@pytest.mark.parametrize("shuffle, n, batch, epochs", [(False, 3, 1, 1), (True, 8, 2, 2)])
+def test_shuffled_or_ordered_run_sound_is_one_gaussian_per_pass(shuffle, n, batch, epochs):
+    """Fixed-size batches (in order, or from a shuffled permutation): each example in one
+    step per pass, no amplification; replace-one: multiplier sigma/2 per pass."""
+    sigma, delta = 1.0, 1e-5
+    engine, loader = _tiny_run(dict(batch_size=batch, shuffle=shuffle), n=n, poisson=False,
+                               sigma=sigma, epochs=epochs)
+    pair = ledgers(engine, loader)
+    steps = epochs * n // batch
+    assert engine.accountant.history == [(sigma, batch / n, steps)]  # Opacus's claim
+    assert [(e.q, e.sigma, e.count) for e in pair.claimed.events] == [(batch / n, sigma, steps)]
+    assert [(e.q, e.sigma, e.count) for e in pair.sound.events] == [(1.0, sigma / 2, epochs)]
+    assert (pair.relation, pair.sampling) == ("replace-one", "shuffle")
+    assert "not Poisson" in pair.reason and "sigma/2" in pair.reason
+    claimed_eps = accounting.tightest_epsilon(pair.claimed, delta)
+    sound_eps = accounting.tightest_epsilon(pair.sound, delta)
+    # the hand computation: E Gaussians of sensitivity 2C, std sigma C: mu = 2 sqrt(E)/sigma
+    assert sound_eps == pytest.approx(_gaussian_eps(2 * math.sqrt(epochs) / sigma, delta),
+                                      rel=1e-6)
+    assert sound_eps > claimed_eps
+    # zeroing an example instead of replacing it moves the sum by C: multiplier sigma
+    zero = ledgers(engine, loader, relation="zero-out")
+    assert [(e.q, e.sigma, e.count) for e in zero.sound.events] == [(1.0, sigma, epochs)]
+    assert accounting.tightest_epsilon(zero.sound, delta) < sound_eps
+    # ledger_from_accountant refuses to copy the Poisson rate for this loader
+    with pytest.raises(ValueError, match="data_loader draws fixed-size batches.*not Poisson"):
+        ledger_from_accountant(engine.accountant, data_loader=loader)
+    if n == 3:  # the example's loader: 3 steps at sigma 1, batch 1, in order
+        assert sound_eps == pytest.approx(9.997, abs=1e-3)
+
+
+def test_weighted_sampler_accounts_every_step_at_batch_multiplicity():
+    sampler = torch.utils.data.WeightedRandomSampler([1.0, 2.0, 3.0, 4.0], num_samples=4,
+                                                     generator=torch.Generator().manual_seed(0))
+    engine, loader = _tiny_run(dict(batch_size=2, sampler=sampler), n=4, poisson=False)
+    pair = ledgers(engine, loader)
+    # every one of the 2 steps: a batch of 2 can hold one example twice: sensitivity 4C
+    assert [(e.q, e.sigma, e.count) for e in pair.sound.events] == [(1.0, 0.25, 2)]
+    assert pair.sampling == "arbitrary" and "WeightedRandomSampler" in pair.reason
+    shuffled = ledgers(*_tiny_run(dict(batch_size=2, shuffle=True), n=4, poisson=False))
+    assert accounting.tightest_epsilon(pair.sound, 1e-5) > accounting.tightest_epsilon(
+        shuffled.sound, 1e-5)
+
+
+def test_passes_take_the_smallest_noise_of_each_pass():
+    from leakaudit.interop.opacus import _pass_sigmas
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        history = [(float(s), 0.1, int(c)) for s, c in zip(rng.uniform(0.5, 2, 4),
+                                                             rng.integers(0, 9, 4))]
+        per_pass = int(rng.integers(1, 6))
+        flat = [s for s, _, c in history for _ in range(c)]
+        brute = [min(flat[i:i + per_pass]) for i in range(0, len(flat), per_pass)]
+        runs = _pass_sigmas(history, per_pass, None)
+        assert [s for s, k in runs for _ in range(k)] == brute
+
+
+def test_epochs_and_bad_input_are_named():
+    engine, loader = _tiny_run(dict(batch_size=1), n=3, poisson=False, epochs=2)
+    # gradient accumulation makes more passes than steps / len(loader): epochs= says so
+    assert ledgers(engine, loader, epochs=3).sound.events[0].count == 3
+    with pytest.raises(ValueError, match="epochs=1 passes of 3 batches cannot hold the 6"):
+        ledgers(engine, loader, epochs=1)
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
+        ledgers(engine, loader, epochs=0)
+    with pytest.raises(ValueError, match="relation must be one of"):
+        ledgers(engine, loader, relation="add/remove")
+    with pytest.raises(ValueError, match="data_loader must be a torch DataLoader"):
+        ledgers(engine, list(loader))
+    with pytest.raises(ValueError, match="engine must be an Opacus PrivacyEngine"):
+        ledgers(object(), loader)
+    # add/remove shifts every later batch: every step at multiplicity B
+    assert [(e.sigma, e.count) for e in ledgers(engine, loader, relation="add-remove")
+            .sound.events] == [(0.5, 6)]
+
+
+def test_ledgers_work_with_prv_accountant_and_pickle():
+    import pickle
+
+    engine, loader = _tiny_run(dict(batch_size=2), n=4, poisson=False, accountant="prv")
+    pair = ledgers(engine.accountant, loader)  # the accountant alone also works
+    again = pickle.loads(pickle.dumps(pair))
+    assert again.relation == pair.relation and again.reason == pair.reason
+    assert [e.sigma for e in again.sound.events] == [0.5]
+
+
+def test_import_interop_opacus_loads_neither_simulator_nor_defenses():
+    code = ("import sys, leakaudit.interop.opacus; print(sorted(m for m in sys.modules "
+            "if m in ('leakaudit.fl.simulate', 'leakaudit.fl') "
+            "or m.startswith('leakaudit.defenses')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

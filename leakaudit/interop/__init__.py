@@ -1,12 +1,20 @@
 """Audit what people already train: Opacus (DP-SGD) runs and Flower federations.
 
 - :mod:`leakaudit.interop.opacus`: ``Tap(optimizer, model)`` records type-2 observations at
-  each ``DPOptimizer`` step; ``ledger_from_accountant`` reads an Opacus accountant's history.
+  each ``DPOptimizer`` step; ``ledgers(engine, data_loader)`` gives Opacus's claimed ledger
+  and the sound one of the loader that ran.
 - :mod:`leakaudit.interop.flower`: a client mod tapping each client's upload (point 1), a
-  strategy wrapper tapping the aggregated update (point 0), and ledgers for Flower's DP
-  wrappers.
+  strategy wrapper tapping the aggregated update (point 0), and per-client ledgers for
+  Flower's DP wrappers under one stated neighbouring relation.
+
+Both ``ledgers`` return a :class:`LedgerPair`: ``claimed, sound = ...`` unpacks it, and it
+names the relation and sampling of each and why they differ.
 
 Neither Opacus nor Flower is imported by ``import leakaudit`` or by this package: import the
 submodule you need (``pip install 'leakaudit[opacus]'`` / ``'leakaudit[flower]'``). Audit the
 observations with :func:`leakaudit.audit_observations`.
 """
+
+from ._ledgers import LedgerPair
+
+__all__ = ["LedgerPair"]

@@ -12,25 +12,28 @@ writes the observation and the truth to separate files of a directory on that no
 truth behind an aggregate is joined afterwards from its clients' truths (:func:`load`).
 
 Ledgers (:func:`ledgers`; Flower's optional accountant counts the population's releases,
-none counts a client's: its issue #605):
+none counts a client's: its issue #605). One neighbouring relation for every wrapper,
+``neighbouring=`` (default "replace-one"): a client's clipped update moves a sum by up to
+C when zeroed ("zero-out") and 2C when replaced ("replace-one"; also "add-remove" from the
+population, since Flower draws a fixed number K of clients and another takes the place):
 
 - central DP with fixed clipping (``DifferentialPrivacyServerSideFixedClipping``,
   ``...ClientSideFixedClipping``; McMahan et al. 2018): noise N(0, (z C / K)^2) on the mean of
-  K clipped updates (equal client weights assumed, as Flower's own accountant requires).
+  K clipped updates of equal weight (checked from the taps: a ValueError otherwise).
   Claimed, the DP-FedAvg convention: every client, every round, one Poisson-sampled
-  Gaussian step with q = K/N and multiplier z. Sound, per client with its participation:
-  one Gaussian step (q = 1) of multiplier z per round its update was aggregated; Flower
-  samples a fixed-size set with Python's ``random.sample`` and the server knows it, so no
-  amplification by sampling is taken.
+  Gaussian step with q = K/N and multiplier z (add-remove). Sound, per client with its
+  participation: one Gaussian step (q = 1) per round its update was aggregated, multiplier
+  z under zero-out and z/2 otherwise; Flower samples a fixed-size set with Python's
+  ``random.sample`` and the server knows it, so no amplification by sampling is taken.
 - ``LocalDpMod``: clip to C, add N(0, s^2) with s = Delta sqrt(2 ln(1.25/delta)) / eps
   (Dwork & Roth 2014, Thm A.1, a proof for eps < 1 only) where Delta is the user's
   ``sensitivity``. Claimed: (eps, delta) per round the client took part in, composed soundly
-  by the ledger. Sound: the Gaussian actually added, multiplier s / (2 C) per round (the
-  clipped update can be anything in the C-ball: its L2 sensitivity is 2C, whatever Delta).
+  by the ledger. Sound: the Gaussian actually added, multiplier s / (2 C) per round (s / C
+  under zero-out), whatever Delta says.
 - adaptive clipping wrappers (Andrew et al. 2021): claimed as fixed clipping with the
   requested multiplier; sound: per round taken part, the update's Gaussian (multiplier z_Delta
-  after Flower's split) and the clipped-count Gaussian (0/1 bits, sensitivity 1, std
-  ``clipped_count_stddev``) as two releases.
+  after Flower's split, halved as above) and the clipped-count Gaussian (0/1 bits,
+  sensitivity 1 under every relation, std ``clipped_count_stddev``) as two releases.
 
 Flower is imported when this module is (``pip install 'leakaudit[flower]'``); ``import
 leakaudit`` never imports it.
@@ -40,18 +43,20 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from accounting import PrivacyLedger
-
 from .._validate import check_int, check_number
-from ..fl import GroundTruth, Observation
+from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
+
+if TYPE_CHECKING:
+    from ..fl.observe import GroundTruth, Observation
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
@@ -68,8 +73,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("leakaudit.interop.flower needs Flower: "
                       "pip install 'leakaudit[flower]'") from exc
 
-__all__ = ["ClientTap", "StrategyTap", "Captured", "keep_truth", "load", "ledgers",
-           "AGGREGATE"]
+__all__ = ["ClientTap", "StrategyTap", "Captured", "RoundRecord", "keep_truth", "load",
+           "ledgers", "AGGREGATE", "SAMPLING"]
+
+#: how Flower's strategies pick a round's clients: ``random.sample`` of a fixed number
+SAMPLING = "fixed-size"
 
 #: ``Observation.client`` of an aggregated update (point 0): every client of the round
 AGGREGATE = -1
@@ -77,6 +85,17 @@ _TRUTH_KEY = "leakaudit.truth"
 _FIXED = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientSideFixedClipping)
 _ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
              DifferentialPrivacyClientSideAdaptiveClipping)
+
+
+def _records() -> tuple[type, type]:
+    """Observation and GroundTruth, imported when first needed.
+
+    TODO(merge): import them from the low module ``leakaudit.records`` at module level;
+    ``leakaudit.fl`` loads the simulator and the defenses, which the adapters must not.
+    """
+    from ..fl.observe import GroundTruth, Observation
+
+    return Observation, GroundTruth
 
 
 # ---------------------------------------------------------------------------- the truth
@@ -108,7 +127,8 @@ def _read_truth(context: Context) -> GroundTruth | None:
     if _TRUTH_KEY not in context.state:
         return None
     record = context.state[_TRUTH_KEY]
-    return GroundTruth(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
+    _, truth_type = _records()
+    return truth_type(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
                        labels=torch.from_numpy(record["labels"].numpy().copy()))
 
 
@@ -158,6 +178,26 @@ def _tensors(record: ArrayRecord, keys: Sequence[str] | None) -> dict[str, torch
     return {k: torch.from_numpy(np.array(record[k].numpy(), dtype=np.float32)) for k in names}
 
 
+def _weight(reply: Message, key: str) -> float | None:
+    """The FedAvg weight a reply carries (its MetricRecord's ``key``), None without one."""
+    for metrics in reply.content.metric_records.values():
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _weight_key(strategy: Any) -> str:
+    """The key FedAvg weights replies by: the innermost wrapped strategy's, else Flower's
+    default "num-examples"."""
+    while strategy is not None:
+        key = getattr(strategy, "weighted_by_key", None)
+        if isinstance(key, str):
+            return key
+        strategy = getattr(strategy, "strategy", None)
+    return "num-examples"
+
+
 def _save(directory: Path, name: str, payload: dict[str, Any]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{name}.tmp"
@@ -181,16 +221,20 @@ class ClientTap:
             round's config carries "lr", "local-steps", "batch-size".
         parameter_keys: the arrays that are the model's trainable parameters, in its order
             (default: every array of the message, e.g. a state dict without buffers).
+        weight_key: the reply metric FedAvg weights the upload by (Flower's default
+            "num-examples"), recorded so that :func:`ledgers` can check equal weights.
     """
 
     def __init__(self, directory: str | Path, *, label: str = "flower",
                  lr: float | None = None, local_steps: int | None = None,
                  batch_size: int | None = None,
-                 parameter_keys: Sequence[str] | None = None) -> None:
+                 parameter_keys: Sequence[str] | None = None,
+                 weight_key: str = "num-examples") -> None:
         self.directory = Path(directory)
         self.label = str(label)
         self.training = _Training(lr, local_steps, batch_size)
         self.keys = None if parameter_keys is None else list(parameter_keys)
+        self.weight_key = str(weight_key)
 
     def __call__(self, msg: Message, ctxt: Context, call_next: Any) -> Message:
         if msg.metadata.message_type != MessageType.TRAIN:
@@ -212,7 +256,8 @@ class ClientTap:
             "point": 1, "round": round_, "client": client, "node": node,
             "tensors": [after[k] - before[k] for k in before], "names": list(before),
             "weights": list(before.values()), "lr": lr, "local_steps": steps,
-            "batch_size": batch, "defense": self.label, "nodes": [node]})
+            "batch_size": batch, "defense": self.label, "nodes": [node],
+            "fedavg_weights": [_weight(out, self.weight_key)], "weight_key": self.weight_key})
         if truth is not None:
             _save(self.directory, f"truth-r{round_:05d}-n{node}.pt",
                   {"inputs": truth.inputs, "labels": truth.labels, "client": client})
@@ -226,6 +271,10 @@ class StrategyTap(Strategy):
 
     ``lr``, ``local_steps``, ``batch_size`` (per client) as for :class:`ClientTap`; the
     aggregate's batch size is that of one client times the number of clients aggregated.
+
+    Every round it also writes ``round-r{round}.pt`` (:class:`RoundRecord`): the clients
+    sampled, the replies aggregated, their FedAvg weights and the failures, which
+    :func:`ledgers` checks against what the DP wrapper's ledger assumes.
     """
 
     def __init__(self, strategy: Strategy, directory: str | Path, *, label: str = "flower",
@@ -242,6 +291,8 @@ class StrategyTap(Strategy):
         self.training = _Training(lr, local_steps, batch_size)
         self.keys = None if parameter_keys is None else list(parameter_keys)
         self._current: dict[int, tuple[ArrayRecord, ConfigRecord]] = {}
+        self._sampled: dict[int, list[int]] = {}
+        self.weight_key = _weight_key(strategy)
 
     def __repr__(self) -> str:
         return f"StrategyTap({self.strategy!r})"
@@ -252,13 +303,23 @@ class StrategyTap(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self._current[server_round] = (arrays, config)
-        return self.strategy.configure_train(server_round, arrays, config, grid)
+        messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
+        self._sampled[server_round] = sorted(int(m.metadata.dst_node_id) for m in messages)
+        return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> Any:
         replies = list(replies)
-        nodes = sorted(int(r.metadata.src_node_id) for r in replies if not r.has_error())
+        ok = sorted((r for r in replies if not r.has_error()),
+                    key=lambda r: int(r.metadata.src_node_id))
+        nodes = [int(r.metadata.src_node_id) for r in ok]
+        weights = [_weight(r, self.weight_key) for r in ok]  # before any wrapper edits them
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
         start, config = self._current.pop(server_round)
+        sampled = self._sampled.pop(server_round, None)
+        _save(self.directory, f"round-r{server_round:05d}.pt", {
+            "round": server_round, "sampled": sampled, "nodes": nodes, "weights": weights,
+            "weight_key": self.weight_key, "failures": len(replies) - len(ok),
+            "aggregated": arrays is not None})
         if arrays is not None and nodes:
             lr, steps, batch = self.training.resolve(config, f"round {server_round}")
             before, after = _tensors(start, self.keys), _tensors(arrays, self.keys)
@@ -278,15 +339,39 @@ class StrategyTap(Strategy):
 
 
 # ---------------------------------------------------------------------------- reading
+@dataclass(frozen=True)
+class RoundRecord:
+    """One training round as the ledgers need it: who replied and with which weight.
+
+    ``nodes``: the nodes whose updates reached aggregation; ``weights``: their FedAvg
+    weights (the reply metric ``weight_key``; None where a reply had none); ``sampled``: the
+    nodes the strategy sent the round to (None when only client taps ran); ``failures``:
+    replies with an error; ``aggregated``: whether an aggregate was published. Flower draws
+    the round's nodes with ``random.sample``: ``sampling`` is :data:`SAMPLING`.
+    """
+
+    round: int
+    nodes: tuple[int, ...]
+    weights: tuple[float | None, ...]
+    weight_key: str = "num-examples"
+    sampled: tuple[int, ...] | None = None
+    failures: int = 0
+    aggregated: bool = True
+    sampling: str = SAMPLING
+
+
 @dataclass
 class Captured:
-    """What the taps wrote: observations, their truths apart, and who took part when."""
+    """What the taps wrote: observations, their truths apart, who took part when, and what
+    each round aggregated (:class:`RoundRecord`, for :func:`ledgers`' checks)."""
 
     observations: list[Observation]
     truths: list[GroundTruth] = field(repr=False)
     #: client -> the rounds in which its update was aggregated (point 0 taps) or sent
     #: (point 1 taps, when no point 0 tap ran)
     participation: dict[int, list[int]]
+    #: round -> what it aggregated: from StrategyTap's records, else from the client taps'
+    rounds: dict[int, RoundRecord] = field(default_factory=dict)
 
     def at(self, point: int) -> tuple[list[Observation], list[GroundTruth]]:
         keep = [i for i, o in enumerate(self.observations) if o.point == point]
@@ -315,6 +400,7 @@ def load(directory: str | Path) -> Captured:
     records.sort(key=lambda x: (x["round"], -x["point"], x["node"]))
     clients = {(t_round, n): t["client"] for (t_round, n), t in truths.items()}
     clients.update({(x["round"], x["node"]): x["client"] for x in records if x["point"] == 1})
+    observation_type, truth_type = _records()
     observations, gts = [], []
     participation: dict[int, set[int]] = {}
     have_aggregate = any(x["point"] == 0 for x in records)
@@ -325,9 +411,9 @@ def load(directory: str | Path) -> Captured:
             raise ValueError(f"round {x['round']}: no truth for node(s) {missing}: the train "
                              f"function must call keep_truth() (and ClientTap write to "
                              f"{str(d)!r})")
-        gts.append(GroundTruth(inputs=torch.cat([t["inputs"] for t in parts]),
+        gts.append(truth_type(inputs=torch.cat([t["inputs"] for t in parts]),
                                labels=torch.cat([t["labels"] for t in parts])))
-        observations.append(Observation(
+        observations.append(observation_type(
             point=x["point"], round=x["round"], client=x["client"], local_step=None,
             tensors=list(x["tensors"]), weights=dict(zip(x["names"], x["weights"])),
             lr=x["lr"], local_steps=x["local_steps"], batch_size=x["batch_size"],
@@ -335,62 +421,153 @@ def load(directory: str | Path) -> Captured:
         if (x["point"] == 0) == have_aggregate:
             for n in x["nodes"]:
                 participation.setdefault(clients.get((x["round"], n), n), set()).add(x["round"])
-    return Captured(observations, gts, {c: sorted(r) for c, r in sorted(participation.items())})
+    return Captured(observations, gts, {c: sorted(r) for c, r in sorted(participation.items())},
+                    _rounds(d, records))
+
+
+def _rounds(d: Path, records: list[dict[str, Any]]) -> dict[int, RoundRecord]:
+    """StrategyTap's round records; without them, the client taps' uploads per round."""
+    out = {}
+    for p in sorted(d.glob("round-r*.pt")):
+        x = torch.load(p, weights_only=True)
+        out[int(x["round"])] = RoundRecord(
+            round=int(x["round"]), nodes=tuple(x["nodes"]), weights=tuple(x["weights"]),
+            weight_key=x["weight_key"], failures=int(x["failures"]),
+            sampled=None if x["sampled"] is None else tuple(x["sampled"]),
+            aggregated=bool(x["aggregated"]))
+    if out:
+        return out
+    uploads: dict[int, list[dict[str, Any]]] = {}
+    for x in records:
+        if x["point"] == 1:
+            uploads.setdefault(x["round"], []).append(x)
+    return {r: RoundRecord(round=r, nodes=tuple(x["node"] for x in xs),
+                           weights=tuple((x.get("fedavg_weights") or [None])[0] for x in xs),
+                           weight_key=xs[0].get("weight_key", "num-examples"))
+            for r, xs in sorted(uploads.items())}
 
 
 # ---------------------------------------------------------------------------- ledgers
-def ledgers(dp: Any, participation: Mapping[int, Sequence[int]], *, num_clients: int,
-            rounds: int) -> tuple[dict[int, PrivacyLedger], dict[int, PrivacyLedger]]:
-    """(claimed, sound) ledgers per client for a Flower DP wrapper or ``LocalDpMod``.
+#: DP-FedAvg's claim (McMahan et al. 2018): Poisson client sampling, add/remove adjacency
+CLAIMED_RELATION = "add-remove"
+
+
+def ledgers(dp: Any, participation: Captured | Mapping[int, Sequence[int]], *,
+            num_clients: int, rounds: int, neighbouring: str = "replace-one") -> LedgerPair:
+    """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``.
+
+    Both dicts map every client 0..N-1 to its ledger; the returned
+    :class:`~leakaudit.interop.LedgerPair` also names the relation, the sampling and why
+    sound differs from claimed. One convention for every wrapper: a client's update moves
+    a sum of clipped updates by up to ``C`` when it is zeroed ("zero-out") and by up to
+    ``2C`` when it is replaced ("replace-one"), or when a client is added to or removed
+    from the population ("add-remove": the server draws a fixed number K of clients, so
+    another client takes the place). The sound multiplier of the fixed-clipping wrappers is
+    z under zero-out and z/2 otherwise; LocalDpMod's is std/C or std/(2C).
+
+    The central wrappers' noise ``N(0, (z C / K)^2)`` on the mean is z C on the sum only when
+    the mean has K terms of equal weight. From a :class:`Captured` (what :func:`load` read)
+    every round with an aggregate is checked: FedAvg weights equal and exactly K updates
+    aggregated, else a ValueError naming the round. A plain mapping cannot be checked (a
+    warning says so).
 
     Args:
         dp: a ``DifferentialPrivacy{Server,Client}Side{Fixed,Adaptive}Clipping`` strategy
             (for central DP) or a ``LocalDpMod``; None for no DP (every client that took
             part has an infinite eps).
-        participation: client -> rounds its update was aggregated (``Captured``'s).
+        participation: the :class:`Captured` that :func:`load` returned, or client ->
+            rounds its update was aggregated.
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
+        neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
+    neighbouring = check_relation("neighbouring", neighbouring)
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
         raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    records = participation.rounds if isinstance(participation, Captured) else None
+    if isinstance(participation, Captured):
+        participation = participation.participation
+    if not isinstance(participation, Mapping):
+        raise ValueError(f"participation must be a Captured or a mapping client -> rounds, "
+                         f"got {type(participation).__name__}")
     for c, rs in participation.items():
         if any(not 1 <= int(r) <= rounds for r in rs):
             raise ValueError(f"participation of client {c} has rounds {list(rs)} outside "
                              f"1..{rounds}")
+    if dp is not None and not isinstance(dp, _FIXED + _ADAPTIVE + (LocalDpMod,)):
+        raise ValueError(f"dp must be a Flower DP strategy wrapper "
+                         f"({', '.join(c.__name__ for c in _FIXED + _ADAPTIVE)}), a LocalDpMod "
+                         f"or None, got {type(dp).__module__}.{type(dp).__name__}")
+    if isinstance(dp, _FIXED + _ADAPTIVE):
+        _check_rounds(dp, records)
     clients = range(num_clients)
-    claimed = {c: PrivacyLedger() for c in clients}
-    sound = {c: PrivacyLedger() for c in clients}
+    claimed_relation = CLAIMED_RELATION if isinstance(dp, _FIXED + _ADAPTIVE) else neighbouring
+    claimed = {c: new_ledger(claimed_relation) for c in clients}
+    sound = {c: new_ledger(neighbouring) for c in clients}
     taken = {c: len(participation.get(c, ())) for c in clients}
     if dp is None:
         for c in clients:
             for lg in (claimed[c], sound[c]):
                 lg.step(q=1.0, sigma=0.0, count=taken[c], note="no DP: update sent in clear")
-    elif isinstance(dp, _FIXED + _ADAPTIVE):
-        _central(dp, claimed, sound, taken, num_clients, rounds)
+        reason = "no DP: every aggregated update is released in the clear"
     elif isinstance(dp, LocalDpMod):
-        _local(dp, claimed, sound, taken)
+        reason = _local(dp, claimed, sound, taken, neighbouring)
     else:
-        raise ValueError(f"dp must be a Flower DP strategy wrapper "
-                         f"({', '.join(c.__name__ for c in _FIXED + _ADAPTIVE)}), a LocalDpMod "
-                         f"or None, got {type(dp).__module__}.{type(dp).__name__}")
-    return claimed, sound
+        reason = _central(dp, claimed, sound, taken, num_clients, rounds, neighbouring)
+    return LedgerPair(claimed, sound, relation=neighbouring, sampling=SAMPLING,
+                      claimed_relation=claimed_relation,
+                      claimed_sampling="poisson" if isinstance(dp, _FIXED + _ADAPTIVE)
+                      else SAMPLING, reason=reason)
 
 
-def central_noise_multiplier(noise_multiplier: float, num_sampled: int, share: float) -> float:
+def _check_rounds(dp: Any, records: Mapping[int, RoundRecord] | None) -> None:
+    """Equal FedAvg weights and K updates in every aggregated round, or a ValueError."""
+    name, k = type(dp).__name__, int(dp.num_sampled_clients)
+    if records is None:
+        warnings.warn(f"ledgers: participation is a plain mapping, so the equal FedAvg weights "
+                      f"and the K = {k} updates per round that {name}'s ledger assumes are "
+                      f"not checked; pass the Captured that load() returned", stacklevel=3)
+        return
+    for r, rec in sorted(records.items()):
+        if not rec.aggregated:
+            continue  # nothing was released this round
+        if any(w is None for w in rec.weights):
+            missing = [n for n, w in zip(rec.nodes, rec.weights) if w is None]
+            raise ValueError(f"round {r}: the replies of node(s) {missing} carry no "
+                             f"{rec.weight_key!r} metric, so their FedAvg weights cannot be "
+                             f"checked equal as {name}'s ledger assumes")
+        if len(set(rec.weights)) > 1:
+            raise ValueError(
+                f"round {r}: unequal FedAvg weights {list(rec.weights)} ({rec.weight_key!r}) "
+                f"under {name}, whose noise z C / K assumes equal ones: a client's share of "
+                f"the mean is its weight over the round's total, which depends on the data "
+                f"and on who took part; send equal {rec.weight_key!r} values")
+        if len(rec.nodes) != k:
+            raise ValueError(
+                f"round {r}: {len(rec.nodes)} updates were aggregated ({rec.failures} failed) "
+                f"but {name} has num_sampled_clients={k}: its noise z C / K on a mean of "
+                f"m = {len(rec.nodes)} updates gives a client the multiplier z m / K, not z")
+
+
+def central_noise_multiplier(noise_multiplier: float, num_sampled: int, share: float,
+                             relation: str = "zero-out") -> float:
     """Multiplier of the Gaussian on one client's contribution to a noised mean.
 
-    Noise N(0, (z C / K)^2) on sum_i w_i clip(u_i): client i's L2 sensitivity is w_i C
-    (add/remove, fixed denominator), so its multiplier is z C / K / (w_i C) = z / (K w_i);
-    z for equal weights w_i = 1/K (McMahan et al. 2018).
+    Noise N(0, (z C / K)^2) on sum_i w_i clip(u_i): zeroing client i's update moves the sum
+    by up to w_i C, replacing it by up to 2 w_i C, so its multiplier is z / (K w_i) under
+    zero-out and half that under replace-one or add-remove (fixed-size cohorts); for equal
+    weights w_i = 1/K, z or z/2 (McMahan et al. 2018).
     """
-    return noise_multiplier / (num_sampled * share)
+    return multiplier(noise_multiplier / (num_sampled * share), check_relation(
+        "relation", relation))
 
 
-def local_dp_noise_multiplier(std: float, clipping_norm: float) -> float:
-    """Multiplier of LocalDpMod's Gaussian: its std over the update's L2 sensitivity 2C
-    (a clipped update is anywhere in the C-ball; two of them differ by up to 2C)."""
-    return std / (2.0 * clipping_norm)
+def local_dp_noise_multiplier(std: float, clipping_norm: float,
+                              relation: str = "replace-one") -> float:
+    """Multiplier of LocalDpMod's Gaussian: its std over the update's L2 sensitivity, 2C
+    (two clipped updates in the C-ball differ by up to 2C) or C under zero-out."""
+    return multiplier(std / clipping_norm, check_relation("relation", relation))
 
 
 def classical_gaussian_std(sensitivity: float, eps: float, delta: float) -> float:
@@ -398,7 +575,12 @@ def classical_gaussian_std(sensitivity: float, eps: float, delta: float) -> floa
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / eps
 
 
-def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: int) -> None:
+def _span(relation: str) -> str:
+    return "C" if relation == "zero-out" else "2C"
+
+
+def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: int,
+             relation: str) -> str:
     k = int(dp.num_sampled_clients)
     q = min(1.0, k / n)
     z_update = float(dp.noise_multiplier)
@@ -409,26 +591,40 @@ def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: i
     z_claim = (z_update ** -2 + (2 * count_std) ** -2) ** -0.5 if adaptive and count_std \
         and z_update else z_update
     name = type(dp).__name__
+    z = central_noise_multiplier(z_update, k, 1.0 / k, relation)
     for c in claimed:
         claimed[c].step(q=q, sigma=z_claim, count=rounds,
                         note=f"{name}: DP-FedAvg, q=K/N every round")
-        z = central_noise_multiplier(z_update, k, 1.0 / k)
         sound[c].step(q=1.0, sigma=z, count=taken[c],
-                      note=f"{name}: rounds aggregated, no amplification")
-        if adaptive:
+                      note=f"{name}: rounds aggregated, no amplification, {relation}")
+        if adaptive:  # a 0/1 bit moves the count by 1 under every relation
             sound[c].step(q=1.0, sigma=count_std, count=taken[c],
                           note=f"{name}: clipped-count bit, sensitivity 1")
+    why = (f"claimed: DP-FedAvg's convention, every client every round a Poisson-sampled "
+           f"Gaussian step (q = K/N = {q:g}, multiplier {z_claim:g}, add-remove). Flower draws "
+           f"a fixed-size cohort with random.sample and the server knows it: no amplification, "
+           f"one Gaussian step per round a client's update was aggregated; under {relation} "
+           f"it moves the sum of clipped updates by up to {_span(relation)}: multiplier "
+           f"{z:g}")
+    return why + (f", and the clipped-count bit (std {count_std:g}, sensitivity 1)"
+                  if adaptive else "")
 
 
-def _local(dp: Any, claimed: dict, sound: dict, taken: dict) -> None:
+def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> str:
     if not (dp.epsilon > 0 and 0 < dp.delta < 1):
         raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its noise "
                          f"std needs epsilon > 0 and 0 < delta < 1")
     std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
-    z = local_dp_noise_multiplier(std, dp.clipping_norm)
+    z = local_dp_noise_multiplier(std, dp.clipping_norm, relation)
+    span = f"C={dp.clipping_norm:g}" if relation == "zero-out" else \
+        f"2C={2 * dp.clipping_norm:g}"
     for c in claimed:
         claimed[c].dp_step(dp.epsilon, dp.delta, count=taken[c],
                            note="LocalDpMod: (eps, delta) per round taken part")
         sound[c].step(q=1.0, sigma=z, count=taken[c],
                       note=f"LocalDpMod: Gaussian std {std:.4g} on an update of L2 "
-                           f"sensitivity 2C={2 * dp.clipping_norm:g}")
+                           f"sensitivity {span} ({relation})")
+    return (f"claimed: LocalDpMod's (eps, delta) = ({dp.epsilon:g}, {dp.delta:g}) per round, "
+            f"its std {std:.4g} calibrated to sensitivity {dp.sensitivity:g} by Dwork & Roth "
+            f"Thm A.1 (a proof for eps < 1 only); sound: that Gaussian on an upload that moves "
+            f"by up to {span} under {relation}: multiplier {z:.4g} per round taken part")
