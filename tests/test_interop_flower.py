@@ -37,36 +37,116 @@ Z, C, N = 1.0, 1.0, 10
 
 
 # ------------------------------------------------------------------------------ ledgers
+def _gaussian_eps(mu, delta):
+    """Exact eps of a Gaussian mechanism with sensitivity / std = mu (Balle & Wang 2018,
+    Thm 8), solved by bisection with scipy, apart from the library's code."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps):
+        return norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu) - delta
+
+    return brentq(excess, 0.0, 200.0, xtol=1e-12, rtol=1e-12)
+
+
+def _unchecked(*args, **kwargs):
+    """lf.ledgers on a plain participation mapping: it warns that nothing was checked."""
+    with pytest.warns(UserWarning, match="not checked; pass the Captured"):
+        return lf.ledgers(*args, **kwargs)
+
+
 def test_fixed_clipping_ledgers_claimed_every_round_sound_with_participation():
     dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
-    claimed, sound = lf.ledgers(dp, {0: [1, 2, 3], 4: [2]}, num_clients=N, rounds=3)
+    claimed, sound = _unchecked(dp, {0: [1, 2, 3], 4: [2]}, num_clients=N, rounds=3)
     assert set(claimed) == set(range(N))
     for c in range(N):
         (ev,) = claimed[c].events
         assert (ev.q, ev.sigma, ev.count) == (2 / N, Z, 3)
-    assert [(e.q, e.sigma, e.count) for e in sound[0].events] == [(1.0, Z, 3)]
-    assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z, 1)]
+    # replace-one (the default): a client's clipped update moves the sum by 2C: z/2
+    assert [(e.q, e.sigma, e.count) for e in sound[0].events] == [(1.0, Z / 2, 3)]
+    assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z / 2, 1)]
     assert sound[1].steps == 0 and sound[1].epsilon(1e-5) == 0.0
     assert sound[0].epsilon(1e-5) > sound[4].epsilon(1e-5) > 0
+    zero = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="zero-out")
+    assert [(e.q, e.sigma, e.count) for e in zero.sound[0].events] == [(1.0, Z, 3)]
+    add = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="add-remove")
+    assert [e.sigma for e in add.sound[0].events] == [Z / 2]  # fixed K: a swap, as replace
+
+
+def test_relation_is_stated_and_the_readme_figure_is_10_not_4_38():
+    """README example: z = 1, one round aggregated, delta 1e-5."""
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), 1.0, 1.0, num_sampled_clients=1)
+    pair = _unchecked(dp, {1: [1]}, num_clients=N, rounds=3)
+    assert (pair.relation, pair.sampling) == ("replace-one", "fixed-size")
+    assert (pair.claimed_relation, pair.claimed_sampling) == ("add-remove", "poisson")
+    text = pair.describe(1e-5)
+    assert "replace-one" in text and "add-remove" in text and "delta 1e-05" in text
+    assert "no amplification" in pair.reason and "2C" in pair.reason
+    eps = accounting.tightest_epsilon(pair.sound[1], 1e-5)
+    assert eps == pytest.approx(_gaussian_eps(2.0, 1e-5), rel=1e-6)
+    assert round(eps, 1) == 10.0
+    zero = _unchecked(dp, {1: [1]}, num_clients=N, rounds=3, neighbouring="zero-out")
+    assert round(accounting.tightest_epsilon(zero.sound[1], 1e-5), 2) == 4.38
 
 
 def test_sound_ledger_of_a_client_in_every_round_is_flowers_own_accountant():
-    rounds = 20
-    acc = RdpAccountant(PrivacyConfig(
-        target_delta=1e-5, population_size=N,
-        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-        sampling_method=SamplingMethod.NO_AMPLIFICATION))
-    acc.compose(GaussianPrivacyEvent(noise_multiplier=Z, sample_size=N, population_size=N),
-                count=rounds)
+    """Flower's add-or-remove-one without amplification removes a client's term from a sum
+    with a fixed denominator: our zero-out. Its replace-one accountant takes the multiplier
+    as given: fed z (what its wrappers add), it under-reports; fed z/2 it is our sound."""
+    rounds, delta = 20, 1e-5
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=N)
-    _, sound = lf.ledgers(dp, {0: list(range(1, rounds + 1))}, num_clients=N, rounds=rounds)
+    every = {0: list(range(1, rounds + 1))}
+
+    def flower(relation, sampling, z):
+        acc = RdpAccountant(PrivacyConfig(target_delta=delta, population_size=N,
+                                          neighboring_relation=relation,
+                                          sampling_method=sampling))
+        acc.compose(GaussianPrivacyEvent(noise_multiplier=z, sample_size=N,
+                                         population_size=N), count=rounds)
+        return acc
+
+    acc = flower(NeighboringRelation.ADD_OR_REMOVE_ONE, SamplingMethod.NO_AMPLIFICATION, Z)
+    _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds, neighbouring="zero-out")
     on_flowers_orders = PrivacyLedger(orders=acc._orders).merge(sound[0])
-    assert on_flowers_orders.epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+    assert on_flowers_orders.epsilon(delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-6)
+    _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds)
+    ours = PrivacyLedger(orders=acc._orders).merge(sound[0]).epsilon(delta)
+    replace = NeighboringRelation.REPLACE_ONE, SamplingMethod.WITHOUT_REPLACEMENT
+    assert ours == pytest.approx(flower(*replace, Z / 2).get_epsilon(delta), rel=1e-6)
+    assert flower(*replace, Z).get_epsilon(delta) < ours / 2
+
+
+def _captured(weights, nodes=None, aggregated=True):
+    nodes = tuple(range(len(weights))) if nodes is None else nodes
+    rec = lf.RoundRecord(round=1, nodes=nodes, weights=tuple(weights), aggregated=aggregated)
+    return lf.Captured([], [], {n: [1] for n in nodes}, {1: rec})
+
+
+def test_central_ledgers_check_equal_weights_and_the_reply_count():
+    dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a Captured is checked: no warning
+        claimed, sound = lf.ledgers(dp, _captured([3.0, 3.0]), num_clients=N, rounds=1)
+    assert [e.sigma for e in sound[0].events] == [Z / 2] and sound[5].steps == 0
+    with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 4.0\] "
+                                         r"\('num-examples'\).*assumes equal"):
+        lf.ledgers(dp, _captured([1.0, 4.0]), num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match="round 1: 1 updates were aggregated.*"
+                                         "num_sampled_clients=2.*z m / K"):
+        lf.ledgers(dp, _captured([1.0]), num_clients=N, rounds=1)
+    with pytest.raises(ValueError, match=r"node\(s\) \[1\] carry no 'num-examples'"):
+        lf.ledgers(dp, _captured([1.0, None]), num_clients=N, rounds=1)
+    lf.ledgers(dp, _captured([1.0], aggregated=False), num_clients=N, rounds=1)  # no release
+    # local DP noises each upload: FedAvg's weights are post-processing, nothing to check
+    mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
+    assert lf.ledgers(mod, _captured([1.0, 4.0]), num_clients=N, rounds=1).sound[1].steps == 1
 
 
 def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
     mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
-    claimed, sound = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2)
+    pair = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2)
+    claimed, sound = pair
+    assert pair.relation == pair.claimed_relation == "replace-one"
     (ev,) = claimed[3].events
     assert (ev.eps, ev.delta, ev.count) == (1.0, 1e-6, 2)
     std = 1.0 * math.sqrt(2 * math.log(1.25 / 1e-6)) / 1.0
@@ -79,6 +159,9 @@ def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
     ok = lf.classical_gaussian_std(2 * C, 0.5, 1e-6) / (2 * C)
     assert accounting.gaussian_step_epsilon(ok, 1e-6, "analytic") <= 0.5
     assert claimed[0].steps == 0 and sound[0].steps == 0
+    # the same convention as the central wrappers: zero-out halves the sensitivity
+    zero = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2, neighbouring="zero-out")
+    assert zero.sound[3].events[0].sigma == pytest.approx(std / C)
 
 
 def test_adaptive_clipping_claims_the_requested_multiplier():
@@ -86,9 +169,10 @@ def test_adaptive_clipping_claims_the_requested_multiplier():
         warnings.simplefilter("ignore")
         dp = DifferentialPrivacyServerSideAdaptiveClipping(
             FedAvg(), noise_multiplier=1.2, num_sampled_clients=N, clipped_count_stddev=2.0)
-    claimed, sound = lf.ledgers(dp, {0: [1]}, num_clients=N, rounds=1)
+        claimed, sound = lf.ledgers(dp, {0: [1]}, num_clients=N, rounds=1)
     assert claimed[0].events[0].sigma == pytest.approx(1.2)
-    assert [e.sigma for e in sound[0].events] == pytest.approx([dp.noise_multiplier, 2.0])
+    # the update's Gaussian at z_Delta/2 (replace-one); a 0/1 bit moves the count by 1
+    assert [e.sigma for e in sound[0].events] == pytest.approx([dp.noise_multiplier / 2, 2.0])
     assert dp.noise_multiplier > 1.2  # Flower moved part of the noise to the count
 
 
@@ -108,6 +192,10 @@ def test_ledgers_bad_input_is_named():
         lf.ledgers(LocalDpMod(C, C, 0.0, 1e-6), {}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="num_clients"):
         lf.ledgers(None, {}, num_clients=0, rounds=1)
+    with pytest.raises(ValueError, match="neighbouring must be one of"):
+        lf.ledgers(None, {}, num_clients=N, rounds=1, neighbouring="add/remove")
+    with pytest.raises(ValueError, match="participation must be a Captured"):
+        lf.ledgers(None, [(0, [1])], num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="strategy must be"):
         lf.StrategyTap(object(), "/tmp")
     with pytest.raises(ValueError, match="does not exist"):
@@ -134,7 +222,7 @@ def _wrap(mod, inner):
     return lambda m, c: mod(m, c, inner)
 
 
-def _train_through(mods, tap_dir, update=1e-3, size=4000):
+def _train_through(mods, tap_dir, update=1e-3, size=4000, node=7, examples=1):
     """One train message through ``mods`` (outermost first) around a client that moves every
     weight by ``update``; returns what the taps wrote."""
     from flwr.app import (
@@ -149,14 +237,14 @@ def _train_through(mods, tap_dir, update=1e-3, size=4000):
 
     msg = Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.zeros(size)}),
                                       "config": ConfigRecord({"server-round": 1})}),
-                  dst_node_id=7, message_type=MessageType.TRAIN)
-    ctx = Context(run_id=1, node_id=7, node_config={"partition-id": 3}, state=RecordDict(),
-                  run_config={})
+                  dst_node_id=node, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=node, node_config={"partition-id": node - 4},
+                  state=RecordDict(), run_config={})
 
     def app(m, c):
         lf.keep_truth(c, torch.ones(1, 1, 2, 2), torch.tensor([1]))
         return Message(RecordDict({"arrays": ArrayRecord({"w": torch.full((size,), update)}),
-                                   "metrics": MetricRecord({"num-examples": 1})}),
+                                   "metrics": MetricRecord({"num-examples": examples})}),
                        reply_to=m)
 
     call = app
@@ -179,6 +267,23 @@ def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_p
     # a tap placed inside the mod sees the clear update
     (clear,), _ = lf.load(tmp_path / "inner").at(1)
     assert torch.allclose(clear.tensors[0], torch.full((4000,), 1e-3))
+
+
+def test_client_taps_record_the_weights_the_ledgers_check(task_identity, tmp_path):
+    """Two uploads of round 1 with FedAvg weights 1 and 3 ("num-examples"): the central
+    wrapper's ledger refuses them; equal weights pass."""
+    dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
+    for weights, d in (((1, 3), tmp_path / "unequal"), ((2, 2), tmp_path / "equal")):
+        for node, w in zip((7, 8), weights):
+            captured = _train_through([lf.ClientTap(d, lr=0.1, local_steps=1, batch_size=1)],
+                                      d, size=4, node=node, examples=w)
+        assert captured.rounds[1].nodes == (7, 8) and captured.rounds[1].sampled is None
+        assert captured.rounds[1].weights == tuple(map(float, weights))
+        assert captured.participation == {3: [1], 4: [1]}
+    with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 3.0\]"):
+        lf.ledgers(dp, lf.load(tmp_path / "unequal"), num_clients=N, rounds=1)
+    pair = lf.ledgers(dp, lf.load(tmp_path / "equal"), num_clients=N, rounds=1)
+    assert [e.sigma for e in pair.sound[3].events] == [Z / 2]
 
 
 # ------------------------------------------------------------------------------ simulation
@@ -252,6 +357,12 @@ def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     assert sorted(o.client for o in obs1) == list(range(NODES))
     assert obs0[0].client == lf.AGGREGATE and obs0[0].batch_size == NODES
     assert flower_run.participation == {c: [1] for c in range(NODES)}
+    (rec,) = flower_run.rounds.values()  # StrategyTap's record of the round
+    assert rec.nodes == rec.sampled and len(rec.nodes) == NODES and rec.failures == 0
+    assert rec.weights == (1.0,) * NODES and rec.weight_key == "num-examples"
+    dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), 1.0, 5.0, NODES)
+    pair = lf.ledgers(dp, flower_run, num_clients=NODES, rounds=1)  # checked: equal, K
+    assert [e.sigma for e in pair.sound[0].events] == [0.5]
     ds = data.load("digits")
     for o, t in zip(obs1, truth1):
         assert torch.equal(t.inputs, ds.x_train[o.client:o.client + 1])
