@@ -9,7 +9,11 @@ leakaudit taps every client's upload (leak point 1, ``ClientTap``, the first mod
 aggregate the server publishes (point 0, ``StrategyTap`` around the DP wrapper), attacks
 each with iDLG (and DLG without --quick), and writes ``DIR/audit.{md,csv,tex,json,png}``
 (:class:`leakaudit.report.AuditReport`) with eps per client appended to ``audit.md`` and
-``DIR/eps_per_client.csv``.
+``DIR/eps_per_client.csv``. Every eps is the tightest certified bound
+(``accounting.tightest_epsilon``) at ``--delta``; the sound ledgers state their neighbouring
+relation (``--neighbouring``, default replace-one: a client's clipped update moves the noised
+sum by up to 2C, so the fixed-clipping multiplier is z/2) and ``lf.ledgers`` checks, from
+the taps, that every round aggregated K updates of equal FedAvg weight.
 
     python examples/flower_audit.py --quick --out results/flower
 
@@ -27,7 +31,6 @@ import os
 import random
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,9 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--local-epsilon", type=float, default=1.0, help="LocalDpMod eps")
     ap.add_argument("--local-delta", type=float, default=1e-6, help="LocalDpMod delta")
     ap.add_argument("--delta", type=float, default=1e-5, help="delta of the eps columns")
+    ap.add_argument("--neighbouring", default="replace-one",
+                    choices=("replace-one", "add-remove", "zero-out"),
+                    help="neighbouring relation of the sound ledgers")
     ap.add_argument("--workers", type=int, default=2, help="attack worker processes")
     args = ap.parse_args()
     args.rounds = args.rounds or (3 if args.quick else 10)
@@ -186,7 +192,6 @@ def simulate(setting: str, args: argparse.Namespace, tap_dir: Path) -> dict[str,
 
 def main() -> None:
     args = _parse()
-    from accounting import parallel_epsilon
     from leakaudit.interop import flower as lf
 
     logging.getLogger("flwr").setLevel(logging.WARNING)
@@ -199,19 +204,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result = simulate(setting, args, Path(tmp))
             captured = lf.load(tmp)
-        claimed, sound = lf.ledgers(result.get("dp"), captured.participation,
-                                    num_clients=NUM_CLIENTS, rounds=args.rounds)
-        per_client[setting] = {c: (claimed[c].epsilon(args.delta, warn=False),
-                                   sound[c].epsilon(args.delta, warn=False),
+        pair = lf.ledgers(result.get("dp"), captured, num_clients=NUM_CLIENTS,
+                          rounds=args.rounds, neighbouring=args.neighbouring)
+        claimed, sound = pair
+        per_client[setting] = {c: (_eps(claimed[c], args.delta), _eps(sound[c], args.delta),
                                    len(captured.participation.get(c, [])))
                                for c in range(NUM_CLIENTS)}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # no DP: "eps is infinite" is the point
-            defenses[setting] = {
-                "accuracy": result.get("accuracy", float("nan")), "level": "client",
-                "eps_claimed": parallel_epsilon(claimed.values(), args.delta),
-                "eps_sound": parallel_epsilon(sound.values(), args.delta),
-                "reason": _reason(setting)}
+        defenses[setting] = {
+            "accuracy": result.get("accuracy", float("nan")), "level": "client",
+            "eps_claimed": max(v[0] for v in per_client[setting].values()),
+            "eps_sound": max(v[1] for v in per_client[setting].values()),
+            "reason": pair.reason}
         observations += captured.observations
         truths += captured.truths
     t_sim = time.perf_counter() - t0
@@ -221,7 +224,7 @@ def main() -> None:
         max_iterations=args.max_iterations, seed=args.seed, delta=args.delta,
         workers=args.workers, defenses=defenses)
     paths = report.save(out)
-    table = _eps_table(per_client, args.delta)
+    table = _eps_table(per_client, args.delta, args.neighbouring)
     paths["md"].write_text(paths["md"].read_text() + "\n" + table)
     _eps_csv(per_client, out / "eps_per_client.csv")
     print(report.to_markdown() + "\n" + table)
@@ -229,25 +232,22 @@ def main() -> None:
           f"wrote {', '.join(str(p) for p in paths.values())}")
 
 
-def _reason(setting: str) -> str:
-    return {
-        "no DP": "no DP guarantee",
-        "server-side fixed clipping": "claimed: DP-FedAvg q=K/N every round; sound: "
-                                      "Gaussian per round aggregated, no amplification",
-        "client-side fixed clipping": "as server-side; the upload itself is only clipped "
-                                      "(the server adds the noise)",
-        "LocalDpMod": "claimed: (eps, delta) per round; sound: its Gaussian on an update "
-                      "of sensitivity 2C (sensitivity was set to C)",
-    }[setting]
+def _eps(ledger: Any, delta: float) -> float:
+    """The tightest certified eps of a client's ledger; 0 for a client that never took part."""
+    from accounting import tightest_epsilon
+
+    return tightest_epsilon(ledger, delta) if ledger.steps else 0.0
 
 
 def _fmt(v: float) -> str:
     return "inf" if v == float("inf") else f"{v:.3g}"
 
 
-def _eps_table(per_client: dict, delta: float) -> str:
+def _eps_table(per_client: dict, delta: float, relation: str) -> str:
     head = "| client | " + " | ".join(f"{s} (rounds, claimed / sound)" for s in per_client)
-    lines = [f"Eps per client (delta = {delta:g}; rounds = rounds its update was aggregated)",
+    lines = [f"Eps per client (delta = {delta:g}; claimed: DP-FedAvg, Poisson q = K/N, "
+             f"add-remove (LocalDpMod: its own claim); sound: {relation}, no amplification; "
+             f"rounds = rounds its update was aggregated)",
              "", head + " |", "|---|" + "---|" * len(per_client)]
     for c in range(NUM_CLIENTS):
         cells = [f"{v[c][2]}, {_fmt(v[c][0])} / {_fmt(v[c][1])}" for v in per_client.values()]

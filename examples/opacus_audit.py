@@ -2,8 +2,13 @@
 
 Trains LeNet on digits with Opacus at batch size 1 (no noise or clipping, then noise
 multiplier 1 and clip 1), taps every step with ``leakaudit.interop.opacus.Tap``, attacks the
-observations with iDLG (:func:`leakaudit.audit_observations`) and reads Opacus's accountant
-into a ledger (``ledger_from_accountant``): its eps is Opacus's, next to our other methods.
+observations with iDLG (:func:`leakaudit.audit_observations`) and reads the run's ledgers
+(``leakaudit.interop.opacus.ledgers``): *claimed* is Opacus's accountant (Poisson steps at
+its recorded rate 1/len(loader)); *sound* accounts the loader that ran. The loader here
+reads the examples in order (``poisson_sampling=False``): each example is in one step of
+the pass, no amplification, so under replace-one adjacency the sound ledger is one
+Gaussian step of multiplier sigma/2 (``--poisson`` runs Opacus's Poisson ``DPDataLoader``
+instead: then sound == claimed).
 
     python examples/opacus_audit.py --steps 3 --out results/opacus
 """
@@ -19,13 +24,14 @@ from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
 import leakaudit
+from accounting import tightest_epsilon
 from leakaudit import data, models
-from leakaudit.interop.opacus import Tap, ledger_from_accountant
+from leakaudit.interop.opacus import Tap, ledgers
 
 
 def train(ds: data.Dataset, steps: int, noise_multiplier: float, clip: float,
-          label: str) -> tuple[Tap, PrivacyEngine]:
-    """Opacus DP-SGD, batch size 1, ``steps`` steps; every step tapped."""
+          label: str, poisson: bool = False) -> tuple[Tap, PrivacyEngine, DataLoader]:
+    """Opacus DP-SGD, batch size 1, one pass over ``steps`` examples; every step tapped."""
     net = models.default_for(ds, generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(ds.x_train[:steps], ds.y_train[:steps]), batch_size=1)
     engine = PrivacyEngine(accountant="rdp")
@@ -34,7 +40,8 @@ def train(ds: data.Dataset, steps: int, noise_multiplier: float, clip: float,
         model, optimizer, loader = engine.make_private(
             module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
             data_loader=loader, noise_multiplier=noise_multiplier, max_grad_norm=clip,
-            poisson_sampling=False, noise_generator=torch.Generator().manual_seed(1))
+            poisson_sampling=poisson, noise_generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)  # Opacus's Poisson sampler draws from torch's default generator
     with Tap(optimizer, model) as tap:
         for x, y in loader:
             optimizer.zero_grad()
@@ -42,7 +49,7 @@ def train(ds: data.Dataset, steps: int, noise_multiplier: float, clip: float,
             optimizer.step()
     for obs in tap.observations:
         obs.defense = label
-    return tap, engine
+    return tap, engine, loader
 
 
 def main() -> None:
@@ -50,32 +57,45 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3, help="DP-SGD steps (examples attacked)")
     ap.add_argument("--out", default=None, help="write audit.{md,csv,tex,json,png} here")
     ap.add_argument("--delta", type=float, default=1e-5)
+    ap.add_argument("--poisson", action="store_true",
+                    help="Opacus's Poisson DPDataLoader instead of the examples in order")
     args = ap.parse_args()
     ds = data.load("digits")
-    plain, plain_engine = train(ds, args.steps, 0.0, 1e6, "opacus, no noise or clipping")
-    private, engine = train(ds, args.steps, 1.0, 1.0, "opacus, sigma 1, clip 1")
-    defenses = {}
+    runs = {label: train(ds, args.steps, sigma, clip, label, args.poisson)
+            for label, sigma, clip in (("opacus, no noise or clipping", 0.0, 1e6),
+                                       ("opacus, sigma 1, clip 1", 1.0, 1.0))}
+    defenses, pairs = {}, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no noise: "eps is infinite" is the point
-        for label, eng in (("opacus, no noise or clipping", plain_engine),
-                           ("opacus, sigma 1, clip 1", engine)):
-            eps = ledger_from_accountant(eng.accountant).epsilon(args.delta)
-            defenses[label] = {"accuracy": float("nan"), "eps_claimed": eps,
-                               "eps_sound": eps, "level": "example"}
+        for label, (_, engine, loader) in runs.items():
+            pairs[label] = pair = ledgers(engine, loader)
+            defenses[label] = {"accuracy": float("nan"), "level": "example",
+                               "eps_claimed": engine.accountant.get_epsilon(args.delta),
+                               "eps_sound": tightest_epsilon(pair.sound, args.delta),
+                               "reason": pair.reason}
+    observations = [o for tap, _, _ in runs.values() for o in tap.observations]
+    truths = [t for tap, _, _ in runs.values() for t in tap.truths]
     report = leakaudit.audit_observations(
-        plain.observations + private.observations, ("idlg",), model=models.default_for(ds),
-        truths=plain.truths + private.truths, input_shape=ds.input_shape,
-        num_classes=ds.num_classes, workers=2, delta=args.delta, defenses=defenses)
+        observations, ("idlg",), model=models.default_for(ds), truths=truths,
+        input_shape=ds.input_shape, num_classes=ds.num_classes, workers=2, delta=args.delta,
+        defenses=defenses)
     print(report.to_markdown())
     if args.out:
         report.save(Path(args.out))
-    ledger = ledger_from_accountant(engine.accountant)
-    print(ledger.describe())
-    print(f"Opacus RDPAccountant eps = {engine.accountant.get_epsilon(args.delta):.6f}")
+    label = "opacus, sigma 1, clip 1"
+    pair, engine = pairs[label], runs[label][1]
+    print(f"{label}: {pair.describe(args.delta)}")
+    print("claimed:", pair.claimed.describe())
+    print("sound:  ", pair.sound.describe())
+    print(f"Opacus RDPAccountant eps = {engine.accountant.get_epsilon(args.delta):.6f} "
+          f"(delta {args.delta:g}, {pair.claimed_relation}, {pair.claimed_sampling})")
+    print(f"sound eps = {tightest_epsilon(pair.sound, args.delta):.6f} "
+          f"(delta {args.delta:g}, {pair.relation}, {pair.sampling})")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for method, eps in ledger.epsilon_report(args.delta).items():
-            print(f"  ledger {method:<12} {eps:.6f}")
+        for name, ledger in (("claimed", pair.claimed), ("sound", pair.sound)):
+            for method, eps in ledger.epsilon_report(args.delta).items():
+                print(f"  {name:<7} {method:<12} {eps:.6f}")
 
 
 if __name__ == "__main__":
