@@ -9,11 +9,13 @@ leakaudit taps every client's upload (leak point 1, ``ClientTap``, the first mod
 aggregate the server publishes (point 0, ``StrategyTap`` around the DP wrapper), attacks
 each with iDLG (and DLG without --quick), and writes ``DIR/audit.{md,csv,tex,json,png}``
 (:class:`leakaudit.report.AuditReport`) with eps per client appended to ``audit.md`` and
-``DIR/eps_per_client.csv``. Every eps is the tightest certified bound
-(``accounting.tightest_epsilon``) at ``--delta``; the sound ledgers state their neighbouring
-relation (``--neighbouring``, default replace-one: a client's clipped update moves the noised
-sum by up to 2C, so the fixed-clipping multiplier is z/2) and ``lf.ledgers`` checks, from
-the taps, that every round aggregated K updates of equal FedAvg weight.
+``DIR/eps_per_client.csv``. Claimed eps is what an RDP accountant prints for the claim
+(DP-FedAvg's Poisson q = K/N steps; LocalDpMod's own (eps, delta)); sound eps is the tightest
+certified bound (``accounting.tightest_epsilon``), both at ``--delta``; the sound ledgers
+state their neighbouring relation (``--neighbouring``, default replace-one: a client's
+clipped update moves the noised sum by up to 2C, so the fixed-clipping multiplier is z/2)
+and ``lf.ledgers`` checks, from the taps, that every round aggregated K updates of equal
+FedAvg weight.
 
     python examples/flower_audit.py --quick --out results/flower
 
@@ -207,7 +209,9 @@ def main() -> None:
         pair = lf.ledgers(result.get("dp"), captured, num_clients=NUM_CLIENTS,
                           rounds=args.rounds, neighbouring=args.neighbouring)
         claimed, sound = pair
-        per_client[setting] = {c: (_eps(claimed[c], args.delta), _eps(sound[c], args.delta),
+        # claimed: what an RDP accountant of the claim prints; sound: the tightest bound
+        per_client[setting] = {c: (claimed[c].epsilon(args.delta, warn=False),
+                                   _eps(sound[c], args.delta),
                                    len(captured.participation.get(c, [])))
                                for c in range(NUM_CLIENTS)}
         defenses[setting] = {

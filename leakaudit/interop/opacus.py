@@ -320,9 +320,13 @@ def ledgers(engine: Any, data_loader: Any, *, relation: str | None = None,
         a :class:`~leakaudit.interop.LedgerPair`: ``claimed``, ``sound``, ``relation``,
         ``sampling`` and ``reason`` (why sound differs from claimed; "" when it does not).
 
+    ``sampling`` names what the loader did: "poisson", "shuffle", "sequential" (in order:
+    a fixed permutation, accounted as a shuffle without amplification) or "arbitrary".
+
     TODO(accounting): record the shuffled passes as ``ledger.step(..., sampling="shuffle")``
     once the accountant has it (today: q = 1 Gaussian steps, one per pass, which is what
-    the accountant's no-amplification rule gives).
+    the accountant's no-amplification rule gives); an in-order loader must stay without
+    amplification even if "shuffle" ever takes some from the random permutation.
     """
     opacus = _import_opacus()
     accountant = engine.accountant if isinstance(engine, opacus.PrivacyEngine) else engine
@@ -370,7 +374,9 @@ class _Sampler:
     @property
     def sampling(self) -> str:
         """The sampling scheme's name as the accountant spells it."""
-        return {"poisson": "poisson", "shuffle": "shuffle"}.get(self.kind, "arbitrary")
+        if self.kind == "shuffle":
+            return "sequential" if self.what.endswith("(no shuffle)") else "shuffle"
+        return "poisson" if self.kind == "poisson" else "arbitrary"
 
 
 def _sampler(data_loader: Any) -> _Sampler:
