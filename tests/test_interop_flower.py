@@ -137,6 +137,8 @@ def test_central_ledgers_check_equal_weights_and_the_reply_count():
     with pytest.raises(ValueError, match=r"node\(s\) \[1\] carry no 'num-examples'"):
         lf.ledgers(dp, _captured([1.0, None]), num_clients=N, rounds=1)
     lf.ledgers(dp, _captured([1.0], aggregated=False), num_clients=N, rounds=1)  # no release
+    with pytest.warns(UserWarning, match="holds no round records"):
+        lf.ledgers(dp, lf.Captured([], [], {0: [1]}), num_clients=N, rounds=1)
     # local DP noises each upload: FedAvg's weights are post-processing, nothing to check
     mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
     assert lf.ledgers(mod, _captured([1.0, 4.0]), num_clients=N, rounds=1).sound[1].steps == 1

@@ -529,6 +529,12 @@ def _check_rounds(dp: Any, records: Mapping[int, RoundRecord] | None) -> None:
                       f"and the K = {k} updates per round that {name}'s ledger assumes are "
                       f"not checked; pass the Captured that load() returned", stacklevel=3)
         return
+    if not records:
+        warnings.warn(f"ledgers: the Captured holds no round records (a tap directory without "
+                      f"StrategyTap's round-r*.pt or ClientTap's uploads), so the equal FedAvg "
+                      f"weights and the K = {k} updates per round that {name}'s ledger assumes "
+                      f"are not checked", stacklevel=3)
+        return
     for r, rec in sorted(records.items()):
         if not rec.aggregated:
             continue  # nothing was released this round

@@ -398,7 +398,10 @@ def _sampler(data_loader: Any) -> _Sampler:
                          f"returned), got {type(data_loader).__module__}."
                          f"{type(data_loader).__name__}")
     batches = data_loader.batch_sampler
-    per_pass = len(data_loader)
+    try:
+        per_pass, n = len(data_loader), len(data_loader.dataset)
+    except TypeError:  # an IterableDataset without a length: nothing known per pass
+        per_pass, n = 0, -1
     if isinstance(batches, (UniformWithReplacementSampler,
                             DistributedUniformWithReplacementSampler)):
         return _Sampler("poisson", "Poisson batches (Opacus's DPDataLoader)",
@@ -409,7 +412,6 @@ def _sampler(data_loader: Any) -> _Sampler:
                         batch=size if isinstance(size, int) and size >= 1 else None,
                         per_pass=per_pass)
     inner, size = batches.sampler, int(batches.batch_size)
-    n = len(data_loader.dataset)
     if isinstance(inner, SequentialSampler):
         return _Sampler("shuffle", f"fixed-size batches of {size} in order (no shuffle)",
                         batch=size, per_pass=per_pass)
