@@ -43,9 +43,9 @@ from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
 from .._validate import check_device, check_int
-from ..attacks.fedavg import FedAvg
-from .cells import AttackSpec, CellJob
+from .cells import CellJob
 from .engines import ENGINES, Engine, import_ray, make_engine
+from .pipeline import Target, build_jobs, run_jobs
 from .report import AuditReport
 from .results import ResultsFile, fingerprint
 
@@ -224,12 +224,11 @@ def audit(
             bar.update(len(own) - len(pending))
             if not pending:
                 continue
-            jobs = _attack_jobs(d, pending, ds, model, plan, clients, seed, threshold)
+            jobs = _attack_jobs(d, ds, model, plan, clients, seed, threshold,
+                                pending={_cell_key(*c) for c in pending})
             if runner is None:  # started at the first pending cell: a full resume starts none
                 runner = make_engine(engine, plan.workers, ray_address)
-            for ck, rec in runner.run(jobs):
-                store.put("cell", ck, rec)  # written as each finishes, by this process
-                bar.update(1)
+            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1))
     finally:
         if runner is not None:
             runner.close()
@@ -323,37 +322,41 @@ def _plan(profile: str, examples: int | None, rounds: int | None,
         stage=stage, device=None if where is None else str(where))
 
 
-def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dataset,
-                 model: nn.Module, plan: _Plan, clients: int, seed: int,
-                 threshold: float) -> list[tuple[str, CellJob]]:
-    """One round from the stage's weights, L local steps of batch B, taps at the audited
-    points; one job per pending cell (the attacker's view, the truth apart)."""
-    prof = plan.profile
+def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                  plan: _Plan, clients: int, seed: int) -> fl.Run:
+    """The attacked round: one round from the stage's weights, L local steps of batch B,
+    taps at the audited points for ``plan.examples`` clients (each holding exactly B
+    examples when L > 1: L local epochs)."""
     start = _stage_model(d, ds, model, plan, clients, seed)
     setting: dict[str, Any] = {"clients": clients}
     if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
         setting = {"clients": plan.examples,
                    "partition": _holdings(len(ds.y_train), plan.examples, plan.batch_size,
                                           seed)}
-    run = fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
-                      rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
-                      lr=prof.attack_lr, seed=seed, progress=False,
-                      batch_sampling="shuffle",  # the attacks' view: exactly B examples
-                      taps=[fl.Tap(p, clients=plan.examples) for p in plan.points], **setting)
-    jobs = []
-    for cell in pending:
-        _, p, a, e = cell
-        obs = run.observations_at(p)[e]
-        spec = AttackSpec(attack=a, model=_with_weights(model, obs.weights),
-                          gradients=obs.as_gradient(), input_shape=tuple(ds.input_shape),
-                          num_classes=ds.num_classes, batch_size=obs.examples_behind,
-                          max_iterations=plan.max_iterations, restarts=plan.restarts,
-                          seed=seed + e, options=_protocol_options(a, obs),
-                          device=plan.device)
-        jobs.append((_cell_key(*cell), CellJob(
-            defense=d.describe(), point=p, example=e, spec=spec, truth=run.truth(obs),
-            threshold=threshold, image=ds.kind == "image")))
-    return jobs
+    return fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
+                       rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
+                       lr=plan.profile.attack_lr, seed=seed, progress=False,
+                       batch_sampling="shuffle",  # the attacks' view: exactly B examples
+                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points],
+                       **setting)
+
+
+def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                 plan: _Plan, clients: int, seed: int, threshold: float,
+                 pending: set[str]) -> list[tuple[str, CellJob]]:
+    """The attacked round's observations, through the pipeline every audit shares
+    (:func:`.pipeline.build_jobs`): one job per pending cell."""
+    run = _attack_round(d, ds, model, plan, clients, seed)
+    targets = [Target(observation=obs, truth=run.truth(obs), defense=d.describe(),
+                      example=e, seed=seed + e)
+               for p in plan.points for e, obs in enumerate(run.observations_at(p))
+               if e < plan.examples]
+    return build_jobs(targets, plan.attacks, model, input_shape=ds.input_shape,
+                      num_classes=ds.num_classes, threshold=threshold,
+                      max_iterations=plan.max_iterations, restarts=plan.restarts,
+                      image=ds.kind == "image", device=plan.device,
+                      key=lambda i, t, a: _cell_key(d, t.observation.point, a, t.example),
+                      pending=pending.__contains__)
 
 
 def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
@@ -380,22 +383,8 @@ def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int
     return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
 
 
-def _protocol_options(attack: str, obs: fl.Observation) -> dict[str, Any]:
-    """What the protocol tells a multi-step attack: L and the client's learning rate."""
-    if isinstance(attacks_mod.get(attack), FedAvg):
-        return {"local_steps": obs.local_steps, "client_lr": obs.lr}
-    return {}
-
-
 def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:
     return f"{d.describe()}|{point}|{attack}|{example}"
-
-
-def _with_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
-    """A copy of ``model`` holding ``state`` (the weights at the leak point)."""
-    net = copy.deepcopy(model)
-    net.load_state_dict(state, strict=False)
-    return net
 
 
 def _weights_digest(model: nn.Module) -> str:

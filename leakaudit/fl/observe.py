@@ -61,6 +61,9 @@ class Observation:
     #: tells: B for one batch; more when a defense draws fresh batches or over L steps);
     #: None: ``batch_size``
     examples: int | None = None
+    #: the client's local optimizer ("sgd", "adam"; a fresh state each round), as the
+    #: protocol tells it; None: not known (an attack that needs it assumes its default)
+    optimizer: str | None = None
 
     @property
     def examples_behind(self) -> int:
@@ -87,9 +90,10 @@ class GroundTruth:
 class Recorder:
     """Holds the taps of a run and records the views they ask for."""
 
-    def __init__(self, taps: tuple[Tap, ...], defense: str) -> None:
+    def __init__(self, taps: tuple[Tap, ...], defense: str, optimizer: str | None = None) -> None:
         self.taps = taps
         self.defense = defense
+        self.optimizer = optimizer
         self.observations: list[Observation] = []
         self.truths: list[GroundTruth] = []
 
@@ -116,7 +120,8 @@ class Recorder:
                               tensors=[u.detach().clone() for u in update],
                               weights={n: v.clone() for n, v in weights.items()},
                               lr=float(lr), local_steps=local_steps, batch_size=batch_size,
-                              defense=self.defense, examples=int(x.shape[0])), x, y)
+                              defense=self.defense, examples=int(x.shape[0]),
+                              optimizer=self.optimizer), x, y)
 
     def _add(self, obs: Observation, x: torch.Tensor, y: torch.Tensor) -> None:
         self.observations.append(obs)
