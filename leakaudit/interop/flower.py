@@ -51,7 +51,7 @@ import torch
 from accounting import PrivacyLedger
 
 from .._validate import check_int, check_number
-from ..fl import GroundTruth, Observation
+from ..records import GroundTruth, Observation
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType

@@ -28,7 +28,7 @@ from torch.overrides import TorchFunctionMode
 
 from accounting import PrivacyLedger
 
-from ..fl import GroundTruth, Observation
+from ..records import GroundTruth, Observation
 
 __all__ = ["Tap", "ledger_from_accountant", "UNKNOWN_LABEL"]
 
