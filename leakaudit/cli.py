@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from .auditing import audit
+    from .api import audit
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

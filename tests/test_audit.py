@@ -102,5 +102,11 @@ def test_cli_audit_writes_every_format(tmp_path, capsys):
     assert (tmp_path / "results.jsonl").exists()
 
 
-def test_top_level_audit_name():
-    assert leakaudit.audit is audit
+def test_top_level_audit_is_the_audit_with_the_empirical_column():
+    import inspect
+
+    from leakaudit import api
+
+    assert leakaudit.audit is api.audit
+    top, inner = (set(inspect.signature(f).parameters) for f in (leakaudit.audit, audit))
+    assert top == inner - {"measure"} | {"empirical", "empirical_trials"}

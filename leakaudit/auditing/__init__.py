@@ -9,11 +9,11 @@ function: a subpackage of that name would replace it as soon as it is imported.)
 
 from __future__ import annotations
 
+from ..records import ResultsFile
 from .auditor import DEFAULT_DEFENSES, PAPER_PARAMS, PROFILES, AuditProfile, audit
 from .engines import ENGINES
 from .observations import audit_observations
 from .report import AuditReport
-from .results import ResultsFile
 
 __all__ = ["AuditProfile", "AuditReport", "DEFAULT_DEFENSES", "ENGINES", "PAPER_PARAMS",
            "PROFILES", "ResultsFile", "audit", "audit_observations"]

@@ -28,7 +28,7 @@ import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -43,14 +43,14 @@ from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
 from .._validate import check_device, check_int
+from ..records import ResultsFile, fingerprint
 from .cells import CellJob
 from .engines import ENGINES, Engine, import_ray, make_engine
 from .pipeline import Target, build_jobs, run_jobs
 from .report import AuditReport
-from .results import ResultsFile, fingerprint
 
-__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "PAPER_PARAMS",
-           "STAGES"]
+__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "MeasuredEps",
+           "PAPER_PARAMS", "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
 STAGES = {"initial": 0, "round1": 1, "round5": 5}
@@ -96,6 +96,18 @@ PAPER_PARAMS: dict[str, dict[str, Any]] = {
     "prune": {"rate": 0.1},
     "random-noise": {"variance": 0.001},
 }
+
+
+class MeasuredEps(Protocol):
+    """A measured lower bound on eps of a defense's releases at the audited points (the
+    largest over the points where it releases; 0 where it releases nothing there), from
+    ``trials`` runs per side: e.g. :class:`leakaudit.api.EmpiricalEps`, the empirical
+    audit's. (The audit and the empirical audit are siblings: the caller wires them.)"""
+
+    trials: int
+
+    def __call__(self, defense: Any, points: Sequence[int], *, delta: float,
+                 seed: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -161,8 +173,7 @@ def audit(
     local_steps: int = 1,
     stage: str = "initial",
     device: str | None = None,
-    empirical: bool = False,
-    empirical_trials: int = 2000,
+    measure: MeasuredEps | None = None,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring.
 
@@ -192,9 +203,9 @@ def audit(
             used as it is and left running; a Ray started by audit() is shut down at the end.
         batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
             and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
-        empirical: also measure a lower bound on eps of each defense's release at each audited
-            point (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the
-            defense table gains a "measured eps >=" column (the largest over the points).
+        measure: a measured lower bound on eps of each defense's releases at the audited
+            points (:class:`MeasuredEps`; ``leakaudit.audit(empirical=True)`` passes the
+            empirical audit's): the defense table gains a "measured eps >=" column.
     """
     _check_engine(engine, ray_address)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
@@ -204,7 +215,7 @@ def audit(
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
     config = (_config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
-              | _empirical_config(empirical, empirical_trials))
+              | _empirical_config(measure))
     store = ResultsFile(results, config)
     cells = [(d, *c) for d in defs for c in _cells(plan)]
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
@@ -216,7 +227,7 @@ def audit(
             if train is None:
                 train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
                 store.put("training", d.describe(), train)
-            train = _with_measured(train, d, store, plan.points, config, seed, delta)
+            train = _with_measured(train, d, store, plan.points, measure, seed, delta)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -259,24 +270,21 @@ def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, pla
             "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
 
 
-def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
-    """The config entry of audit(empirical=True) (none otherwise: old results files resume)."""
-    return {"empirical_trials": check_int("empirical_trials", trials, 100)} if empirical else {}
+def _empirical_config(measure: MeasuredEps | None) -> dict[str, Any]:
+    """The config entry of a measured audit (none otherwise: old results files resume)."""
+    if measure is None:
+        return {}
+    return {"empirical_trials": check_int("empirical_trials", measure.trials, 100)}
 
 
 def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
-                   points: Sequence[int], config: dict[str, Any], seed: int,
+                   points: Sequence[int], measure: MeasuredEps | None, seed: int,
                    delta: float) -> dict[str, Any]:
     """The training record with "eps_measured": the largest measured lower bound on eps over
     the points where the defense releases (stored, so a resumed audit does not remeasure)."""
-    trials = config.get("empirical_trials")
-    if trials is None or "eps_measured" in train:
+    if measure is None or "eps_measured" in train:
         return train
-    from ..empirical import audit_release, game  # the empirical audit sits beside this one
-
-    bounds = [audit_release(defense, p, trials, delta=delta, seed=seed)["eps_lower"]
-              for p in points if game.releases_at(defense, p)]
-    train = dict(train, eps_measured=max(bounds, default=0.0))
+    train = dict(train, eps_measured=measure(defense, points, delta=delta, seed=seed))
     store.put("training", defense.describe(), train)
     return train
 

@@ -21,11 +21,10 @@ from tqdm.auto import tqdm
 from .. import attacks as attacks_mod
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number
-from ..fl import GroundTruth, Observation
+from ..records import GroundTruth, Observation, ResultsFile, fingerprint
 from .engines import ENGINES, import_ray, make_engine
 from .pipeline import Target, build_jobs, records, run_jobs
 from .report import AuditReport
-from .results import ResultsFile, fingerprint
 
 __all__ = ["audit_observations"]
 

@@ -24,10 +24,9 @@ import torch
 from torch import nn
 
 from .. import attacks as attacks_mod
-from ..fl.observe import GroundTruth, Observation
+from ..records import GroundTruth, Observation, ResultsFile
 from .cells import AttackSpec, CellJob
 from .engines import Engine
-from .results import ResultsFile
 
 __all__ = ["Target", "build_jobs", "protocol_options", "records", "run_jobs", "with_weights"]
 
