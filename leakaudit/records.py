@@ -28,14 +28,26 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import torch
 
 from ._validate import check_int
 
-__all__ = ["FORMAT", "GroundTruth", "Observation", "Recorder", "ResultsFile", "Tap",
-           "fingerprint"]
+__all__ = ["FORMAT", "GroundTruth", "LedgerPair", "Observation", "Recorder", "ResultsFile",
+           "Tap", "fingerprint"]
+
+L = TypeVar("L")
+
+
+class LedgerPair(NamedTuple, Generic[L]):
+    """The two accounts of one privacy claim, the one pair type every layer returns: what the
+    defense's paper claims and what its releases soundly cost. ``L`` is one
+    ``accounting.PrivacyLedger`` or a collection of them (per client). A tuple, so
+    ``claimed, sound = pair`` works."""
+
+    claimed: L
+    sound: L
 
 
 @dataclass(frozen=True)

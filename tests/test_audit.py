@@ -110,3 +110,35 @@ def test_top_level_audit_is_the_audit_with_the_empirical_column():
     assert leakaudit.audit is api.audit
     top, inner = (set(inspect.signature(f).parameters) for f in (leakaudit.audit, audit))
     assert top == inner - {"measure"} | {"empirical", "empirical_trials"}
+
+
+def test_the_report_is_a_report_and_rebuilds_from_its_json(tiny_report):
+    from leakaudit.auditing import AuditReport
+    from leakaudit.reporting import Report
+
+    rep, _ = tiny_report
+    assert isinstance(rep, Report)
+    again = AuditReport.from_json(rep.to_json())
+    assert again.to_json() == rep.to_json()
+    assert again.to_markdown() == rep.to_markdown() and again.to_csv() == rep.to_csv()
+    with pytest.raises(ValueError, match="no defense records"):
+        AuditReport.from_json(json.dumps({"config": {}, "rows": []}))
+
+
+def test_bare_defense_names_mean_the_papers_parameters_everywhere():
+    from leakaudit import defenses
+    from leakaudit.auditing.auditor import _resolve_defenses
+
+    for name, params in defenses.PAPER_PARAMS.items():
+        built = defenses.get(name)
+        assert all(getattr(built, k) == v for k, v in params.items()), name
+        assert _resolve_defenses([name], None)[0].describe() == built.describe()
+    assert defenses.get("random-noise").variance == 0.001
+    assert defenses.get("random-noise", variance=0.5).variance == 0.5  # overridable
+
+
+def test_only_the_defenses_are_positional():
+    with pytest.raises(TypeError):
+        audit(["none"], "digits")
+    with pytest.raises(TypeError):
+        leakaudit.audit_observations([], ("idlg",), ("dlg",))

@@ -31,7 +31,7 @@ def both():
 
 def _observed(ds, model, obs, truth):
     return leakaudit.audit_observations(
-        [obs], BUDGET["attacks"], model=model, truths=[truth], input_shape=ds.input_shape,
+        [obs], attacks=BUDGET["attacks"], model=model, truths=[truth], input_shape=ds.input_shape,
         num_classes=ds.num_classes, engine="serial", progress=False,
         max_iterations=BUDGET["max_iterations"], restarts=BUDGET["restarts"],
         seed=BUDGET["seed"])

@@ -87,15 +87,9 @@ PROFILES: dict[str, AuditProfile] = {
                           max_iterations=300, restarts=2, attack_lr=0.1),
 }
 
-#: defense parameters used when the caller gives a bare name (the source papers' settings)
-PAPER_PARAMS: dict[str, dict[str, Any]] = {
-    "fed-sdp-server": {"clip": 4.0, "sigma": 6.0},
-    "fed-sdp-client": {"clip": 4.0, "sigma": 6.0},
-    "fed-cdp": {"clip": 4.0, "sigma": 6.0},
-    "fed-alpha-cdp": {"clip": 4.0, "sigma": 6.0},
-    "prune": {"rate": 0.1},
-    "random-noise": {"variance": 0.001},
-}
+#: defense parameters used when the caller gives a bare name (the source papers' settings;
+#: the one table of :mod:`leakaudit.defenses`, which every entry point uses)
+PAPER_PARAMS = defenses_mod.PAPER_PARAMS
 
 
 class MeasuredEps(Protocol):
@@ -138,9 +132,7 @@ def _resolve_defenses(defenses: Sequence[Any],
             continue
         if not isinstance(d, str):
             raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
-        kwargs = dict(PAPER_PARAMS.get(d, {}))
-        kwargs.update((params or {}).get(d, {}))
-        out.append(defenses_mod.get(d, **kwargs))
+        out.append(defenses_mod.get(d, **(params or {}).get(d, {})))
     names = [d.describe() for d in out]
     if len(set(names)) != len(names):
         raise ValueError(f"defenses must be distinct, got {names}")
@@ -149,6 +141,7 @@ def _resolve_defenses(defenses: Sequence[Any],
 
 def audit(
     defenses: Sequence[Any] = DEFAULT_DEFENSES,
+    *,
     dataset: Any = "digits",
     model: nn.Module | None = None,
     attacks: Sequence[str] = ("dlg", "idlg", "cpl"),
@@ -158,7 +151,6 @@ def audit(
     seed: int = 0,
     profile: str = "quick",
     results: str | None = None,
-    *,
     delta: float = 1e-5,
     threshold: float = 0.01,
     max_iterations: int | None = None,
@@ -175,7 +167,8 @@ def audit(
     device: str | None = None,
     measure: MeasuredEps | None = None,
 ) -> AuditReport:
-    """Audit defenses against gradient-leakage attacks; see the module docstring.
+    """Audit defenses against gradient-leakage attacks; see the module docstring. Every
+    argument after ``defenses`` is keyword-only.
 
     Args:
         defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,

@@ -11,6 +11,7 @@ and, apart, the truth (:class:`CellJob`), run on an engine of :mod:`.engines`.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,8 +32,8 @@ __all__ = ["audit_observations"]
 
 def audit_observations(
     observations: Sequence[Observation],
+    *legacy: Sequence[str],
     attacks: Sequence[str] = ("idlg",),
-    *,
     model: nn.Module,
     truths: Sequence[GroundTruth],
     input_shape: Sequence[int],
@@ -49,7 +50,9 @@ def audit_observations(
     defenses: Mapping[str, Mapping[str, Any]] | None = None,
     results: str | None = None,
 ) -> AuditReport:
-    """Attack every observation with every attack; score against the truths; report.
+    """Attack every observation with every attack; score against the truths; report. Every
+    argument after ``observations`` is keyword-only (``attacks`` given second, by position,
+    still works and warns).
 
     Args:
         observations: what the attacker saw (:class:`leakaudit.fl.Observation`: the tensors in
@@ -70,6 +73,13 @@ def audit_observations(
         results: a JSON-lines results file (:class:`.results.ResultsFile`): each finished
             cell is written at once, and a rerun on the same observations skips those done.
     """
+    if legacy:  # audit_observations(observations, attacks, ...): the old positional form
+        if len(legacy) > 1:
+            raise TypeError(f"audit_observations() takes 1 positional argument (the "
+                            f"observations) but {1 + len(legacy)} were given")
+        warnings.warn("pass the attacks by keyword: audit_observations(observations, "
+                      "attacks=...)", DeprecationWarning, stacklevel=2)
+        attacks = legacy[0]
     observations, truths = list(observations), list(truths)
     attacks = tuple(attacks)
     _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._jsonsafe import finite_json
 from .._jsonsafe import number as _num
+from ..reporting import latex_escape, latex_table, write_tables
 
 __all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "markdown_table"]
 
@@ -50,8 +51,8 @@ def _fmt(v: Any, digits: int = 4) -> str:
 
 @dataclass
 class AuditReport:
-    """Results of :func:`leakaudit.audit`. Resilient means no attacked example was rebuilt
-    (ASR = 0 at the MSE threshold)."""
+    """Results of :func:`leakaudit.audit`, a :class:`leakaudit.reporting.Report`. Resilient
+    means no attacked example was rebuilt (ASR = 0 at the MSE threshold)."""
 
     config: dict[str, Any] = field(default_factory=dict)
     threshold: float = 0.01
@@ -172,22 +173,29 @@ class AuditReport:
         return buf.getvalue()
 
     def to_latex(self) -> str:
-        head = " & ".join(latex_escape(c) for c in CELL_COLUMNS)
-        body = [" & ".join(latex_escape(_fmt(r[c])) for c in CELL_COLUMNS) + r" \\"
-                for r in self.rows()]
-        spec = "l" * len(CELL_COLUMNS)
-        return "\n".join([r"\begin{tabular}{" + spec + "}", r"\hline", head + r" \\",
-                          r"\hline", *body, r"\hline", r"\end{tabular}"]) + "\n"
+        return latex_table(CELL_COLUMNS, self.rows(), _fmt)
 
     def to_json(self) -> str:
         payload = {
             "config": self.config, "threshold": self.threshold, "delta": self.delta,
             "rows": finite_json(self.rows()),
             "defenses": finite_json(self.defense_rows()),
+            # the records behind the defense table (from_json rebuilds the report from them)
+            "defense_records": finite_json(self.defenses),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
         return json.dumps(payload, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> AuditReport:
+        """The report ``to_json`` wrote (its tables; the images are not in the JSON)."""
+        data = json.loads(text)
+        if "defense_records" not in data:
+            raise ValueError("this JSON has no defense records (written by leakaudit < 0.2): "
+                             "rerun the audit with its results file to rebuild the report")
+        return cls(config=data["config"], threshold=data["threshold"], delta=data["delta"],
+                   defenses=data["defense_records"], cells=data["cells"])
 
     def save_figure(self, path: str | Path) -> Path:
         """PNG grid: rows (defense, point); columns: ground truth, then each attack."""
@@ -233,19 +241,7 @@ class AuditReport:
 
     def save(self, directory: str | Path, stem: str = "audit") -> dict[str, Path]:
         """Write Markdown, CSV, LaTeX, JSON and the PNG grid into ``directory``."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for ext, text in (("md", self.to_markdown()), ("csv", self.to_csv()),
-                          ("tex", self.to_latex()), ("json", self.to_json())):
-            p = d / f"{stem}.{ext}"
-            p.write_text(text)
-            paths[ext] = p
-        try:
-            paths["png"] = self.save_figure(d / f"{stem}.png")
-        except ValueError:
-            pass  # tabular data: no image grid
-        return paths
+        return write_tables(self, directory, stem, figure=self.save_figure)
 
 
 def _to_image(values: Any) -> np.ndarray:
@@ -274,16 +270,6 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any] | Se
 def _cell(value: Any) -> str:
     """Text as it is; numbers, booleans and missing values as :func:`_fmt` writes them."""
     return value if isinstance(value, str) else _fmt(value)
-
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}"}
-
-
-def latex_escape(text: str) -> str:
-    """``text`` with LaTeX's special characters escaped (& % $ # _ { } ~ ^ and backslash)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
 def _summary_cell(rows: list[dict[str, Any]]) -> str:
