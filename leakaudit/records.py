@@ -180,6 +180,9 @@ class ResultsFile:
                 raise ValueError(f"results path {str(self.path)!r} is a directory, not a file")
             if not self.path.parent.exists():
                 raise ValueError(f"results directory {str(self.path.parent)!r} does not exist")
+            writable = self.path if self.path.exists() else self.path.parent
+            if not os.access(writable, os.W_OK):
+                raise ValueError(f"results path {str(self.path)!r} is not writable")
             for rec in self._read():
                 if rec.get("run") == self.run_id:
                     self._records[(rec["kind"], rec["key"])] = rec["data"]

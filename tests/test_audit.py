@@ -142,3 +142,11 @@ def test_only_the_defenses_are_positional():
         audit(["none"], "digits")
     with pytest.raises(TypeError):
         leakaudit.audit_observations([], ("idlg",), ("dlg",))
+
+
+@pytest.mark.parametrize("bad", [dict(threshold=-1), dict(threshold=0.0), dict(delta=1.5),
+                                 dict(seed=-1)])
+def test_bad_numbers_are_refused_before_any_work(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        audit(["none"], **{**TINY, **bad})

@@ -102,7 +102,8 @@ def test_the_cycle_detector_finds_a_cycle():
 LAYERS: list[tuple[str, ...]] = [
     ("accounting",),
     ("leakaudit._validate", "leakaudit._jsonsafe", "leakaudit.grads", "leakaudit.data",
-     "leakaudit.models", "leakaudit.optim", "leakaudit.metrics", "leakaudit.records"),
+     "leakaudit.models", "leakaudit.optim", "leakaudit.metrics", "leakaudit.records",
+     "leakaudit.reporting"),
     ("leakaudit.defenses",),
     ("leakaudit.fl",),
     ("leakaudit.attacks",),

@@ -42,10 +42,10 @@ from .. import defenses as defenses_mod
 from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
-from .._validate import check_device, check_int
+from .._validate import check_device, check_int, check_number, check_probability
 from ..records import ResultsFile, fingerprint
 from .cells import CellJob
-from .engines import ENGINES, Engine, import_ray, make_engine
+from .engines import ENGINES, Engine, check_ray_address, import_ray, make_engine
 from .pipeline import Target, build_jobs, run_jobs
 from .report import AuditReport
 
@@ -201,6 +201,9 @@ def audit(
             empirical audit's): the defense table gains a "measured eps >=" column.
     """
     _check_engine(engine, ray_address)
+    check_number("threshold", threshold, minimum=0.0, open_min=True)
+    check_probability("delta", delta)
+    check_int("seed", seed, 0)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
                  batch_size, local_steps, stage, device)
     defs = _resolve_defenses(defenses, defense_params)
@@ -217,9 +220,12 @@ def audit(
     try:
         for d in defs:
             train = store.get("training", d.describe())
+            bar.set_description(f"{d.name}: train")
             if train is None:
                 train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
                 store.put("training", d.describe(), train)
+            if measure is not None and "eps_measured" not in train:
+                bar.set_description(f"{d.name}: measure eps")
             train = _with_measured(train, d, store, plan.points, measure, seed, delta)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
@@ -228,6 +234,7 @@ def audit(
             bar.update(len(own) - len(pending))
             if not pending:
                 continue
+            bar.set_description(f"{d.name}: attack")
             jobs = _attack_jobs(d, ds, model, plan, clients, seed, threshold,
                                 pending={_cell_key(*c) for c in pending})
             if runner is None:  # started at the first pending cell: a full resume starts none
@@ -289,6 +296,7 @@ def _check_engine(engine: str, ray_address: str | None) -> None:
         raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
     if engine == "ray":
         import_ray()  # fail before any work if Ray is missing
+        check_ray_address(ray_address)  # or nothing answers at the address
 
 
 def _plan(profile: str, examples: int | None, rounds: int | None,

@@ -23,7 +23,7 @@ from .. import attacks as attacks_mod
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
-from .engines import ENGINES, import_ray, make_engine
+from .engines import ENGINES, check_ray_address, import_ray, make_engine
 from .pipeline import Target, build_jobs, records, run_jobs
 from .report import AuditReport
 
@@ -96,6 +96,7 @@ def audit_observations(
     num_classes = check_int("num_classes", num_classes, 2)
     if engine == "ray":
         import_ray()  # fail before any work if Ray is missing
+        check_ray_address(ray_address)  # or nothing answers at the address
 
     config = {"source": "observations", "observations": _digest(observations),
               "model": repr(model), "attacks": list(attacks), "threshold": threshold,
