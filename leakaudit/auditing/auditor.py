@@ -201,9 +201,7 @@ def audit(
             empirical audit's): the defense table gains a "measured eps >=" column.
     """
     _check_engine(engine, ray_address)
-    check_number("threshold", threshold, minimum=0.0, open_min=True)
-    check_probability("delta", delta)
-    check_int("seed", seed, 0)
+    _check_numbers(threshold, delta, seed)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
                  batch_size, local_steps, stage, device)
     defs = _resolve_defenses(defenses, defense_params)
@@ -219,14 +217,8 @@ def audit(
     runner: Engine | None = None
     try:
         for d in defs:
-            train = store.get("training", d.describe())
-            bar.set_description(f"{d.name}: train")
-            if train is None:
-                train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
-                store.put("training", d.describe(), train)
-            if measure is not None and "eps_measured" not in train:
-                bar.set_description(f"{d.name}: measure eps")
-            train = _with_measured(train, d, store, plan.points, measure, seed, delta)
+            train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
+                              measure)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -245,6 +237,27 @@ def audit(
             runner.close()
         bar.close()
     return _with_cells(report, store, cells)
+
+
+def _check_numbers(threshold: float, delta: float, seed: int) -> None:
+    check_number("threshold", threshold, minimum=0.0, open_min=True)
+    check_probability("delta", delta)
+    check_int("seed", seed, 0)
+
+
+def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
+              model: nn.Module, plan: _Plan, clients: int, seed: int, delta: float,
+              trained: bool, measure: MeasuredEps | None) -> dict[str, Any]:
+    """The defense's training record (stored, or trained now and stored), with the measured
+    eps when asked; the progress bar says which phase runs."""
+    bar.set_description(f"{d.name}: train")
+    train = store.get("training", d.describe())
+    if train is None:
+        train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
+        store.put("training", d.describe(), train)
+    if measure is not None and "eps_measured" not in train:
+        bar.set_description(f"{d.name}: measure eps")
+    return _with_measured(train, d, store, plan.points, measure, seed, delta)
 
 
 def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
