@@ -11,8 +11,11 @@ defense: "round1", "round5") with ``local_steps`` local SGD steps of batch size
 only by where the defense acted) and taps points 0, 1, 2 for ``examples`` sampled clients.
 With L > 1 each attacked client holds exactly B examples and takes every step on all of them
 (L local epochs: the FedAvg case of Geiping et al.). Types 1 and 0 observe an update dW;
-the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); the "fedavg" attacks
-are also told L and lr and simulate the local steps.
+the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); an attack is also
+told what it declares it needs from the observation (``Attack.protocol``: the "fedavg"
+attacks get L, lr and the optimizer and simulate the local steps). From the observations on,
+the audit is :func:`leakaudit.audit_observations`'s: the same job builder and run loop
+(:mod:`.pipeline`).
 
 Every finished cell is appended to the results file; a rerun with the same file skips what
 is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
