@@ -150,3 +150,27 @@ def test_bad_numbers_are_refused_before_any_work(bad):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=name):
         audit(["none"], **{**TINY, **bad})
+
+
+def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
+    from leakaudit.auditing import auditor
+
+    phases = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            pass
+
+        def set_description(self, text):
+            phases.append(text)
+
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(auditor, "tqdm", lambda **kw: Bar(**kw))
+    audit(["none", "prune"], attacks=("idlg",), points=(2,), examples=1, trained=True,
+          max_iterations=2, workers=1, progress=True)
+    assert phases == ["none: train", "none: attack", "prune: train", "prune: attack"]
