@@ -40,6 +40,9 @@ def _fmt(x: float) -> str:
 def _build_ledger(args: argparse.Namespace) -> tuple[PrivacyLedger, str]:
     ledger = PrivacyLedger(orders=args.orders)
     if args.schedule == "constant":
+        if args.sigma_end is not None:
+            raise SystemExit("error: --sigma-end needs --schedule (linear, staircase, "
+                             "exponential or cyclic); without one sigma stays --sigma")
         ledger.step(q=args.q, sigma=args.sigma, count=args.steps)
         return ledger, f"q={args.q:g}, sigma={args.sigma:g}, steps={args.steps}"
     if args.sigma_end is None:

@@ -7,7 +7,10 @@ The layers, bottom to top: :mod:`leakaudit.grads` (the loss, per-example gradien
 :mod:`leakaudit.metrics`; :mod:`leakaudit.defenses`; :mod:`leakaudit.fl` (simulator and
 taps); :mod:`leakaudit.attacks`; :mod:`leakaudit.auditing` (the audit);
 :mod:`leakaudit.empirical` (``leakaudit.privacy_audit``: measured lower bounds on eps of each
-defense's releases); the CLI. The privacy accountant is the sibling package :mod:`accounting`.
+defense's releases), siblings that never import each other; :mod:`leakaudit.interop`;
+:mod:`leakaudit.api` (the calls that wire the siblings) and the CLI. What every layer above
+the bottom one shares (observations, the truth, taps, the results file) is
+:mod:`leakaudit.records`. The privacy accountant is the sibling package :mod:`accounting`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ __all__ = ["audit", "audit_observations", "AuditReport", "privacy_audit", "Priva
 def __getattr__(name: str) -> Any:
     # lazy: `import leakaudit` (e.g. for the accountant CLI) does not import torch
     if name == "audit":
-        from .auditing import audit
+        from .api import audit
 
         return audit
     if name == "audit_observations":

@@ -1,108 +1,297 @@
 """``leakaudit`` command line.
 
   leakaudit audit --defenses none,fed-cdp --dataset digits --attacks dlg,idlg,cpl --out results/
-  leakaudit privacy-audit --defenses fed-cdp,fed-alpha-cdp --point 2 --trials 10000 --out DIR
+  leakaudit privacy-audit --defenses fed-cdp,fed-alpha-cdp --points 2 --trials 10000 --out DIR
   leakaudit defenses
   leakaudit epsilon|calibrate|max-steps ...   (the accountant CLI, ``python -m accounting``)
+
+Every flag is checked before any work starts, and an error names the flag. The options have
+the names of the Python arguments (``--points`` is ``points=``, ``--max-iterations`` is
+``max_iterations=``); ``--point`` and ``--iterations`` are deprecated aliases. Ctrl-C stops
+an audit; rerunning the same command resumes from the results file in ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from . import __version__
 
 ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
+DEFAULT_DEFENSES = ("none,fed-sdp-server,fed-sdp-client,fed-cdp,fed-alpha-cdp,prune,"
+                    "random-noise")
+#: Python argument -> flag, to name the flag in an error raised by the library
+FLAGS = {"defenses": "--defenses", "dataset": "--dataset", "attacks": "--attacks",
+         "points": "--points", "point": "--points", "profile": "--profile",
+         "examples": "--examples", "rounds": "--rounds", "max_iterations": "--max-iterations",
+         "threshold": "--threshold", "seed": "--seed", "engine": "--engine",
+         "ray_address": "--ray-address", "batch_size": "--batch-size",
+         "local_steps": "--local-steps", "stage": "--stage", "device": "--device",
+         "empirical_trials": "--empirical", "workers": "--workers", "delta": "--delta",
+         "trials": "--trials", "confidence": "--confidence", "statistic": "--statistic",
+         "results": "--out"}
 
 
+# ---------------------------------------------------------------- argument types
 def _csv(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _points(text: str, option: str) -> list[int] | None:
-    """Leak points from a comma-separated list; None (after printing why) when not integers."""
+def _names(text: str) -> list[str]:
+    names = _csv(text)
+    if not names:
+        raise argparse.ArgumentTypeError(f"needs at least one name, got {text!r}")
+    return names
+
+
+def _points(text: str) -> list[int]:
     try:
-        return [int(p) for p in _csv(text)]
+        points = [int(p) for p in _csv(text)]
     except ValueError:
-        print(f"error: {option} must be integers among 0,1,2, got {text!r}", file=sys.stderr)
+        points = []
+    if not points or any(p not in (0, 1, 2) for p in points):
+        raise argparse.ArgumentTypeError(f"must be leak points among 0,1,2 (comma-separated), "
+                                         f"got {text!r}")
+    return points
+
+
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text!r}")
+    return value
+
+
+def _value(text: str) -> Any:
+    """A defense parameter's value: int, float, true/false, none, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
         return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
+def _defense_param(text: str) -> tuple[str, str, Any]:
+    match = re.fullmatch(r"\s*([\w.-]+)\s*:\s*(\w+)\s*=\s*(.+?)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"must be NAME:KEY=VALUE (e.g. fed-cdp:sigma=1), "
+                                         f"got {text!r}")
+    return match[1], match[2], _value(match[3])
+
+
+class _Deprecated(argparse.Action):
+    """Stores the value; says once that the option string used is a deprecated alias."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if option_string is not None and option_string != self.option_strings[0]:
+            print(f"warning: {option_string} is deprecated, use {self.option_strings[0]}",
+                  file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+# ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="leakaudit", description="Audit DP federated-learning "
-                                "defenses against gradient-leakage attacks.")
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="leakaudit", formatter_class=fmt,
+                                description="Audit DP federated-learning defenses against "
+                                "gradient-leakage attacks.")
+    p.add_argument("--version", action="version", version=f"leakaudit {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    a = sub.add_parser("audit", help="train, tap the leak points, attack, print the table")
-    a.add_argument("--defenses", default="none,fed-sdp-server,fed-sdp-client,fed-cdp,"
-                   "fed-alpha-cdp,prune,random-noise", help="comma-separated defense names")
-    a.add_argument("--dataset", default="digits")
-    a.add_argument("--attacks", default="dlg,idlg,cpl")
-    a.add_argument("--points", default="0,1,2")
-    a.add_argument("--profile", default="quick", choices=["quick", "paper"])
-    a.add_argument("--examples", type=int, default=None, help="attacked examples per cell")
-    a.add_argument("--rounds", type=int, default=None, help="training rounds")
-    a.add_argument("--iterations", type=int, default=None, help="L-BFGS steps per attack")
-    a.add_argument("--threshold", type=float, default=0.01, help="MSE of a successful attack")
-    a.add_argument("--seed", type=int, default=0)
+    a = sub.add_parser("audit", formatter_class=fmt,
+                       help="train, tap the leak points, attack, print the table")
+    a.add_argument("--defenses", type=_names, default=DEFAULT_DEFENSES,
+                   help="comma-separated defense names (`leakaudit defenses` lists them and "
+                   "the papers' parameters a bare name means)")
+    _defense_param_flag(a)
+    a.add_argument("--dataset", default="digits", help="dataset name (built in: digits)")
+    a.add_argument("--attacks", type=_names, default="dlg,idlg,cpl",
+                   help="comma-separated attack names")
+    a.add_argument("--points", "--point", type=_points, default="0,1,2", action=_Deprecated,
+                   help="leak points attacked (comma-separated among 0,1,2; --point is a "
+                   "deprecated alias)")
+    a.add_argument("--profile", default="quick", choices=["quick", "paper"],
+                   help="sizes of the training run and the attacks")
+    a.add_argument("--examples", type=_int_at_least(1), default=None,
+                   help="attacked examples per cell (default: the profile's)%(default).0s")
+    a.add_argument("--rounds", type=_int_at_least(1), default=None,
+                   help="training rounds (default: the profile's)%(default).0s")
+    a.add_argument("--max-iterations", "--iterations", type=_int_at_least(1), default=None,
+                   action=_Deprecated,
+                   help="L-BFGS steps per attack (default: the profile's; --iterations is "
+                   "a deprecated alias)%(default).0s")
+    a.add_argument("--threshold", type=_positive, default=0.01,
+                   help="MSE at or below which an attack succeeds")
+    a.add_argument("--delta", type=_probability, default=1e-5, help="delta of the eps columns")
+    a.add_argument("--seed", type=_int_at_least(0), default=0, help="the one seed")
     a.add_argument("--out", default="results", help="directory for md/csv/tex/json/png and "
-                   "the resumable results file")
+                   "the resumable results file (results.jsonl)")
     a.add_argument("--engine", default="process", choices=["process", "serial", "ray"],
-                   help="where the attack cells run: a local process pool (default), this "
-                   "process, or Ray tasks (pip install 'leakaudit[ray]')")
+                   help="where the attack cells run: a local process pool, this process, or "
+                   "Ray tasks (pip install 'leakaudit[ray]')")
+    a.add_argument("--workers", type=_int_at_least(1), default=None,
+                   help="worker processes of --engine process (default: the CPUs, at most "
+                   "4)%(default).0s")
     a.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --engine ray: the Ray cluster to use (default: a local Ray)")
-    a.add_argument("--batch-size", type=int, default=1, help="B of the attacked clients")
-    a.add_argument("--local-steps", type=int, default=1,
+                   help="with --engine ray: the Ray cluster to use (default: a local "
+                   "Ray)%(default).0s")
+    a.add_argument("--batch-size", type=_int_at_least(1), default=1,
+                   help="B of the attacked clients")
+    a.add_argument("--local-steps", type=_int_at_least(1), default=1,
                    help="L local SGD steps of the attacked clients")
-    a.add_argument("--stage", default="initial",
-                   help="weights attacked: initial, round1 or round5 (after that many "
-                   "training rounds)")
+    a.add_argument("--stage", default="initial", choices=["initial", "round1", "round5"],
+                   help="weights attacked: initial, or after that many training rounds")
     a.add_argument("--device", default=None,
-                   help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present)")
-    a.add_argument("--empirical", type=int, default=None, metavar="TRIALS",
+                   help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
+                   "default: the CPU)%(default).0s")
+    a.add_argument("--empirical", type=_int_at_least(100), nargs="?", const=2000,
+                   default=None, metavar="TRIALS",
                    help="also measure a lower bound on eps of each defense (privacy-audit "
-                   "with TRIALS runs per side): a 'measured eps >=' column")
-    a.add_argument("--no-progress", action="store_true")
-    e = sub.add_parser("privacy-audit", help="measured lower bounds on eps next to the "
-                       "claimed and sound eps of one release per defense")
-    e.add_argument("--defenses", default="fed-cdp,fed-alpha-cdp",
+                   "with TRIALS runs per side, 2000 if not given): a 'measured eps >=' "
+                   "column%(default).0s")
+    a.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e = sub.add_parser("privacy-audit", formatter_class=fmt,
+                       help="measured lower bounds on eps next to the claimed and sound eps of "
+                       "one release per defense")
+    e.add_argument("--defenses", type=_names, default="fed-cdp,fed-alpha-cdp",
                    help="comma-separated defense names (the papers' parameters)")
-    e.add_argument("--point", default="2", help="leak point(s) of the audited release, e.g. 2 "
-                   "or 2,1,0 (points where a defense releases nothing are skipped)")
-    e.add_argument("--trials", type=int, default=10_000,
+    _defense_param_flag(e)
+    e.add_argument("--points", "--point", type=_points, default="2", action=_Deprecated,
+                   help="leak point(s) of the audited release, e.g. 2 or 2,1,0 (points where "
+                   "a defense releases nothing are skipped; --point is a deprecated alias)")
+    e.add_argument("--trials", type=_int_at_least(1), default=10_000,
                    help="held-out runs with the canary, and as many without")
-    e.add_argument("--delta", type=float, default=1e-5)
-    e.add_argument("--confidence", type=float, default=0.95)
-    e.add_argument("--statistic", default=None,
-                   help="projection, energy or llr (default: all, Bonferroni-corrected)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--delta", type=_probability, default=1e-5, help="delta of the eps")
+    e.add_argument("--confidence", type=_probability, default=0.95,
+                   help="confidence of the measured lower bound")
+    e.add_argument("--statistic", default=None, choices=["projection", "energy", "llr"],
+                   help="the test statistic (default: all, Bonferroni-corrected)"
+                   "%(default).0s")
+    e.add_argument("--seed", type=_int_at_least(0), default=0, help="the one seed")
     e.add_argument("--out", default="results", help="directory for privacy.{md,csv,json,png} "
-                   "and the resumable results file")
-    e.add_argument("--no-progress", action="store_true")
-    sub.add_parser("defenses", help="list the registered defenses")
+                   "and the resumable results file (privacy_results.jsonl)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sub.add_parser("defenses", formatter_class=fmt,
+                   help="list the registered defenses and the parameters a bare name means")
     for name in ACCOUNTANT_COMMANDS:
         sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
                        add_help=False)
     return p
 
 
-def _cmd_audit(args: argparse.Namespace) -> int:
-    from .auditing import audit
+def _defense_param_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--defense-param", type=_defense_param, action="append", default=[],
+                        metavar="NAME:KEY=VALUE",
+                        help="a parameter of one defense instead of the paper's, e.g. "
+                        "fed-cdp:sigma=1 (repeatable)%(default).0s")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    points = _points(args.points, "--points")
-    if points is None:
-        return 2
-    report = audit(defenses=_csv(args.defenses), dataset=args.dataset,
-                   attacks=_csv(args.attacks), points=points, examples=args.examples,
-                   rounds=args.rounds, seed=args.seed, profile=args.profile,
-                   results=str(out / "results.jsonl"), threshold=args.threshold,
-                   max_iterations=args.iterations, progress=not args.no_progress,
-                   engine=args.engine, ray_address=args.ray_address,
-                   batch_size=args.batch_size, local_steps=args.local_steps,
-                   stage=args.stage, device=args.device,
+
+def _defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """--defense-param as audit()'s ``defense_params``; each name must be in --defenses."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, key, value in args.defense_param:
+        if name not in args.defenses:
+            raise ValueError(f"--defense-param {name}:{key}: {name!r} is not among --defenses "
+                             f"{','.join(args.defenses)}")
+        out.setdefault(name, {})[key] = value
+    return out
+
+
+def _checked_defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """--defense-param, with every defense built from it first (a bad name, key or value is
+    refused before any work)."""
+    from . import defenses
+
+    params = _defense_params(args)
+    for name in args.defenses:
+        try:
+            defenses.get(name, **params.get(name, {}))
+        except ValueError as exc:
+            if name not in params:
+                raise ValueError(f"--defenses: {exc}") from None
+            raise ValueError(f"--defense-param {name}: {exc}") from None
+    return params
+
+
+def _check_engine(args: argparse.Namespace) -> None:
+    """--engine and --ray-address (Ray installed, the address answering)."""
+    from .auditing.engines import check_ray_address, import_ray
+
+    if args.ray_address is not None and args.engine != "ray":
+        raise ValueError(f"--ray-address is only used with --engine ray, got --engine "
+                         f"{args.engine}")
+    if args.engine == "ray":
+        import_ray()
+        check_ray_address(args.ray_address)
+
+
+def _out_dir(text: str) -> Path:
+    """--out, created and checked writable before any work."""
+    out = Path(text)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--out {text}: not a writable directory "
+                         f"({exc.strerror or exc})") from None
+    return out
+
+
+# ---------------------------------------------------------------- commands
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .api import audit
+
+    params = _checked_defense_params(args)
+    _check_engine(args)
+    out = _out_dir(args.out)
+    args.resume_file = out / "results.jsonl"
+    report = audit(args.defenses, dataset=args.dataset, attacks=args.attacks,
+                   points=args.points, examples=args.examples, rounds=args.rounds,
+                   seed=args.seed, profile=args.profile, results=str(args.resume_file),
+                   threshold=args.threshold, delta=args.delta,
+                   max_iterations=args.max_iterations, defense_params=params,
+                   progress=not args.no_progress, engine=args.engine, workers=args.workers,
+                   ray_address=args.ray_address, batch_size=args.batch_size,
+                   local_steps=args.local_steps, stage=args.stage, device=args.device,
                    empirical=args.empirical is not None,
                    empirical_trials=args.empirical or 2000)
     print(report.to_markdown())
@@ -114,16 +303,14 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     from .empirical import privacy_audit
 
-    points = _points(args.point, "--point")
-    if points is None:
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    report = privacy_audit(_csv(args.defenses), point=points, trials=args.trials,
+    params = _checked_defense_params(args)
+    out = _out_dir(args.out)
+    args.resume_file = out / "privacy_results.jsonl"
+    report = privacy_audit(args.defenses, point=args.points, trials=args.trials,
                            delta=args.delta, confidence=args.confidence, seed=args.seed,
-                           statistic=args.statistic, progress=not args.no_progress,
-                           results=str(out / "privacy_results.jsonl"),
-                           skip_silent=len(points) > 1)
+                           defense_params=params, statistic=args.statistic,
+                           progress=not args.no_progress, results=str(args.resume_file),
+                           skip_silent=len(args.points) > 1)
     print(report.to_markdown())
     paths = report.save(out, stem="privacy")
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -133,11 +320,19 @@ def _cmd_privacy_audit(args: argparse.Namespace) -> int:
 def _cmd_defenses() -> int:
     from . import defenses
 
+    print("A bare name means the parameters shown (the source papers'); change one with "
+          "--defense-param NAME:KEY=VALUE.")
     for name in defenses.available():
         d = defenses.get(name)
         sites = ",".join(sorted(d.sites)) or "-"
         print(f"{name:<26} acts at: {sites:<10} level: {d.level:<9} {d.describe()}")
     return 0
+
+
+def _flagged(message: str) -> str:
+    """The library's message with a leading argument name written as its flag."""
+    head, sep, rest = message.partition(" ")
+    return FLAGS[head] + sep + rest if head in FLAGS else message
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,8 +351,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if parsed.command == "privacy-audit":
             return _cmd_privacy_audit(parsed)
         return _cmd_defenses()
+    except KeyboardInterrupt:
+        where = getattr(parsed, "resume_file", None)
+        print("\ninterrupted: finished cells are kept; rerun the same command to resume"
+              + (f" from {where}" if where else ""), file=sys.stderr)
+        return 130
     except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_flagged(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -102,5 +102,75 @@ def test_cli_audit_writes_every_format(tmp_path, capsys):
     assert (tmp_path / "results.jsonl").exists()
 
 
-def test_top_level_audit_name():
-    assert leakaudit.audit is audit
+def test_top_level_audit_is_the_audit_with_the_empirical_column():
+    import inspect
+
+    from leakaudit import api
+
+    assert leakaudit.audit is api.audit
+    top, inner = (set(inspect.signature(f).parameters) for f in (leakaudit.audit, audit))
+    assert top == inner - {"measure"} | {"empirical", "empirical_trials"}
+
+
+def test_the_report_is_a_report_and_rebuilds_from_its_json(tiny_report):
+    from leakaudit.auditing import AuditReport
+    from leakaudit.reporting import Report
+
+    rep, _ = tiny_report
+    assert isinstance(rep, Report)
+    again = AuditReport.from_json(rep.to_json())
+    assert again.to_json() == rep.to_json()
+    assert again.to_markdown() == rep.to_markdown() and again.to_csv() == rep.to_csv()
+    with pytest.raises(ValueError, match="no defense records"):
+        AuditReport.from_json(json.dumps({"config": {}, "rows": []}))
+
+
+def test_bare_defense_names_mean_the_papers_parameters_everywhere():
+    from leakaudit import defenses
+    from leakaudit.auditing.auditor import _resolve_defenses
+
+    for name, params in defenses.PAPER_PARAMS.items():
+        built = defenses.get(name)
+        assert all(getattr(built, k) == v for k, v in params.items()), name
+        assert _resolve_defenses([name], None)[0].describe() == built.describe()
+    assert defenses.get("random-noise").variance == 0.001
+    assert defenses.get("random-noise", variance=0.5).variance == 0.5  # overridable
+
+
+def test_only_the_defenses_are_positional():
+    with pytest.raises(TypeError):
+        audit(["none"], "digits")
+    with pytest.raises(TypeError):
+        leakaudit.audit_observations([], ("idlg",), ("dlg",))
+
+
+@pytest.mark.parametrize("bad", [dict(threshold=-1), dict(threshold=0.0), dict(delta=1.5),
+                                 dict(seed=-1)])
+def test_bad_numbers_are_refused_before_any_work(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        audit(["none"], **{**TINY, **bad})
+
+
+def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
+    from leakaudit.auditing import auditor
+
+    phases = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            pass
+
+        def set_description(self, text):
+            phases.append(text)
+
+        def update(self, n=1):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(auditor, "tqdm", lambda **kw: Bar(**kw))
+    audit(["none", "prune"], attacks=("idlg",), points=(2,), examples=1, trained=True,
+          max_iterations=2, workers=1, progress=True)
+    assert phases == ["none: train", "none: attack", "prune: train", "prune: attack"]

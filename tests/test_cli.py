@@ -36,6 +36,11 @@ def test_schedule_needs_sigma_end():
               "--schedule", "linear"])
 
 
+def test_sigma_end_without_a_schedule_is_refused():
+    with pytest.raises(SystemExit, match="--sigma-end needs --schedule"):
+        main(["epsilon", "--q", "0.01", "--sigma", "6", "--steps", "10", "--sigma-end", "2"])
+
+
 def test_calibrate_and_max_steps(capsys):
     assert main(["calibrate", "--eps", "1", "--q", "0.01", "--steps", "10000"]) == 0
     out = capsys.readouterr().out
@@ -61,3 +66,111 @@ def test_python_dash_m_accounting_runs():
                            "--sigma", "6", "--steps", "100", "--no-prv"],
                           capture_output=True, text=True, check=True)
     assert "rdp" in proc.stdout
+
+
+# ---------------------------------------------------------------- leakaudit's own commands
+@pytest.mark.parametrize("argv, flag", [
+    (["audit", "--threshold", "-1"], "--threshold"),
+    (["audit", "--threshold", "0"], "--threshold"),
+    (["audit", "--local-steps", "-5"], "--local-steps"),
+    (["audit", "--examples", "0"], "--examples"),
+    (["audit", "--points", "3"], "--points"),
+    (["audit", "--defenses", ""], "--defenses"),
+    (["audit", "--defense-param", "fed-cdp=1"], "--defense-param"),
+    (["audit", "--defenses", "none", "--defense-param", "fed-cdp:sigma=1"], "--defense-param"),
+    (["audit", "--defenses", "fed-cdp", "--defense-param", "fed-cdp:sigmax=1"],
+     "--defense-param"),
+    (["audit", "--defenses", "nope"], "--defenses"),
+    (["audit", "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["privacy-audit", "--point", "5"], "--point"),
+    (["privacy-audit", "--confidence", "1"], "--confidence"),
+])
+def test_bad_flags_are_refused_before_any_work_naming_the_flag(argv, flag, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert leakaudit_main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "Traceback" not in err
+    assert not out.exists()  # nothing was written: refused before any work
+
+
+def test_an_unwritable_out_is_refused_before_training(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert leakaudit_main(["audit", "--out", str(blocker / "sub")]) == 2
+    assert capsys.readouterr().err.startswith("error: --out ")
+
+
+def test_version_and_defaults_in_help(capsys):
+    import leakaudit
+
+    assert leakaudit_main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"leakaudit {leakaudit.__version__}"
+    assert leakaudit_main(["audit", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 0.01)" in text and "(default: initial)" in text
+
+
+def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, capsys,
+                                                                      monkeypatch):
+    from leakaudit import api
+
+    seen = {}
+
+    def interrupted(defenses, **kwargs):
+        seen.update(kwargs, defenses=defenses)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "audit", interrupted)
+    code = leakaudit_main(["audit", "--defenses", "fed-cdp,prune", "--defense-param",
+                           "fed-cdp:sigma=1", "--defense-param", "fed-cdp:clip=2.5",
+                           "--point", "2", "--iterations", "3", "--out", str(tmp_path)])
+    assert code == 130
+    err = capsys.readouterr().err
+    assert "warning: --point is deprecated, use --points" in err
+    assert "warning: --iterations is deprecated, use --max-iterations" in err
+    last = err.strip().splitlines()[-1]
+    assert "rerun the same command to resume" in last and "results.jsonl" in last
+    assert seen["defense_params"] == {"fed-cdp": {"sigma": 1, "clip": 2.5}}
+    assert seen["defenses"] == ["fed-cdp", "prune"] and seen["points"] == [2]
+    assert seen["max_iterations"] == 3
+
+
+def test_defenses_lists_the_parameters_the_audit_uses(capsys):
+    assert leakaudit_main(["defenses"]) == 0
+    assert "random-noise(variance=0.001)" in capsys.readouterr().out
+
+
+def test_an_unreachable_ray_address_is_one_clear_error():
+    import socket
+
+    from leakaudit.auditing.engines import check_ray_address
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(ValueError, match=f"nothing answers at 127.0.0.1:{port}"):
+        check_ray_address(f"127.0.0.1:{port}", timeout=1.0)
+    with pytest.raises(ValueError, match="ray_address must be"):
+        check_ray_address("no-port-here")
+    check_ray_address("auto")  # left to Ray
+
+
+def test_worker_processes_are_not_started_from_an_unguarded_script(tmp_path):
+    script = tmp_path / "pasted.py"
+    script.write_text(
+        "from leakaudit.auditing.engines import ProcessEngine, spawn_safe\n"
+        "engine = ProcessEngine(2)\n"
+        "print(spawn_safe(), engine.pool is None)\n"
+        "def main():\n"
+        "    engine = ProcessEngine(2)\n"
+        "    print(spawn_safe(), engine.pool is None)\n"
+        "    engine.close()\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n")
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": root})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True", "True", "False"]
+    assert len(run.stderr.strip().splitlines()) == 1  # one line, no traceback
+    assert "if __name__" in run.stderr

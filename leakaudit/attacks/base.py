@@ -126,6 +126,8 @@ class Attack:
     learns_labels: ClassVar[bool] = False
     #: attack-specific options and their defaults (added to COMMON_OPTIONS)
     defaults: ClassVar[dict[str, Any]] = {"line_search": "strong_wolfe"}
+    #: what the protocol tells the attack from an observation: option -> Observation attribute
+    protocol: ClassVar[dict[str, str]] = {}
 
     # ---------------------------------------------------------------- to override
     def start(self, gen: torch.Generator, cfg: Config) -> Start:

@@ -58,6 +58,7 @@ class FedAvg(InvertingGradients):
              "al., Data leakage in federated averaging, TMLR 2022")
     defaults = {"tv_weight": 0.1, "lr": 0.1, "local_steps": 1, "client_lr": 0.1,
                 "client_optimizer": "sgd", "method": "cosine", "line_search": "strong_wolfe"}
+    protocol = {"local_steps": "local_steps", "client_lr": "lr", "client_optimizer": "optimizer"}
 
     def check_option(self, key: str, value: Any) -> Any:
         if key == "local_steps":

@@ -1,7 +1,9 @@
-"""The audit: :func:`audit` orchestrates (:mod:`.auditor`); one attack cell is attacked and
-scored in :mod:`.cells`; :mod:`.engines` runs cells (serial, process pool, Ray);
-:mod:`.results` is the resumable results file; :mod:`.report` the tables and figure;
-:mod:`.observations` audits observations captured elsewhere (Opacus, Flower, your loop).
+"""The audit: :func:`audit` orchestrates (:mod:`.auditor`: simulate, then the pipeline);
+:func:`audit_observations` audits observations captured elsewhere (:mod:`.observations`:
+Opacus, Flower, your loop); both go through one pipeline (:mod:`.pipeline`: one job builder,
+one run loop); one attack cell is attacked and scored in :mod:`.cells`; :mod:`.engines` runs
+cells (serial, process pool, Ray); :mod:`.report` the tables and figure. The results file
+and the observations are :mod:`leakaudit.records`'.
 
 (The package is ``auditing`` rather than ``audit`` because ``leakaudit.audit`` is the
 function: a subpackage of that name would replace it as soon as it is imported.)
@@ -9,11 +11,11 @@ function: a subpackage of that name would replace it as soon as it is imported.)
 
 from __future__ import annotations
 
+from ..records import ResultsFile
 from .auditor import DEFAULT_DEFENSES, PAPER_PARAMS, PROFILES, AuditProfile, audit
 from .engines import ENGINES
 from .observations import audit_observations
 from .report import AuditReport
-from .results import ResultsFile
 
 __all__ = ["AuditProfile", "AuditReport", "DEFAULT_DEFENSES", "ENGINES", "PAPER_PARAMS",
            "PROFILES", "ResultsFile", "audit", "audit_observations"]

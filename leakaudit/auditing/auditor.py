@@ -11,8 +11,11 @@ defense: "round1", "round5") with ``local_steps`` local SGD steps of batch size
 only by where the defense acted) and taps points 0, 1, 2 for ``examples`` sampled clients.
 With L > 1 each attacked client holds exactly B examples and takes every step on all of them
 (L local epochs: the FedAvg case of Geiping et al.). Types 1 and 0 observe an update dW;
-the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); the "fedavg" attacks
-are also told L and lr and simulate the local steps.
+the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); an attack is also
+told what it declares it needs from the observation (``Attack.protocol``: the "fedavg"
+attacks get L, lr and the optimizer and simulate the local steps). From the observations on,
+the audit is :func:`leakaudit.audit_observations`'s: the same job builder and run loop
+(:mod:`.pipeline`).
 
 Every finished cell is appended to the results file; a rerun with the same file skips what
 is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
@@ -28,7 +31,7 @@ import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -42,15 +45,15 @@ from .. import defenses as defenses_mod
 from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
-from .._validate import check_device, check_int
-from ..attacks.fedavg import FedAvg
-from .cells import AttackSpec, CellJob
-from .engines import ENGINES, Engine, import_ray, make_engine
+from .._validate import check_device, check_int, check_number, check_probability
+from ..records import ResultsFile, fingerprint
+from .cells import CellJob
+from .engines import ENGINES, Engine, check_ray_address, import_ray, make_engine
+from .pipeline import Target, build_jobs, run_jobs
 from .report import AuditReport
-from .results import ResultsFile, fingerprint
 
-__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "PAPER_PARAMS",
-           "STAGES"]
+__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "MeasuredEps",
+           "PAPER_PARAMS", "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
 STAGES = {"initial": 0, "round1": 1, "round5": 5}
@@ -87,15 +90,21 @@ PROFILES: dict[str, AuditProfile] = {
                           max_iterations=300, restarts=2, attack_lr=0.1),
 }
 
-#: defense parameters used when the caller gives a bare name (the source papers' settings)
-PAPER_PARAMS: dict[str, dict[str, Any]] = {
-    "fed-sdp-server": {"clip": 4.0, "sigma": 6.0},
-    "fed-sdp-client": {"clip": 4.0, "sigma": 6.0},
-    "fed-cdp": {"clip": 4.0, "sigma": 6.0},
-    "fed-alpha-cdp": {"clip": 4.0, "sigma": 6.0},
-    "prune": {"rate": 0.1},
-    "random-noise": {"variance": 0.001},
-}
+#: defense parameters used when the caller gives a bare name (the source papers' settings;
+#: the one table of :mod:`leakaudit.defenses`, which every entry point uses)
+PAPER_PARAMS = defenses_mod.PAPER_PARAMS
+
+
+class MeasuredEps(Protocol):
+    """A measured lower bound on eps of a defense's releases at the audited points (the
+    largest over the points where it releases; 0 where it releases nothing there), from
+    ``trials`` runs per side: e.g. :class:`leakaudit.api.EmpiricalEps`, the empirical
+    audit's. (The audit and the empirical audit are siblings: the caller wires them.)"""
+
+    trials: int
+
+    def __call__(self, defense: Any, points: Sequence[int], *, delta: float,
+                 seed: int) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -126,9 +135,7 @@ def _resolve_defenses(defenses: Sequence[Any],
             continue
         if not isinstance(d, str):
             raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
-        kwargs = dict(PAPER_PARAMS.get(d, {}))
-        kwargs.update((params or {}).get(d, {}))
-        out.append(defenses_mod.get(d, **kwargs))
+        out.append(defenses_mod.get(d, **(params or {}).get(d, {})))
     names = [d.describe() for d in out]
     if len(set(names)) != len(names):
         raise ValueError(f"defenses must be distinct, got {names}")
@@ -137,6 +144,7 @@ def _resolve_defenses(defenses: Sequence[Any],
 
 def audit(
     defenses: Sequence[Any] = DEFAULT_DEFENSES,
+    *,
     dataset: Any = "digits",
     model: nn.Module | None = None,
     attacks: Sequence[str] = ("dlg", "idlg", "cpl"),
@@ -146,7 +154,6 @@ def audit(
     seed: int = 0,
     profile: str = "quick",
     results: str | None = None,
-    *,
     delta: float = 1e-5,
     threshold: float = 0.01,
     max_iterations: int | None = None,
@@ -161,10 +168,10 @@ def audit(
     local_steps: int = 1,
     stage: str = "initial",
     device: str | None = None,
-    empirical: bool = False,
-    empirical_trials: int = 2000,
+    measure: MeasuredEps | None = None,
 ) -> AuditReport:
-    """Audit defenses against gradient-leakage attacks; see the module docstring.
+    """Audit defenses against gradient-leakage attacks; see the module docstring. Every
+    argument after ``defenses`` is keyword-only.
 
     Args:
         defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,
@@ -192,11 +199,12 @@ def audit(
             used as it is and left running; a Ray started by audit() is shut down at the end.
         batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
             and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
-        empirical: also measure a lower bound on eps of each defense's release at each audited
-            point (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the
-            defense table gains a "measured eps >=" column (the largest over the points).
+        measure: a measured lower bound on eps of each defense's releases at the audited
+            points (:class:`MeasuredEps`; ``leakaudit.audit(empirical=True)`` passes the
+            empirical audit's): the defense table gains a "measured eps >=" column.
     """
     _check_engine(engine, ray_address)
+    _check_numbers(threshold, delta, seed)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
                  batch_size, local_steps, stage, device)
     defs = _resolve_defenses(defenses, defense_params)
@@ -204,7 +212,7 @@ def audit(
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
     config = (_config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
-              | _empirical_config(empirical, empirical_trials))
+              | _empirical_config(measure))
     store = ResultsFile(results, config)
     cells = [(d, *c) for d in defs for c in _cells(plan)]
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
@@ -212,11 +220,8 @@ def audit(
     runner: Engine | None = None
     try:
         for d in defs:
-            train = store.get("training", d.describe())
-            if train is None:
-                train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
-                store.put("training", d.describe(), train)
-            train = _with_measured(train, d, store, plan.points, config, seed, delta)
+            train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
+                              measure)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             own = [c for c in cells if c[0] is d]
@@ -224,17 +229,38 @@ def audit(
             bar.update(len(own) - len(pending))
             if not pending:
                 continue
-            jobs = _attack_jobs(d, pending, ds, model, plan, clients, seed, threshold)
+            bar.set_description(f"{d.name}: attack")
+            jobs = _attack_jobs(d, ds, model, plan, clients, seed, threshold,
+                                pending={_cell_key(*c) for c in pending})
             if runner is None:  # started at the first pending cell: a full resume starts none
                 runner = make_engine(engine, plan.workers, ray_address)
-            for ck, rec in runner.run(jobs):
-                store.put("cell", ck, rec)  # written as each finishes, by this process
-                bar.update(1)
+            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1))
     finally:
         if runner is not None:
             runner.close()
         bar.close()
     return _with_cells(report, store, cells)
+
+
+def _check_numbers(threshold: float, delta: float, seed: int) -> None:
+    check_number("threshold", threshold, minimum=0.0, open_min=True)
+    check_probability("delta", delta)
+    check_int("seed", seed, 0)
+
+
+def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
+              model: nn.Module, plan: _Plan, clients: int, seed: int, delta: float,
+              trained: bool, measure: MeasuredEps | None) -> dict[str, Any]:
+    """The defense's training record (stored, or trained now and stored), with the measured
+    eps when asked; the progress bar says which phase runs."""
+    bar.set_description(f"{d.name}: train")
+    train = store.get("training", d.describe())
+    if train is None:
+        train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
+        store.put("training", d.describe(), train)
+    if measure is not None and "eps_measured" not in train:
+        bar.set_description(f"{d.name}: measure eps")
+    return _with_measured(train, d, store, plan.points, measure, seed, delta)
 
 
 def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
@@ -260,24 +286,21 @@ def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, pla
             "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
 
 
-def _empirical_config(empirical: bool, trials: int) -> dict[str, Any]:
-    """The config entry of audit(empirical=True) (none otherwise: old results files resume)."""
-    return {"empirical_trials": check_int("empirical_trials", trials, 100)} if empirical else {}
+def _empirical_config(measure: MeasuredEps | None) -> dict[str, Any]:
+    """The config entry of a measured audit (none otherwise: old results files resume)."""
+    if measure is None:
+        return {}
+    return {"empirical_trials": check_int("empirical_trials", measure.trials, 100)}
 
 
 def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
-                   points: Sequence[int], config: dict[str, Any], seed: int,
+                   points: Sequence[int], measure: MeasuredEps | None, seed: int,
                    delta: float) -> dict[str, Any]:
     """The training record with "eps_measured": the largest measured lower bound on eps over
     the points where the defense releases (stored, so a resumed audit does not remeasure)."""
-    trials = config.get("empirical_trials")
-    if trials is None or "eps_measured" in train:
+    if measure is None or "eps_measured" in train:
         return train
-    from ..empirical import audit_release, game  # the empirical audit sits beside this one
-
-    bounds = [audit_release(defense, p, trials, delta=delta, seed=seed)["eps_lower"]
-              for p in points if game.releases_at(defense, p)]
-    train = dict(train, eps_measured=max(bounds, default=0.0))
+    train = dict(train, eps_measured=measure(defense, points, delta=delta, seed=seed))
     store.put("training", defense.describe(), train)
     return train
 
@@ -289,6 +312,7 @@ def _check_engine(engine: str, ray_address: str | None) -> None:
         raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
     if engine == "ray":
         import_ray()  # fail before any work if Ray is missing
+        check_ray_address(ray_address)  # or nothing answers at the address
 
 
 def _plan(profile: str, examples: int | None, rounds: int | None,
@@ -323,37 +347,41 @@ def _plan(profile: str, examples: int | None, rounds: int | None,
         stage=stage, device=None if where is None else str(where))
 
 
-def _attack_jobs(d: defenses_mod.Defense, pending: list[tuple], ds: data_mod.Dataset,
-                 model: nn.Module, plan: _Plan, clients: int, seed: int,
-                 threshold: float) -> list[tuple[str, CellJob]]:
-    """One round from the stage's weights, L local steps of batch B, taps at the audited
-    points; one job per pending cell (the attacker's view, the truth apart)."""
-    prof = plan.profile
+def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                  plan: _Plan, clients: int, seed: int) -> fl.Run:
+    """The attacked round: one round from the stage's weights, L local steps of batch B,
+    taps at the audited points for ``plan.examples`` clients (each holding exactly B
+    examples when L > 1: L local epochs)."""
     start = _stage_model(d, ds, model, plan, clients, seed)
     setting: dict[str, Any] = {"clients": clients}
     if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
         setting = {"clients": plan.examples,
                    "partition": _holdings(len(ds.y_train), plan.examples, plan.batch_size,
                                           seed)}
-    run = fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
-                      rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
-                      lr=prof.attack_lr, seed=seed, progress=False,
-                      batch_sampling="shuffle",  # the attacks' view: exactly B examples
-                      taps=[fl.Tap(p, clients=plan.examples) for p in plan.points], **setting)
-    jobs = []
-    for cell in pending:
-        _, p, a, e = cell
-        obs = run.observations_at(p)[e]
-        spec = AttackSpec(attack=a, model=_with_weights(model, obs.weights),
-                          gradients=obs.as_gradient(), input_shape=tuple(ds.input_shape),
-                          num_classes=ds.num_classes, batch_size=obs.examples_behind,
-                          max_iterations=plan.max_iterations, restarts=plan.restarts,
-                          seed=seed + e, options=_protocol_options(a, obs),
-                          device=plan.device)
-        jobs.append((_cell_key(*cell), CellJob(
-            defense=d.describe(), point=p, example=e, spec=spec, truth=run.truth(obs),
-            threshold=threshold, image=ds.kind == "image")))
-    return jobs
+    return fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
+                       rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
+                       lr=plan.profile.attack_lr, seed=seed, progress=False,
+                       batch_sampling="shuffle",  # the attacks' view: exactly B examples
+                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points],
+                       **setting)
+
+
+def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+                 plan: _Plan, clients: int, seed: int, threshold: float,
+                 pending: set[str]) -> list[tuple[str, CellJob]]:
+    """The attacked round's observations, through the pipeline every audit shares
+    (:func:`.pipeline.build_jobs`): one job per pending cell."""
+    run = _attack_round(d, ds, model, plan, clients, seed)
+    targets = [Target(observation=obs, truth=run.truth(obs), defense=d.describe(),
+                      example=e, seed=seed + e)
+               for p in plan.points for e, obs in enumerate(run.observations_at(p))
+               if e < plan.examples]
+    return build_jobs(targets, plan.attacks, model, input_shape=ds.input_shape,
+                      num_classes=ds.num_classes, threshold=threshold,
+                      max_iterations=plan.max_iterations, restarts=plan.restarts,
+                      image=ds.kind == "image", device=plan.device,
+                      key=lambda i, t, a: _cell_key(d, t.observation.point, a, t.example),
+                      pending=pending.__contains__)
 
 
 def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
@@ -380,22 +408,8 @@ def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int
     return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
 
 
-def _protocol_options(attack: str, obs: fl.Observation) -> dict[str, Any]:
-    """What the protocol tells a multi-step attack: L and the client's learning rate."""
-    if isinstance(attacks_mod.get(attack), FedAvg):
-        return {"local_steps": obs.local_steps, "client_lr": obs.lr}
-    return {}
-
-
 def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:
     return f"{d.describe()}|{point}|{attack}|{example}"
-
-
-def _with_weights(model: nn.Module, state: dict[str, torch.Tensor]) -> nn.Module:
-    """A copy of ``model`` holding ``state`` (the weights at the leak point)."""
-    net = copy.deepcopy(model)
-    net.load_state_dict(state, strict=False)
-    return net
 
 
 def _weights_digest(model: nn.Module) -> str:

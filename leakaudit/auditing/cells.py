@@ -19,8 +19,8 @@ from torch import nn
 from .. import attacks as attacks_mod
 from .. import metrics
 from .._jsonsafe import finite_json
-from ..fl import GroundTruth
 from ..grads import torch_threads
+from ..records import GroundTruth
 
 __all__ = ["AttackSpec", "CellJob", "run_cell", "score"]
 

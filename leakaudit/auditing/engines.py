@@ -4,22 +4,27 @@ each cell finishes, to the one process that writes the results file."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import multiprocessing
 import os
+import signal
+import socket
 import sys
 import tempfile
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from .cells import CellJob, run_cell
 
-__all__ = ["ENGINES", "Engine", "make_engine", "import_ray", "env"]
+__all__ = ["ENGINES", "Engine", "check_ray_address", "env", "import_ray", "make_engine",
+           "spawn_safe"]
 
 #: where the attack cells run (``audit(engine=...)``)
 ENGINES = ("process", "serial", "ray")
@@ -41,13 +46,58 @@ class Engine:
 
 def _worker_init() -> None:
     torch.set_num_threads(1)  # one process per core; no oversubscription
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the audit's to handle, once
+
+
+def spawn_safe() -> bool:
+    """Whether spawned worker processes may start: False when this call comes from module
+    code of the ``__main__`` script outside ``if __name__ == "__main__":`` (each spawned
+    worker re-runs that code on import, as multiprocessing's spawn does: it would start the
+    audit again). Scripts run with ``-m pkg`` (a package's ``__main__``), interactive
+    sessions and notebooks are safe."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and (spec.name == "__main__" or spec.name.endswith(".__main__")):
+        return True  # multiprocessing does not re-run a package's __main__
+    path = getattr(main, "__file__", None)
+    line = None
+    frame = sys._getframe(1)
+    while frame is not None:  # the outermost frame running __main__'s module code
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__":
+            line = frame.f_lineno
+        frame = frame.f_back
+    if not path or line is None:
+        return True
+    try:
+        tree = ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, ValueError):
+        return True
+    return any(isinstance(node, ast.If) and _is_main_guard(node.test)
+               and node.lineno <= line <= (node.end_lineno or node.lineno)
+               for node in tree.body)
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = {ast.unparse(test.left), ast.unparse(test.comparators[0])}
+    return sides in ({"__name__", "'__main__'"}, {"__name__", '"__main__"'})
 
 
 class ProcessEngine(Engine):
-    """A local pool of spawned processes; if they fail, the rest runs in this process."""
+    """A local pool of spawned processes; if they fail, the rest runs in this process. Called
+    from a script's module code without a main guard (:func:`spawn_safe`), it says so in one
+    line and runs the cells in this process."""
 
     def __init__(self, workers: int) -> None:
         self.pool = None
+        if workers > 1 and not spawn_safe():
+            print("leakaudit: running the attack cells in this process: the script calls "
+                  "the audit outside `if __name__ == \"__main__\":`, where worker processes "
+                  "cannot start (put the call under that guard to use them)", file=sys.stderr)
+            workers = 1
         if workers > 1:  # spawn: fork after torch threads start can hang
             self.pool = ProcessPoolExecutor(
                 max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
@@ -74,9 +124,26 @@ class ProcessEngine(Engine):
             yield from super().run([(ck, job) for ck, job in jobs if ck not in done])
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(cancel_futures=True)
+        if self.pool is not None:  # after an interrupt too: drop what has not started
+            self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
+
+
+def check_ray_address(address: str | None, timeout: float = 3.0) -> None:
+    """A ValueError (one line, before any work) when ``address`` names a host:port where
+    nothing answers; "auto", "local" and None are left to Ray."""
+    if address is None or address in ("auto", "local"):
+        return
+    host, sep, port = address.split("://", 1)[-1].rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"ray_address must be 'auto', 'HOST:PORT' or 'ray://HOST:PORT', got "
+                         f"{address!r}")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ValueError(f"ray_address {address!r}: nothing answers at {host}:{port} "
+                         f"({exc.strerror or exc}); start the cluster (ray start --head) or "
+                         f"leave the address out for a local Ray") from None
 
 
 def import_ray() -> Any:

@@ -10,8 +10,8 @@ and, apart, the truth (:class:`CellJob`), run on an engine of :mod:`.engines`.
 
 from __future__ import annotations
 
-import copy
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,19 +22,18 @@ from tqdm.auto import tqdm
 from .. import attacks as attacks_mod
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number
-from ..fl import GroundTruth, Observation
-from .cells import AttackSpec, CellJob
-from .engines import ENGINES, import_ray, make_engine
+from ..records import GroundTruth, Observation, ResultsFile, fingerprint
+from .engines import ENGINES, check_ray_address, import_ray, make_engine
+from .pipeline import Target, build_jobs, records, run_jobs
 from .report import AuditReport
-from .results import ResultsFile, fingerprint
 
 __all__ = ["audit_observations"]
 
 
 def audit_observations(
     observations: Sequence[Observation],
+    *legacy: Sequence[str],
     attacks: Sequence[str] = ("idlg",),
-    *,
     model: nn.Module,
     truths: Sequence[GroundTruth],
     input_shape: Sequence[int],
@@ -51,7 +50,9 @@ def audit_observations(
     defenses: Mapping[str, Mapping[str, Any]] | None = None,
     results: str | None = None,
 ) -> AuditReport:
-    """Attack every observation with every attack; score against the truths; report.
+    """Attack every observation with every attack; score against the truths; report. Every
+    argument after ``observations`` is keyword-only (``attacks`` given second, by position,
+    still works and warns).
 
     Args:
         observations: what the attacker saw (:class:`leakaudit.fl.Observation`: the tensors in
@@ -72,6 +73,13 @@ def audit_observations(
         results: a JSON-lines results file (:class:`.results.ResultsFile`): each finished
             cell is written at once, and a rerun on the same observations skips those done.
     """
+    if legacy:  # audit_observations(observations, attacks, ...): the old positional form
+        if len(legacy) > 1:
+            raise TypeError(f"audit_observations() takes 1 positional argument (the "
+                            f"observations) but {1 + len(legacy)} were given")
+        warnings.warn("pass the attacks by keyword: audit_observations(observations, "
+                      "attacks=...)", DeprecationWarning, stacklevel=2)
+        attacks = legacy[0]
     observations, truths = list(observations), list(truths)
     attacks = tuple(attacks)
     _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,
@@ -88,6 +96,7 @@ def audit_observations(
     num_classes = check_int("num_classes", num_classes, 2)
     if engine == "ray":
         import_ray()  # fail before any work if Ray is missing
+        check_ray_address(ray_address)  # or nothing answers at the address
 
     config = {"source": "observations", "observations": _digest(observations),
               "model": repr(model), "attacks": list(attacks), "threshold": threshold,
@@ -97,25 +106,24 @@ def audit_observations(
     report = AuditReport(config=config, threshold=threshold, delta=delta)
     for label, record in (defenses or {}).items():
         report.add_defense(label, label, dict(record))
-    jobs = _jobs(observations, truths, attacks, model, params, input_shape, num_classes,
-                 threshold, max_iterations, restarts, seed)
+    image = len(input_shape) == 3
+    jobs = build_jobs(_targets(observations, truths, seed), attacks, model,
+                      input_shape=input_shape, num_classes=num_classes, threshold=threshold,
+                      max_iterations=max_iterations, restarts=restarts, image=image,
+                      key=lambda i, t, a: f"{i}|{a}")
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
-               desc="audit observations")
+               desc="audit observations: attack")
     runner = make_engine(engine, workers, ray_address) if pending else None
-    unlabelled = {key for key, job in pending if bool((job.truth.labels < 0).any())}
     try:
-        for key, rec in runner.run(pending) if runner else ():
-            if key in unlabelled:
-                rec = dict(rec, label_accuracy="nan")  # no labels to score against
-            store.put("cell", key, rec)  # written as each finishes, by this process
-            bar.update(1)
+        if runner is not None:
+            run_jobs(pending, runner, store, on_done=lambda: bar.update(1))
     finally:
         if runner is not None:
             runner.close()
         bar.close()
-    for key, _ in jobs:  # canonical order, whatever order the cells finished in
-        report.add_cell(store.get("cell", key))
+    for rec in records(store, [key for key, _ in jobs]):
+        report.add_cell(rec)
     return report
 
 
@@ -171,48 +179,25 @@ def _check_observation(i: int, obs: Any, truth: Any, params: list[tuple[str, tor
     if tuple(x.shape[1:]) != input_shape:
         raise ValueError(f"truths[{i}].inputs has examples of shape {tuple(x.shape[1:])}, "
                          f"input_shape is {input_shape}")
-    if x.shape[0] != obs.batch_size or x.shape[0] < 1:
+    behind = obs.examples_behind
+    if x.shape[0] != behind or x.shape[0] < 1:
         raise ValueError(f"truths[{i}] holds {x.shape[0]} examples but observations[{i}] "
-                         f"has batch_size={obs.batch_size} (needs >= 1)")
+                         f"has {behind} examples behind it (batch_size={obs.batch_size}, "
+                         f"examples={obs.examples}; needs >= 1)")
 
 
-def _with_weights(model: nn.Module, params: list[tuple[str, torch.Tensor]],
-                  weights: Mapping[str, torch.Tensor]) -> nn.Module:
-    """A copy of ``model`` holding the observed weights (by name, else in parameter order)."""
-    net = copy.deepcopy(model)
-    named = dict(net.named_parameters())
-    with torch.no_grad():
-        if {n for n, _ in params} <= set(weights):
-            pairs = [(named[n], weights[n]) for n, _ in params]
-        else:
-            pairs = [(named[n], w) for (n, _), w in zip(params, weights.values())]
-        for p, w in pairs:
-            p.copy_(torch.as_tensor(w, dtype=p.dtype))
-    return net
-
-
-def _jobs(observations: list, truths: list, attacks: tuple, model: nn.Module,
-          params: list, input_shape: tuple[int, ...], num_classes: int, threshold: float,
-          max_iterations: int, restarts: int, seed: int) -> list[tuple[str, CellJob]]:
-    """One cell per (observation, attack): the attacker's view, the truth apart; ``example``
-    numbers the observations of one (defense, point)."""
+def _targets(observations: list, truths: list, seed: int) -> list[Target]:
+    """The observations to attack; ``example`` numbers the observations of one (defense,
+    point); the attacks on observation i are seeded ``seed + i``."""
     seen: dict[tuple[str, int], int] = {}
-    jobs = []
-    image = len(input_shape) == 3
+    out = []
     for i, (obs, truth) in enumerate(zip(observations, truths)):
         label = obs.defense or "observed"
         example = seen.get((label, obs.point), 0)
         seen[(label, obs.point)] = example + 1
-        net = _with_weights(model, params, obs.weights)
-        for a in attacks:
-            spec = AttackSpec(attack=a, model=net, gradients=obs.as_gradient(),
-                              input_shape=input_shape, num_classes=num_classes,
-                              batch_size=int(obs.batch_size), max_iterations=max_iterations,
-                              restarts=restarts, seed=seed + i)
-            jobs.append((f"{i}|{a}", CellJob(defense=label, point=int(obs.point),
-                                             example=example, spec=spec, truth=truth,
-                                             threshold=float(threshold), image=image)))
-    return jobs
+        out.append(Target(observation=obs, truth=truth, defense=label, example=example,
+                          seed=seed + i))
+    return out
 
 
 def defense_record(accuracy: float, eps_claimed: float, eps_sound: float, reason: str = "",

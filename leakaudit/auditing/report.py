@@ -19,6 +19,7 @@ import numpy as np
 
 from .._jsonsafe import finite_json
 from .._jsonsafe import number as _num
+from ..reporting import latex_escape, latex_table, write_tables
 
 __all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "markdown_table"]
 
@@ -50,8 +51,8 @@ def _fmt(v: Any, digits: int = 4) -> str:
 
 @dataclass
 class AuditReport:
-    """Results of :func:`leakaudit.audit`. Resilient means no attacked example was rebuilt
-    (ASR = 0 at the MSE threshold)."""
+    """Results of :func:`leakaudit.audit`, a :class:`leakaudit.reporting.Report`. Resilient
+    means no attacked example was rebuilt (ASR = 0 at the MSE threshold)."""
 
     config: dict[str, Any] = field(default_factory=dict)
     threshold: float = 0.01
@@ -172,80 +173,123 @@ class AuditReport:
         return buf.getvalue()
 
     def to_latex(self) -> str:
-        head = " & ".join(latex_escape(c) for c in CELL_COLUMNS)
-        body = [" & ".join(latex_escape(_fmt(r[c])) for c in CELL_COLUMNS) + r" \\"
-                for r in self.rows()]
-        spec = "l" * len(CELL_COLUMNS)
-        return "\n".join([r"\begin{tabular}{" + spec + "}", r"\hline", head + r" \\",
-                          r"\hline", *body, r"\hline", r"\end{tabular}"]) + "\n"
+        return latex_table(CELL_COLUMNS, self.rows(), _fmt)
 
     def to_json(self) -> str:
         payload = {
             "config": self.config, "threshold": self.threshold, "delta": self.delta,
             "rows": finite_json(self.rows()),
             "defenses": finite_json(self.defense_rows()),
+            # the records behind the defense table (from_json rebuilds the report from them)
+            "defense_records": finite_json(self.defenses),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
         return json.dumps(payload, indent=1)
 
-    def save_figure(self, path: str | Path) -> Path:
-        """PNG grid: rows (defense, point); columns: ground truth, then each attack."""
-        from matplotlib.figure import Figure
+    @classmethod
+    def from_json(cls, text: str) -> AuditReport:
+        """The report ``to_json`` wrote (its tables; the images are not in the JSON)."""
+        data = json.loads(text)
+        if "defense_records" not in data:
+            raise ValueError("this JSON has no defense records (written by leakaudit < 0.2): "
+                             "rerun the audit with its results file to rebuild the report")
+        return cls(config=data["config"], threshold=data["threshold"], delta=data["delta"],
+                   defenses=data["defense_records"], cells=data["cells"])
 
-        first: dict[tuple[str, int], dict[str, Any]] = {}
-        attacks: list[str] = []
-        for c in self.cells:
-            if int(c["example"]) != 0 or "reconstruction" not in c:
-                continue
-            first.setdefault((c["defense"], int(c["point"])), {})[c["attack"]] = c
-            if c["attack"] not in attacks:
-                attacks.append(c["attack"])
-        if not first:
-            raise ValueError("the report has no reconstructions to draw")
-        rows = list(first)
-        fig = Figure(figsize=(1.6 * (len(attacks) + 1), 1.6 * len(rows)))
-        axes = fig.subplots(len(rows), len(attacks) + 1, squeeze=False)
-        for i, key in enumerate(rows):
-            cells = first[key]
-            any_cell = next(iter(cells.values()))
-            panels = [("truth", any_cell["truth"])] + [
-                (a, cells[a]["reconstruction"] if a in cells else None) for a in attacks]
-            for j, (title, img) in enumerate(panels):
+    def save_figure(self, path: str | Path) -> Path:
+        """PNG grid: a row per (defense, leak point); columns: the ground truth, then each
+        attack; each panel shows the attacked examples side by side (the first
+        ``FIGURE_EXAMPLES`` when there are more, as the title says), framed green when
+        rebuilt, and the mean MSE over all of them, the table's."""
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+
+        groups, attacks = self._figure_cells()
+        n = max(len(v) for g in groups.values() for v in g.values())
+        shown = min(n, FIGURE_EXAMPLES)
+        table = {(r["defense"], r["point"], r["attack"]): r for r in self.rows()}
+        panel = 0.35 * shown + 0.2
+        fig = Figure(figsize=(panel * (len(attacks) + 1) + 1.6, 0.65 * len(groups) + 1.4),
+                     dpi=100, layout="constrained")
+        axes = fig.subplots(len(groups), len(attacks) + 1, squeeze=False)
+        for i, (key, by_attack) in enumerate(groups.items()):
+            truths = next(iter(by_attack.values()))[:shown]
+            panels = [("ground truth", [c["truth"] for c in truths], [None] * len(truths))]
+            panels += [(a, [c["reconstruction"] for c in by_attack.get(a, [])[:shown]],
+                        [bool(c["success"]) for c in by_attack.get(a, [])[:shown]])
+                       for a in attacks]
+            for j, (title, images, rebuilt) in enumerate(panels):
                 ax = axes[i][j]
                 ax.set_xticks([])
                 ax.set_yticks([])
-                if img is not None:
-                    ax.imshow(_to_image(img), cmap="gray", vmin=0, vmax=1)
+                if images:
+                    ax.imshow(_strip(images, rebuilt), interpolation="nearest")
                 if i == 0:
-                    ax.set_title("ground truth" if title == "truth" else title.upper(),
+                    ax.set_title(title if j == 0 else _ATTACK_NAMES.get(title, title),
                                  fontsize=8)
                 if j == 0:
-                    ax.set_ylabel(f"{key[0]}\ntype {key[1]}", fontsize=6)
-                if title != "truth" and title in cells:
-                    ok = cells[title]["success"]
-                    ax.set_xlabel(f"MSE {_fmt(cells[title]['mse'], 2)}"
-                                  + (" leaked" if ok else ""), fontsize=6)
-        fig.tight_layout()
+                    ax.set_ylabel(f"{key[0].split('(')[0]}\npoint {key[1]}", fontsize=7,
+                                  rotation=0, ha="right", va="center")
+                elif (key[0], key[1], title) in table:
+                    row = table[(key[0], key[1], title)]
+                    ax.set_xlabel(f"MSE {_fmt(row['mse'], 2)}, {sum(rebuilt)}/{len(rebuilt)}"
+                                  f" rebuilt" if images else "", fontsize=6)
+        which = (f"all {n} attacked examples" if shown == n else
+                 f"the first {shown} of {n} attacked examples")
+        data = self.config.get("dataset", "data")
+        fig.suptitle(f"Reconstructions by defense and leak point ({data})\n{which} per "
+                     f"panel; MSE is the mean over all {n}, as in the table", fontsize=9)
+        legend = [(_FRAME[True], f"rebuilt (MSE <= {self.threshold:g})"),
+                  (_FRAME[False], "not rebuilt"), (_FRAME[None], "ground truth")]
+        fig.legend(handles=[Patch(color=c, label=t) for c, t in legend],
+                   loc="outside lower center", ncol=3, fontsize=7, frameon=False)
         out = Path(path)
-        fig.savefig(out, dpi=120)
+        fig.savefig(out)
         return out
+
+    def _figure_cells(self) -> tuple[dict[tuple[str, int], dict[str, list[dict[str, Any]]]],
+                                     list[str]]:
+        """The cells with images, by (defense, point) then attack, in example order."""
+        groups: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
+        attacks: list[str] = []
+        for c in self.cells:
+            if "reconstruction" not in c:
+                continue
+            groups.setdefault((c["defense"], int(c["point"])), {}).setdefault(
+                c["attack"], []).append(c)
+            if c["attack"] not in attacks:
+                attacks.append(c["attack"])
+        if not groups:
+            raise ValueError("the report has no reconstructions to draw")
+        for by_attack in groups.values():
+            for cells in by_attack.values():
+                cells.sort(key=lambda c: int(c["example"]))
+        return groups, attacks
 
     def save(self, directory: str | Path, stem: str = "audit") -> dict[str, Path]:
         """Write Markdown, CSV, LaTeX, JSON and the PNG grid into ``directory``."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        paths = {}
-        for ext, text in (("md", self.to_markdown()), ("csv", self.to_csv()),
-                          ("tex", self.to_latex()), ("json", self.to_json())):
-            p = d / f"{stem}.{ext}"
-            p.write_text(text)
-            paths[ext] = p
-        try:
-            paths["png"] = self.save_figure(d / f"{stem}.png")
-        except ValueError:
-            pass  # tabular data: no image grid
-        return paths
+        return write_tables(self, directory, stem, figure=self.save_figure)
+
+
+#: at most this many attacked examples per panel of the figure (the title says when fewer)
+FIGURE_EXAMPLES = 8
+#: frame of an example in the figure: rebuilt, not rebuilt, ground truth
+_FRAME = {True: (0.15, 0.65, 0.25), False: (0.85, 0.25, 0.2), None: (0.6, 0.6, 0.6)}
+
+
+def _strip(images: Sequence[Any], rebuilt: Sequence[bool | None]) -> np.ndarray:
+    """The images side by side (RGB), each in a one-pixel frame of its ``_FRAME`` colour,
+    one white pixel apart."""
+    tiles = []
+    for values, ok in zip(images, rebuilt):
+        img = _to_image(values)
+        rgb = img if img.ndim == 3 else np.repeat(img[..., None], 3, axis=2)
+        framed = np.empty((rgb.shape[0] + 2, rgb.shape[1] + 2, 3))
+        framed[:] = _FRAME[ok]
+        framed[1:-1, 1:-1] = rgb
+        tiles += [framed, np.ones((framed.shape[0], 1, 3))]
+    return np.concatenate(tiles[:-1], axis=1)
 
 
 def _to_image(values: Any) -> np.ndarray:
@@ -274,16 +318,6 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any] | Se
 def _cell(value: Any) -> str:
     """Text as it is; numbers, booleans and missing values as :func:`_fmt` writes them."""
     return value if isinstance(value, str) else _fmt(value)
-
-
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                  "^": r"\textasciicircum{}"}
-
-
-def latex_escape(text: str) -> str:
-    """``text`` with LaTeX's special characters escaped (& % $ # _ { } ~ ^ and backslash)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
 
 
 def _summary_cell(rows: list[dict[str, Any]]) -> str:

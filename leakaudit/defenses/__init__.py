@@ -24,12 +24,25 @@ from .prune import Prune
 from .quantile_clip import QuantileClip
 from .random_noise import RandomNoise
 
-__all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "get", "available", "register",
+__all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "PAPER_PARAMS", "get",
+           "available", "register",
            "NoDefense", "FedSDP", "FedCDP", "FedAlphaCDP", "Prune", "RandomNoise", "AdapDPFL",
            "CosAdaptiveLaplace", "DSSGD", "QuantileClip", "AdaClip",
            "DPFLAGN", "AdaDP"]
 
 _REGISTRY: dict[str, Callable[..., Defense]] = {}
+
+#: the source papers' parameters of a bare name: the one table every entry point uses
+#: (``get``, hence audit, privacy_audit, simulate and ``leakaudit defenses``); keyword
+#: arguments override them
+PAPER_PARAMS: dict[str, dict[str, object]] = {
+    "fed-sdp-server": {"clip": 4.0, "sigma": 6.0},
+    "fed-sdp-client": {"clip": 4.0, "sigma": 6.0},
+    "fed-cdp": {"clip": 4.0, "sigma": 6.0},
+    "fed-alpha-cdp": {"clip": 4.0, "sigma": 6.0},
+    "prune": {"rate": 0.1},
+    "random-noise": {"variance": 0.001},
+}
 
 
 def register(name: str, factory: Callable[..., Defense], *, replace: bool = False) -> None:
@@ -47,7 +60,8 @@ def available() -> list[str]:
 
 
 def get(name: str, **kwargs: object) -> Defense:
-    """Build the defense registered as ``name`` with its keyword arguments."""
+    """Build the defense registered as ``name``: the papers' parameters (``PAPER_PARAMS``)
+    overridden by the keyword arguments."""
     if isinstance(name, Defense):
         if kwargs:
             raise ValueError("keyword arguments are only allowed with a defense name")
@@ -55,7 +69,7 @@ def get(name: str, **kwargs: object) -> Defense:
     if name not in _REGISTRY:
         raise ValueError(f"unknown defense {name!r}; available: {', '.join(available())}")
     try:
-        return _REGISTRY[name](**kwargs)
+        return _REGISTRY[name](**{**PAPER_PARAMS.get(name, {}), **kwargs})
     except TypeError as exc:
         raise ValueError(f"bad arguments for defense {name!r}: {exc}") from exc
 

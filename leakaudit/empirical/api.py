@@ -30,8 +30,8 @@ from accounting import PrivacyLedger, tightest_epsilon
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability
-from ..auditing.results import ResultsFile
 from ..defenses import Defense
+from ..records import ResultsFile
 from . import game, stats
 from .report import PrivacyReport
 

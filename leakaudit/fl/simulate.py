@@ -180,7 +180,7 @@ class _Simulation:
         self.sound = [PrivacyLedger(orders=defense.orders) for _ in range(cfg.clients)]
         self.optimizer = defense.optimizer or cfg.optimizer
         self.per_example = "example" in defense.sites
-        self.recorder = Recorder(cfg.taps, defense.name)
+        self.recorder = Recorder(cfg.taps, defense.name, optimizer=self.optimizer)
         self.history: dict[str, list] = {k: [] for k in (
             "accuracy", "loss", "val_loss", "uploads", "eval_rounds", "eps_history")}
 

@@ -47,16 +47,14 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from .._validate import check_int, check_number
+from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
-
-if TYPE_CHECKING:
-    from ..fl.observe import GroundTruth, Observation
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
@@ -86,16 +84,6 @@ _FIXED = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientS
 _ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
              DifferentialPrivacyClientSideAdaptiveClipping)
 
-
-def _records() -> tuple[type, type]:
-    """Observation and GroundTruth, imported when first needed.
-
-    TODO(merge): import them from the low module ``leakaudit.records`` at module level;
-    ``leakaudit.fl`` loads the simulator and the defenses, which the adapters must not.
-    """
-    from ..fl.observe import GroundTruth, Observation
-
-    return Observation, GroundTruth
 
 
 # ---------------------------------------------------------------------------- the truth
@@ -127,7 +115,7 @@ def _read_truth(context: Context) -> GroundTruth | None:
     if _TRUTH_KEY not in context.state:
         return None
     record = context.state[_TRUTH_KEY]
-    _, truth_type = _records()
+    truth_type = GroundTruth
     return truth_type(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
                        labels=torch.from_numpy(record["labels"].numpy().copy()))
 
@@ -400,7 +388,7 @@ def load(directory: str | Path) -> Captured:
     records.sort(key=lambda x: (x["round"], -x["point"], x["node"]))
     clients = {(t_round, n): t["client"] for (t_round, n), t in truths.items()}
     clients.update({(x["round"], x["node"]): x["client"] for x in records if x["point"] == 1})
-    observation_type, truth_type = _records()
+    observation_type, truth_type = Observation, GroundTruth
     observations, gts = [], []
     participation: dict[int, set[int]] = {}
     have_aggregate = any(x["point"] == 0 for x in records)

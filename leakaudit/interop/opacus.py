@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -33,24 +33,11 @@ from torch.overrides import TorchFunctionMode
 
 from accounting import PrivacyLedger
 
+from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
-
-if TYPE_CHECKING:
-    from ..fl.observe import GroundTruth, Observation
 
 __all__ = ["Tap", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
 
-
-def _records() -> tuple[type, type]:
-    """Observation and GroundTruth, imported when first needed.
-
-    TODO(merge): import them from the low module ``leakaudit.records`` at module level;
-    ``leakaudit.fl.observe`` is imported lazily because ``leakaudit.fl`` loads the
-    simulator and the defenses, which the adapters must not.
-    """
-    from ..fl.observe import GroundTruth, Observation
-
-    return Observation, GroundTruth
 
 #: label recorded when the training loop's loss is not a cross-entropy / NLL loss
 UNKNOWN_LABEL = -1
@@ -197,7 +184,7 @@ class Tap:
             self._previous_hook(optimizer)  # the accountant's hook, when attached
 
     def _record(self, optimizer: Any, step: int) -> None:
-        observation_type, _ = _records()
+        observation_type = Observation
         params = list(optimizer.params)
         batch = _batch_size(params)
         lr = float(optimizer.param_groups[0]["lr"])
@@ -213,7 +200,7 @@ class Tap:
             self.truths.append(self._truth(batch))
 
     def _truth(self, batch: int) -> GroundTruth:
-        _, truth_type = _records()
+        truth_type = GroundTruth
         inputs = torch.cat(self._inputs) if self._inputs else torch.empty(0)
         targets = self._targets.targets if self._targets is not None else []
         labels = torch.cat([t.reshape(-1) for t in targets]) if targets else None

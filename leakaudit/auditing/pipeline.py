@@ -1,0 +1,117 @@
+"""The one attack pipeline of both entry points: observations -> cells -> engine -> records.
+
+:func:`leakaudit.audit` simulates a round and :func:`leakaudit.audit_observations` is handed
+observations captured elsewhere (Opacus, Flower, a user's loop); from there both go through
+this module: :func:`build_jobs` turns each (observation, attack) into one cell (the
+attacker's view, :class:`~.cells.AttackSpec`, and apart the truth, :class:`~.cells.CellJob`)
+and :func:`run_jobs` runs the pending cells on an engine and writes each record to the
+results file as it finishes.
+
+What the protocol tells an attack comes from the observation, as the attack declares it
+(:attr:`leakaudit.attacks.base.Attack.protocol`: attack option -> Observation attribute; e.g.
+the FedAvg attacks read L, the client's learning rate and optimizer); every attack is told
+how many examples are behind the observation (:attr:`Observation.examples_behind`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import attacks as attacks_mod
+from ..records import GroundTruth, Observation, ResultsFile
+from .cells import AttackSpec, CellJob
+from .engines import Engine
+
+__all__ = ["Target", "build_jobs", "protocol_options", "records", "run_jobs", "with_weights"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """One observation to attack, with the truth behind it (for the scorer only), its row
+    label in the report, its number among the observations of (defense, point), and the
+    seed of its attacks."""
+
+    observation: Observation
+    truth: GroundTruth
+    defense: str
+    example: int
+    seed: int
+
+
+def protocol_options(attack: str, obs: Observation) -> dict[str, Any]:
+    """What the protocol tells ``attack`` about ``obs``: the options the attack declares in
+    ``protocol`` (attack option -> Observation attribute), those the observation knows."""
+    facts = attacks_mod.get(attack).protocol
+    return {option: getattr(obs, attr) for option, attr in facts.items()
+            if getattr(obs, attr) is not None}
+
+
+def with_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> nn.Module:
+    """A copy of ``model`` holding the observed weights: by name (parameters and buffers),
+    else the trainable parameters in order."""
+    net = copy.deepcopy(model)
+    state = net.state_dict()
+    params = [(n, p) for n, p in net.named_parameters() if p.requires_grad]
+    with torch.no_grad():
+        if {n for n, _ in params} <= set(weights):
+            pairs = [(state[n], weights[n]) for n in weights if n in state]
+        else:
+            pairs = [(p, w) for (_, p), w in zip(params, weights.values())]
+        for p, w in pairs:
+            p.copy_(torch.as_tensor(w, dtype=p.dtype))
+    return net
+
+
+def build_jobs(targets: Sequence[Target], attacks: Sequence[str], model: nn.Module, *,
+               input_shape: Sequence[int], num_classes: int, threshold: float,
+               max_iterations: int, restarts: int, image: bool,
+               key: Callable[[int, Target, str], str], device: str | None = None,
+               pending: Callable[[str], bool] = lambda key: True
+               ) -> list[tuple[str, CellJob]]:
+    """One cell per (target, attack) whose key (``key(i, target, attack)``) is ``pending``:
+    the model at the leak point, the observed gradient, the protocol's facts and the budget
+    (the attacker's view), and apart the truth."""
+    jobs = []
+    shape = tuple(int(s) for s in input_shape)
+    for i, t in enumerate(targets):
+        keys = [(a, key(i, t, a)) for a in attacks]
+        keys = [(a, k) for a, k in keys if pending(k)]
+        if not keys:
+            continue
+        obs = t.observation
+        net = with_weights(model, obs.weights)
+        for a, k in keys:
+            spec = AttackSpec(attack=a, model=net, gradients=obs.as_gradient(),
+                              input_shape=shape, num_classes=int(num_classes),
+                              batch_size=obs.examples_behind, max_iterations=max_iterations,
+                              restarts=restarts, seed=t.seed,
+                              options=protocol_options(a, obs), device=device)
+            jobs.append((k, CellJob(defense=t.defense, point=int(obs.point),
+                                    example=t.example, spec=spec, truth=t.truth,
+                                    threshold=float(threshold), image=image)))
+    return jobs
+
+
+def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile,
+             on_done: Callable[[], Any] = lambda: None) -> None:
+    """Run the cells on ``runner``; each record is stored (by this process, the one writer)
+    as its cell finishes. A cell whose truth has no labels (label -1) gets label accuracy
+    "nan"."""
+    unlabelled = {k for k, job in jobs if bool((job.truth.labels < 0).any())}
+    for k, rec in runner.run(jobs):
+        if k in unlabelled:
+            rec = dict(rec, label_accuracy="nan")  # no labels to score against
+        store.put("cell", k, rec)
+        on_done()
+
+
+def records(store: ResultsFile, keys: Iterable[str]) -> list[dict[str, Any]]:
+    """The stored cell records, in the order of ``keys`` (canonical, whatever order the cells
+    finished in)."""
+    return [store.get("cell", k) for k in keys]
