@@ -8,6 +8,7 @@ See SPEC-accounting.md and the README for the papers behind every formula.
 
 from . import schedules
 from ._grid import round_sigmas
+from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (
     DP,
@@ -65,6 +66,8 @@ __all__ = [
     "DPResult",
     "DeltaResult",
     "ApproxDP",
+    "RandomAllocation",
+    "allocation_epsilon_bounds",
     "Event",
     "GaussianSchedule",
     "INTEGER_ORDERS",
