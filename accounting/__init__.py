@@ -56,6 +56,13 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .shuffle import (
+    ShuffleBounds,
+    shuffle_epsilon_bounds,
+    shuffle_epsilon_lower,
+    shuffle_epsilon_upper,
+    shuffle_sensitivity,
+)
 from .tightest import tightest_epsilon
 
 __all__ = [
@@ -68,6 +75,11 @@ __all__ = [
     "ApproxDP",
     "RandomAllocation",
     "allocation_epsilon_bounds",
+    "ShuffleBounds",
+    "shuffle_epsilon_bounds",
+    "shuffle_epsilon_lower",
+    "shuffle_epsilon_upper",
+    "shuffle_sensitivity",
     "Event",
     "GaussianSchedule",
     "INTEGER_ORDERS",
