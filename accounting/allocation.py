@@ -58,7 +58,7 @@ from scipy import special
 from ._validate import check_count, check_positive
 from .events import Event, register_event
 
-__all__ = ["RandomAllocation", "allocation_epsilon_bounds"]
+__all__ = ["RandomAllocation", "allocation_epsilon_bounds", "clear_cache"]
 
 #: Bins of the linear grid of S (the cap C is n hy).
 _BINS = 2**18
@@ -162,6 +162,11 @@ def _laws(sigma: float, t: int, bins: int = _BINS) -> _Laws:
     q_dn, e4 = _conv(r_dn, q_dn1)
     err = max(e_up + e1, e_up + e2, e_dn + e3, e_dn + e4)
     return _Laws(hy, p_up, p_dn, q_up, q_dn, err)
+
+
+def clear_cache() -> None:
+    """Forget the cached per-sigma laws (for timings from scratch)."""
+    _laws.cache_clear()
 
 
 def _loss_pmf(law: np.ndarray, hy: float, sigma: float, t: int, h: float, direction: str,
