@@ -40,6 +40,41 @@ def monte_carlo_delta(sigma, t, eps, direction, n, rng):
     return float(v.mean()), float(v.std() / math.sqrt(v.size))
 
 
+def importance_delta(sigma, t, eps, n, rng, shift):
+    """remove delta(eps) at small delta by importance sampling: the proposal is 1/2 P + 1/2
+    (P with one uniformly chosen coordinate shifted by ``shift``), a defensive mixture, so
+    the weights are <= 2 and every coordinate's large values are sampled (S is large when
+    any term is, not only the example's)."""
+    x = rng.standard_normal((n, t)) * sigma
+    x[:, 0] += 1.0
+    moved = rng.random(n) < 0.5
+    cols = rng.integers(0, t, n)
+    x[np.flatnonzero(moved), cols[moved]] += shift
+    mean = np.zeros(t)
+    mean[0] = 1.0
+    z = (shift * (x - mean) - shift**2 / 2.0) / sigma**2
+    ratio = np.exp(np.logaddexp.reduce(z, axis=1) - math.log(t))  # proposal part / P
+    weight = 1.0 / (0.5 + 0.5 * ratio)
+    loss = np.log(np.mean(np.exp((x - 0.5) / sigma**2), axis=1))
+    v = np.maximum(-np.expm1(eps - loss), 0.0) * weight
+    return float(v.mean()), float(v.std() / math.sqrt(n))
+
+
+def test_eps_bracket_at_delta_1e5_against_importance_sampled_monte_carlo():
+    # at eps = lower end the true delta is >= 1e-5, at the upper end <= 1e-5 (the remove
+    # direction is the worse one here)
+    sigma, t = 1.0, 120
+    b = A.allocation_epsilon_bounds(sigma, t, DELTA)
+    rng = np.random.default_rng(2024)
+    at_lower, se_lo = importance_delta(sigma, t, b.lower, 60_000, rng, 4.0)
+    at_upper, se_up = importance_delta(sigma, t, b.upper, 60_000, rng, 4.0)
+    assert se_lo < 0.15 * DELTA and se_up < 0.15 * DELTA
+    assert at_lower + 4 * se_lo >= DELTA
+    assert at_upper - 4 * se_up <= DELTA
+    # a wrong eps 15% off is caught: delta there is far from 1e-5
+    assert importance_delta(sigma, t, 0.85 * b.lower, 60_000, rng, 4.0)[0] > 1.5 * DELTA
+
+
 @pytest.mark.parametrize("eps", [0.15, 0.25])
 def test_bracket_holds_against_monte_carlo_of_the_dominating_pair(eps):
     sigma, t = 1.0, 120
