@@ -62,6 +62,8 @@ __all__ = ["RandomAllocation", "allocation_epsilon_bounds", "clear_cache"]
 
 #: Bins of the linear grid of S (the cap C is n hy).
 _BINS = 2**18
+#: Masses of a law of S below this are FFT round-off level (see _loss_pmf).
+_FLOOR = 1e-16
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -195,6 +197,12 @@ def _loss_pmf(law: np.ndarray, hy: float, sigma: float, t: int, h: float, direct
             inf += float(law[-1])  # T_up >= C: remove loss unbounded
             mass[-1] = 0.0
         # lower: T_dn >= C clamped at C (kept); T_dn = 0 (bin 0) is loss -inf: dropped
+    # FFT round-off leaves ~1e-18 in every bin: bins below _FLOOR go to +inf (upper) or
+    # are dropped (lower), both valid; at most n * _FLOOR of mass moves
+    small = mass < _FLOOR
+    if upper:
+        inf += float(mass[small].sum())
+    mass[small] = 0.0
     k = np.ceil(loss / h + 1e-9) if upper else np.floor(loss / h - 1e-9)
     if extra is not None:
         k = np.concatenate([k, extra[0]])
