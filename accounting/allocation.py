@@ -124,40 +124,82 @@ def _conv(a: np.ndarray, b: np.ndarray, fa: np.ndarray | None = None,
     return np.maximum(out, 0.0), _fft_err(nfft) + 2.0 * neg
 
 
-def _power(a: np.ndarray, m: int) -> tuple[np.ndarray, float]:
-    """Law of min(A_1 + ... + A_m, C) (m >= 1 i.i.d. copies), by repeated squaring."""
+def _rebin(law: np.ndarray, h_old: float, h_new: float, n_new: int, up: bool) -> np.ndarray:
+    """A law on {j h_old} (top bin: ">= cap") moved onto {j h_new}, n_new + 1 bins.
+
+    up: every value rounded up, the top bin stays absorbing (+inf) and values at or above
+    the new cap join it; down: rounded down, the old top bin is the value cap_old (clamped),
+    values at or above the new cap are clamped to it. Both are monotone moves, so the
+    stochastic order of the module doc is kept.
+    """
+    n_old = law.size - 1
+    x = np.arange(n_old + 1, dtype=float) * (h_old / h_new)
+    idx = np.ceil(x + 1e-9) if up else np.floor(x - 1e-9)
+    idx = np.clip(idx, 0, n_new).astype(np.int64)
+    if up:
+        idx[-1] = n_new
+    return np.bincount(idx, weights=law, minlength=n_new + 1)
+
+
+def _cap(count: int, s: float, mu_tail: float = 0.0) -> float:
+    """Cap for a sum of ``count`` i.i.d. log-normal (0, s) terms (plus one with log-mean
+    ``mu_tail`` when > 0): mean + 12 sd + the largest term's 1e-10 quantile (union bound)."""
+    mean = math.exp(s * s / 2.0)
+    var = mean * mean * math.expm1(s * s)
+    z = float(special.ndtri(1.0 - 1e-10 / max(count, 1)))
+    cap = count * mean + 12.0 * math.sqrt(count * var) + math.exp(z * s)
+    if mu_tail > 0:
+        cap += math.exp(mu_tail + _Z_TAIL * s)
+    return cap
+
+
+def _sum_law(s: float, m: int, up: bool, bins: int) -> tuple[np.ndarray, float, float]:
+    """(law, grid step, L1 round-off) of the sum of m i.i.d. rounded log-normal (0, s)
+    terms, capped (module doc). Multi-resolution: a partial sum of c terms lives on its
+    own grid cap(c) / bins, so the rounding error of the whole sum is about log2(m) final
+    grid steps instead of m (each doubling rounds once, on a grid twice as coarse)."""
+    def grid(count: int) -> float:
+        return _cap(count, s) / bins
+
+    h_b = grid(1)
+    base, err_b, c_b = _term(0.0, s, h_b, bins, up), 0.0, 1
     result: np.ndarray | None = None
-    err_r = 0.0
-    base, err_b = a, 0.0
+    err_r, c_r, h_r = 0.0, 0, 0.0
     while m:
         if m & 1:
             if result is None:
-                result, err_r = base, err_b
+                result, err_r, c_r, h_r = base, err_b, c_b, h_b
             else:
-                result, e = _conv(result, base)
-                err_r = err_r + err_b + e
+                c_r += c_b
+                h_new = grid(c_r)
+                a = _rebin(result, h_r, h_new, bins, up)
+                b = _rebin(base, h_b, h_new, bins, up)
+                result, e = _conv(a, b)
+                err_r, h_r = err_r + err_b + e, h_new
         m >>= 1
         if m:
-            base, e = _conv(base, base)
-            err_b = 2.0 * err_b + e
+            c_b *= 2
+            h_new = grid(c_b)
+            base, e = _conv(*(2 * (_rebin(base, h_b, h_new, bins, up),)))
+            err_b, h_b = 2.0 * err_b + e, h_new
     assert result is not None
-    return result, err_r
+    return result, h_r, err_r
 
 
 @functools.lru_cache(maxsize=32)
 def _laws(sigma: float, t: int, bins: int = _BINS) -> _Laws:
     """The four laws of the one-epoch, k = 1 sum S (see the module doc), cached."""
     s = 1.0 / sigma
-    mean = math.exp(s * s / 2.0)
-    var = mean * mean * math.expm1(s * s)
-    cap = t * mean + 12.0 * math.sqrt(t * var) + math.exp(s * s + _Z_TAIL * s)
+    cap = _cap(t - 1, s, s * s) if t > 1 else math.exp(s * s + _Z_TAIL * s)
     hy = cap / bins
     q_up1, q_dn1 = _term(0.0, s, hy, bins, True), _term(0.0, s, hy, bins, False)
     p_up1, p_dn1 = _term(s * s, s, hy, bins, True), _term(s * s, s, hy, bins, False)
     if t == 1:
         return _Laws(hy, p_up1, p_dn1, q_up1, q_dn1, 0.0)
-    r_up, e_up = _power(q_up1, t - 1)
-    r_dn, e_dn = _power(q_dn1, t - 1)
+    r_up, h_up, e_up = _sum_law(s, t - 1, True, bins)
+    r_dn, h_dn, e_dn = _sum_law(s, t - 1, False, bins)
+    r_up = _rebin(r_up, h_up, hy, bins, True)
+    r_dn = _rebin(r_dn, h_dn, hy, bins, False)
     p_up, e1 = _conv(r_up, p_up1)
     q_up, e2 = _conv(r_up, q_up1)
     p_dn, e3 = _conv(r_dn, p_dn1)
