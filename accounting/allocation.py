@@ -29,6 +29,15 @@ log Y_i ~ N(0, 1/sigma^2); under P the first one is the tilted log Y_1 ~ N(1/sig
   loss grid of :mod:`accounting.pld` goes up (upper) or down (lower) and the FFT
   round-off is bounded and added to the allowance, as there.
 
+Partial sums of c terms live on their own grid cap(c) / 2^18 (cap: mean + 12 sd + the
+largest term's 1e-10 quantile); each doubling rounds once onto a grid twice as coarse
+(monotone rebinning), so T_up - T_dn is about log2(t) final grid steps, not t. FFT
+round-off masses (~1e-18 a bin) go to +inf (upper) or are dropped (lower).
+
+Measured (2 busy cores): t = 120, one epoch, delta 1e-5, sigma 0.6 .. 2: bracket <= 0.6%
+wide, 2-4 s per sigma from scratch; about 0.3% wider per further epoch (the per-epoch
+rounding adds up); t = 10,000 at sigma 3: 4% wide in 4 s.
+
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
 
