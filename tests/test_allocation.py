@@ -162,6 +162,7 @@ def test_ledger_records_serialises_and_refuses_what_it_cannot_account():
             ledger.epsilon(DELTA, method)
     with pytest.raises(ValueError, match="pld"):
         ledger.epsilon_bounds(DELTA, method="prv")
+    assert A.tightest_epsilon(ledger, DELTA) == pytest.approx(up)  # the sound eps: PLD
     report = ledger.epsilon_report(DELTA)
     assert report["pld"] == pytest.approx(up) and "basic" not in report
 
