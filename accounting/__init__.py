@@ -8,6 +8,7 @@ See SPEC-accounting.md and the README for the papers behind every formula.
 
 from . import schedules
 from ._grid import round_sigmas
+from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (
     DP,
@@ -55,6 +56,13 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .shuffle import (
+    ShuffleBounds,
+    shuffle_epsilon_bounds,
+    shuffle_epsilon_lower,
+    shuffle_epsilon_upper,
+    shuffle_sensitivity,
+)
 from .tightest import tightest_epsilon
 
 __all__ = [
@@ -65,6 +73,13 @@ __all__ = [
     "DPResult",
     "DeltaResult",
     "ApproxDP",
+    "RandomAllocation",
+    "allocation_epsilon_bounds",
+    "ShuffleBounds",
+    "shuffle_epsilon_bounds",
+    "shuffle_epsilon_lower",
+    "shuffle_epsilon_upper",
+    "shuffle_sensitivity",
     "Event",
     "GaussianSchedule",
     "INTEGER_ORDERS",

@@ -22,7 +22,8 @@ from ._validate import (
     check_sigma,
 )
 
-__all__ = ["Event", "SampledGaussian", "GaussianSchedule", "Laplace", "ApproxDP", "event_from_dict"]
+__all__ = ["Event", "SampledGaussian", "GaussianSchedule", "Laplace", "ApproxDP", "event_from_dict",
+           "register_event"]
 
 
 class Event:
@@ -188,6 +189,13 @@ _TYPES: dict[str, type] = {
     Laplace.kind: Laplace,
     ApproxDP.kind: ApproxDP,
 }
+
+
+def register_event(cls: type) -> type:
+    """Make ``event_from_dict`` read events of ``cls`` (keyed by ``cls.kind``); for event
+    types defined in other modules (e.g. :class:`accounting.allocation.RandomAllocation`)."""
+    _TYPES[cls.kind] = cls
+    return cls
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:

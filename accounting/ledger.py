@@ -152,6 +152,20 @@ class PrivacyLedger:
         if count:
             self._append(ApproxDP(eps=eps, delta=delta, count=count, note=note))
 
+    def allocate(self, sigma: float, steps: int, selected: int = 1, epochs: int = 1, *,
+                 note: str = "") -> None:
+        """Record ``epochs`` epochs of random allocation ("balls in bins"): every example in
+        ``selected`` of the ``steps`` steps of an epoch, Gaussian noise multiplier ``sigma``
+        (:class:`accounting.allocation.RandomAllocation`; certified by method="pld", the
+        RDP methods count it without amplification)."""
+        from .allocation import RandomAllocation
+
+        self._append(RandomAllocation(sigma, steps, selected, epochs, note=note))
+
+    def _allocations(self) -> list[Any]:
+        """The random-allocation events (duck-typed: they build their own PLDs)."""
+        return [e for e in self._events if callable(getattr(e, "pld_parts", None))]
+
     def record(self, event: Event) -> None:
         """Record an already-built event."""
         if not isinstance(event, Event):
@@ -224,6 +238,8 @@ class PrivacyLedger:
         total = self._sgm_rdp(orders, use_cache)
         for e in self._other(Laplace):
             total = total + e.count * rdp_laplace(e.b, orders, e.sensitivity)
+        for e in self._allocations():  # sound without amplification: k Gaussians per epoch
+            total = total + e.epochs * e.selected * orders / (2.0 * e.sigma**2)
         for e in self._other(ApproxDP):
             if e.pure:
                 if math.isinf(e.eps):
@@ -301,6 +317,10 @@ class PrivacyLedger:
             if warn:
                 warnings.warn(f"eps is infinite: {reason}", NoPrivacyWarning, stacklevel=3)
             return DPResult(math.inf, None)
+        if self._allocations() and method in ("basic", "advanced", "prv", "zcdp-approx"):
+            raise ValueError(f"method={method!r} cannot account random allocation "
+                             "(ledger.allocate): use method='pld' (certified bracket) or the "
+                             "RDP methods (no amplification)")
         if method in ("basic", "advanced"):
             return DPResult(self._composition_eps(delta, method, gaussian), None)
         if method == "prv":
@@ -382,6 +402,8 @@ class PrivacyLedger:
             rho += c * per
         for e in self._other(Laplace):
             rho += e.count * e.eps**2 / 2.0
+        for e in self._allocations():
+            rho += e.epochs * e.selected / (2.0 * e.sigma**2)
         for e in self._other(ApproxDP):
             if e.pure:
                 rho += e.count * e.eps**2 / 2.0
@@ -507,6 +529,9 @@ class PrivacyLedger:
         its own error bounds) or "pld" (:func:`accounting.pld_epsilon`, both ends certified).
         ``kwargs`` go to that function."""
         check_choice("method", method, ("prv", "pld"))
+        if method == "prv" and self._allocations():
+            raise ValueError("prv-accountant cannot account random allocation "
+                             "(ledger.allocate): use method='pld'")
         if method == "pld":
             return tuple(pld_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
         return tuple(prv_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
@@ -517,10 +542,10 @@ class PrivacyLedger:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OrderGridWarning)
             for m in METHODS:
-                if m == "prv":
+                if m == "prv" or (self._allocations() and m in ("basic", "advanced")):
                     continue
                 out[m] = self.epsilon(delta, m)
-            if prv:
+            if prv and not self._allocations():
                 try:
                     lo, est, up = self.epsilon_bounds(delta)
                 except PRVUnavailable:

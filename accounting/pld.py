@@ -489,6 +489,10 @@ def _step_std(groups: Groups, others: list[Event]) -> tuple[float, float]:
         if isinstance(e, (Laplace, ApproxDP)) and math.isfinite(e.eps):
             total += e.count * e.eps**2
             per.append(e.eps**2)
+        elif _custom(e):  # e.g. RandomAllocation: its own loss variance per composition
+            var_e = e.pld_loss_variance()
+            total += e.count * var_e
+            per.append(var_e)
     return math.sqrt(max(total, 1e-300)), math.sqrt(max(per, default=0.0))
 
 
@@ -573,13 +577,25 @@ def _other_pmfs(others: list[Event], h: float, upper: bool) -> list[tuple[_PMF, 
     return out
 
 
+def _custom(e: Event) -> bool:
+    """An event that builds its own discrete PLDs (``pld_parts``), e.g. RandomAllocation."""
+    return callable(getattr(e, "pld_parts", None))
+
+
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,
               upper: bool, tol: float) -> tuple[_PMF, float]:
     """The composed discrete PLD of one direction and one side, and its allowance."""
     parts = _gaussian_pmfs(groups, h, direction, upper) + _other_pmfs(others, h, upper)
+    extra = 0.0
+    for e in others:
+        if _custom(e):
+            more, allowance = e.pld_parts(h, direction, upper)
+            parts += more
+            extra += allowance
     if not parts:
         return _PMF(0, np.ones(1), 0.0), 0.0
-    return _compose(parts, tol)
+    pmf, allowance = _compose(parts, tol)
+    return pmf, allowance + extra
 
 
 def _bound(events: tuple[Event, ...], others: list[Event], opts: PLDOptions, upper: bool,
@@ -601,7 +617,7 @@ def _trivial(events: tuple[Event, ...]) -> float | None:
     if no_privacy_reason(sgm_groups(events), events) is not None:
         return math.inf
     groups = sgm_groups(events)
-    if not ((groups.qs > 0).any() or any(
+    if not ((groups.qs > 0).any() or any(_custom(e) for e in events) or any(
             isinstance(e, (Laplace, ApproxDP)) and (e.eps > 0 or e.delta > 0)
             for e in events)):
         return 0.0
@@ -639,7 +655,7 @@ def pld_epsilon(
     trivial = _trivial(events)
     if trivial is not None:
         return PLDBounds(trivial, trivial, trivial)
-    others = [e for e in events if isinstance(e, (Laplace, ApproxDP))]
+    others = [e for e in events if isinstance(e, (Laplace, ApproxDP)) or _custom(e)]
     tol = delta * 1e-6
     for _ in range(_REFINE if opts.value_interval is None else 1):
         upper = _bound(events, others, opts, True,
@@ -675,7 +691,7 @@ def pld_delta(
     trivial = _trivial(events)
     if trivial is not None:
         return (1.0, 1.0) if math.isinf(trivial) else (0.0, 0.0)
-    others = [e for e in events if isinstance(e, (Laplace, ApproxDP))]
+    others = [e for e in events if isinstance(e, (Laplace, ApproxDP)) or _custom(e)]
     tol = 1e-12
     upper = _bound(events, others, opts, True,
                    lambda pmf, allow, h: min(1.0, _delta_of(pmf, eps, h) + allow), tol)

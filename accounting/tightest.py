@@ -30,6 +30,9 @@ def tightest_epsilon(ledger: PrivacyLedger, delta: float) -> float:
             return math.inf
         return float(analytic_gaussian_epsilons(np.array([inv ** -0.5]), delta)[0])
     rdp = float(ledger.epsilon(delta, warn=False))
+    if math.isfinite(rdp) and any(callable(getattr(e, "pld_parts", None)) for e in events):
+        # random allocation: RDP counts it without amplification, PLD certifies it
+        return min(rdp, float(ledger.epsilon(delta, "pld", warn=False)))
     if not math.isfinite(rdp) or not all(
             isinstance(e, (SampledGaussian, GaussianSchedule)) for e in events):
         return rdp  # Laplace / pure-DP releases: RDP is tight enough, PLD slow at large eps

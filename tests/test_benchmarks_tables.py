@@ -12,8 +12,9 @@ import accounting as A
 def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     bench = load_benchmark("privacy")
     steps = 60
-    assert bench.main(["--steps", str(steps), "--out", str(tmp_path)]) == 0
-    for name in ("privacy.md", "privacy.csv", "privacy.png"):
+    assert bench.main(["--steps", str(steps), "--out", str(tmp_path),
+                       "--sampling-sigmas", "1"]) == 0
+    for name in ("privacy.md", "privacy.csv", "privacy.png", "privacy_sampling.csv"):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "privacy.md").read_text()
     assert text == capsys.readouterr().out
@@ -23,6 +24,11 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     for setting in ("constant", "linear", "staircase", "exponential", "cyclic"):
         assert f"| {setting} |" in text
     assert "## What the conventions change" in text
+    sampling = list(csv.DictReader((tmp_path / "privacy_sampling.csv").open()))
+    assert [float(r["sigma"]) for r in sampling] == [1.0]
+    r = sampling[0]  # random allocation below Poisson; shuffling's lower end above it
+    assert float(r["alloc_lower"]) <= float(r["alloc_upper"]) < float(r["poisson_lower"])
+    assert float(r["poisson_upper"]) < float(r["shuffle_lower"]) <= float(r["shuffle_upper"])
 
     rows = {r["setting"]: r for r in csv.DictReader((tmp_path / "privacy.csv").open())}
     assert set(rows) == {"constant", "linear", "staircase", "exponential", "cyclic"}

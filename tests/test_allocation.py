@@ -1,0 +1,193 @@
+"""Random allocation ("balls in bins"): the certified bracket against independent values.
+
+Independent checks: Monte Carlo of the dominating pair (Chua et al. AISTATS 2025), the exact
+Gaussian mechanism where allocation degenerates to it (t = 1, k = t), Poisson sampling.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import accounting as A
+from accounting.allocation import RandomAllocation
+from accounting.composition import analytic_gaussian_epsilons
+from accounting.pld import pld_delta, pld_epsilon
+
+DELTA = 1e-5
+
+
+def exact_gaussian(sigma: float, delta: float = DELTA) -> float:
+    return float(analytic_gaussian_epsilons(np.array([sigma]), delta)[0])
+
+
+def monte_carlo_delta(sigma, t, eps, direction, n, rng):
+    """delta(eps) = E[(1 - e^(eps - L))_+] of the pair by sampling: mean and standard error.
+
+    remove: x ~ P = (1/t) sum_i N(e_i, sigma^2 I) (the example in step 1), loss L(x);
+    add: x ~ Q = N(0, sigma^2 I), loss -L(x); L(x) = log mean_i exp((x_i - 1/2)/sigma^2).
+    """
+    vals = []
+    for _ in range(8):
+        x = rng.standard_normal((n // 8, t)) * sigma
+        if direction == "remove":
+            x[:, 0] += 1.0
+        loss = np.log(np.mean(np.exp((x - 0.5) / sigma**2), axis=1))
+        if direction == "add":
+            loss = -loss
+        vals.append(np.maximum(-np.expm1(eps - loss), 0.0))
+    v = np.concatenate(vals)
+    return float(v.mean()), float(v.std() / math.sqrt(v.size))
+
+
+def importance_delta(sigma, t, eps, n, rng, shift):
+    """remove delta(eps) at small delta by importance sampling: the proposal is 1/2 P + 1/2
+    (P with one uniformly chosen coordinate shifted by ``shift``), a defensive mixture, so
+    the weights are <= 2 and every coordinate's large values are sampled (S is large when
+    any term is, not only the example's)."""
+    x = rng.standard_normal((n, t)) * sigma
+    x[:, 0] += 1.0
+    moved = rng.random(n) < 0.5
+    cols = rng.integers(0, t, n)
+    x[np.flatnonzero(moved), cols[moved]] += shift
+    mean = np.zeros(t)
+    mean[0] = 1.0
+    z = (shift * (x - mean) - shift**2 / 2.0) / sigma**2
+    ratio = np.exp(np.logaddexp.reduce(z, axis=1) - math.log(t))  # proposal part / P
+    weight = 1.0 / (0.5 + 0.5 * ratio)
+    loss = np.log(np.mean(np.exp((x - 0.5) / sigma**2), axis=1))
+    v = np.maximum(-np.expm1(eps - loss), 0.0) * weight
+    return float(v.mean()), float(v.std() / math.sqrt(n))
+
+
+def test_eps_bracket_at_delta_1e5_against_importance_sampled_monte_carlo():
+    # at eps = lower end the true delta is >= 1e-5, at the upper end <= 1e-5 (the remove
+    # direction is the worse one here)
+    sigma, t = 1.0, 120
+    b = A.allocation_epsilon_bounds(sigma, t, DELTA)
+    rng = np.random.default_rng(2024)
+    at_lower, se_lo = importance_delta(sigma, t, b.lower, 60_000, rng, 4.0)
+    at_upper, se_up = importance_delta(sigma, t, b.upper, 60_000, rng, 4.0)
+    assert se_lo < 0.15 * DELTA and se_up < 0.15 * DELTA
+    assert at_lower + 4 * se_lo >= DELTA
+    assert at_upper - 4 * se_up <= DELTA
+    # a wrong eps 15% off is caught: delta there is far from 1e-5
+    assert importance_delta(sigma, t, 0.85 * b.lower, 60_000, rng, 4.0)[0] > 1.5 * DELTA
+
+
+@pytest.mark.parametrize("eps", [0.15, 0.25])
+def test_bracket_holds_against_monte_carlo_of_the_dominating_pair(eps):
+    sigma, t = 1.0, 120
+    ev = RandomAllocation(sigma, t)
+    lower, upper = pld_delta([ev], eps)
+    assert 0 < lower <= upper <= lower * 1.1
+    rng = np.random.default_rng(12345)
+    est = []
+    for direction in ("remove", "add"):
+        mean, se = monte_carlo_delta(sigma, t, eps, direction, 160_000, rng)
+        est.append((mean, se))
+    mean, se = max(est)  # the bracket is on the worse direction
+    assert est[0][0] > est[1][0]  # remove dominates here (as for Poisson subsampling)
+    assert lower - 4 * se <= mean <= upper + 4 * se
+    # the Monte Carlo interval is narrower than the distance to a wrong answer: 20% off fails
+    assert not (1.2 * lower - 4 * se <= mean <= 1.2 * upper + 4 * se)
+
+
+@pytest.mark.parametrize("sigma", [0.8, 2.0])
+def test_degenerate_allocations_are_the_gaussian_mechanism(sigma):
+    # 1 of 1 step: the Gaussian mechanism; k = t = 4: four Gaussian releases per epoch
+    one = A.allocation_epsilon_bounds(sigma, 1, DELTA)
+    assert one.lower <= exact_gaussian(sigma) <= one.upper
+    assert one.upper - one.lower < 1e-3 * one.upper
+    four = A.allocation_epsilon_bounds(sigma, 4, DELTA, selected=4, epochs=2)
+    assert four.lower <= exact_gaussian(sigma / math.sqrt(8)) <= four.upper
+    assert four.upper - four.lower < 1e-3 * four.upper
+
+
+def test_below_poisson_and_above_a_realised_lower_bound():
+    sigma, t = 1.0, 120
+    ra = A.allocation_epsilon_bounds(sigma, t, DELTA)
+    poisson = A.PrivacyLedger()
+    poisson.step(q=1 / t, sigma=sigma, count=t)
+    p_lo, _, _ = poisson.epsilon_bounds(DELTA, method="pld")
+    assert ra.upper < p_lo
+    # the sum of the t outputs is N(1, t sigma^2) vs N(0, t sigma^2): a realised post-processing
+    assert ra.lower >= exact_gaussian(sigma * math.sqrt(t))
+    # and amplification is real: far below one unamplified Gaussian release
+    assert ra.upper < 0.2 * exact_gaussian(sigma)
+    assert ra.upper - ra.lower <= 0.02 * ra.upper
+
+
+def test_monotone_in_epochs_and_composes_with_other_events():
+    sigma, t = 1.0, 120
+    one = A.allocation_epsilon_bounds(sigma, t, DELTA)
+    two = A.allocation_epsilon_bounds(sigma, t, DELTA, epochs=2)
+    assert one.upper < two.lower
+    mixed = pld_epsilon([RandomAllocation(sigma, t), A.SampledGaussian(0.01, 1.0, 50)], DELTA)
+    assert mixed.lower > one.lower and mixed.upper > one.upper
+    assert mixed.lower <= mixed.upper
+
+
+def test_general_k_reduction_is_between_the_bounds():
+    sigma, t = 1.0, 120
+    k2 = A.allocation_epsilon_bounds(sigma, t, DELTA, selected=2)
+    # upper: two compositions of 1-of-60; it costs more than one of 1-of-120, less than
+    # two Gaussian releases without amplification
+    assert k2.upper > A.allocation_epsilon_bounds(sigma, t, DELTA).upper
+    assert k2.upper < exact_gaussian(sigma / math.sqrt(2))
+    assert k2.lower <= k2.upper
+    assert k2.lower >= exact_gaussian(sigma * math.sqrt(t) / 2) * 0.999
+    # k does not divide t: the no-amplification bound, said so in the description
+    odd = RandomAllocation(sigma, 7, 2)
+    assert odd.reduction == "none" and "no amplification" in odd.describe()
+    b = pld_epsilon([odd], DELTA)
+    assert b.upper == pytest.approx(exact_gaussian(sigma / math.sqrt(2)), rel=2e-3)
+
+
+def test_ledger_records_serialises_and_refuses_what_it_cannot_account():
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=1.0, steps=120, selected=1, epochs=2, note="balls in bins")
+    assert ledger.steps == 240
+    assert "random allocation 1 of 120 steps" in ledger.describe()
+    back = A.PrivacyLedger.from_json(ledger.to_json())
+    assert back == ledger and isinstance(back.events[0], RandomAllocation)
+    lo, _, up = ledger.epsilon_bounds(DELTA, method="pld")
+    assert lo <= up
+    # RDP counts it without amplification: valid, never below the certified lower end
+    assert ledger.epsilon(DELTA) >= up
+    assert ledger.epsilon(DELTA) == pytest.approx(
+        A.rdp_to_dp(2 * A.DEFAULT_ORDERS / 2.0, A.DEFAULT_ORDERS, DELTA).eps)
+    for method in ("basic", "advanced", "prv"):
+        with pytest.raises(ValueError, match="pld"):
+            ledger.epsilon(DELTA, method)
+    with pytest.raises(ValueError, match="pld"):
+        ledger.epsilon_bounds(DELTA, method="prv")
+    assert A.tightest_epsilon(ledger, DELTA) == pytest.approx(up)  # the sound eps: PLD
+    report = ledger.epsilon_report(DELTA)
+    assert report["pld"] == pytest.approx(up) and "basic" not in report
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(sigma=0.0, steps=10), "sigma"),
+    (dict(sigma=-1.0, steps=10), "sigma"),
+    (dict(sigma=1.0, steps=0), "steps"),
+    (dict(sigma=1.0, steps=10, selected=11), "selected"),
+    (dict(sigma=1.0, steps=10, epochs=0), "epochs"),
+    (dict(sigma=1.0, steps=10, selected=True), "selected"),
+])
+def test_bad_input_is_refused_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        RandomAllocation(**kwargs)
+    with pytest.raises(ValueError, match=name):
+        A.PrivacyLedger().allocate(**kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma", [0.6, 0.8, 1.25, 1.5, 2.0])
+def test_one_epoch_bracket_is_tight_and_below_poisson(sigma):
+    t = 120
+    ra = A.allocation_epsilon_bounds(sigma, t, DELTA)
+    assert ra.upper - ra.lower <= 0.02 * ra.upper
+    poisson = A.PrivacyLedger()
+    poisson.step(q=1 / t, sigma=sigma, count=t)
+    assert ra.upper < poisson.epsilon_bounds(DELTA, method="pld")[0]
