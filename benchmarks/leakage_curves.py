@@ -29,8 +29,9 @@ results file leakage_curves.jsonl.
 
 Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, B in {1, 4, 8}, L in {1, 2}; sweeps
 at B = 1, leak point 1, fed-cdp / fed-sdp-client / fed-alpha-cdp, 3 images per cell, ig
-(300 signed-Adam steps, cosine schedule, TV 0.01) and idlg-layer (20 L-BFGS steps); the
-standard-run eps at sigma 0.5, 1, 2 only (23 s each); about 15 minutes on 2 cores),
+(300 signed-Adam steps, cosine schedule, TV 0.01), plus idlg-layer (20 L-BFGS steps) on
+fed-alpha-cdp; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8} for the
+grid (idlg 50, fedavg-l2 30 L-BFGS steps); under 15 minutes on 2 cores),
 ``full`` (Fashion-MNIST, LeNet and the ReLU CNN, stages initial / round1 / round5, L up to
 10, sweeps at B in {1, 4, 8} and every leak point, 2000-step attacks with 2 restarts;
 many CPU hours: not run on the shared 2-core machine). ``--tiny`` shrinks any profile to a
@@ -107,6 +108,9 @@ class Profile:
     #: attack -> options (the schedule and TV of the signed-Adam attacks)
     options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     restarts: int = 1
+    #: defense -> attacks added to its sweep lines at every B (the per-tensor attacks
+    #: against per-layer clipping)
+    extra_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 _TRAIN = (("clients", 10), ("clients_per_round", 5), ("rounds", 10), ("local_steps", 5),
@@ -117,14 +121,15 @@ _OPTIONS = (("ig", _ADAM), ("fedavg", _ADAM), ("ig-layer", _ADAM))
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
         dataset="digits", models=("lenet",), stages=("initial",),
-        batch_sizes=(1, 4, 8), local_steps=(1, 2),
+        batch_sizes=(1, 8), local_steps=(1, 2),
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
         sweep_defenses=("fed-cdp", "fed-sdp-client", "fed-alpha-cdp"),
-        sweep_attacks=((1, ("ig", "idlg-layer")),), points=(1,),
-        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 20), ("fedavg-l2", 20),
+        sweep_attacks=((1, ("ig",)),), points=(1,),
+        extra_attacks=(("fed-alpha-cdp", ("idlg-layer",)),),
+        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 50), ("fedavg-l2", 30),
                     ("idlg-norm", 20), ("idlg-layer", 20), ("ig-layer", 300)),
         examples=1, client_lr=0.01, train=_TRAIN, sweep_examples=3,
-        eps_sigmas=(0.5, 1.0, 2.0), refine=2, options=_OPTIONS),
+        eps_sigmas=(1.0,), refine=2, options=_OPTIONS),
     "full": Profile(
         dataset="fashion-mnist", models=("lenet", "relu_cnn"),
         stages=("initial", "round1", "round5"),
@@ -139,13 +144,14 @@ PROFILES: dict[str, Profile] = {
         iterations=(("ig", 2000), ("fedavg", 2000), ("idlg", 300), ("fedavg-l2", 300),
                     ("idlg-norm", 300), ("idlg-layer", 300), ("ig-layer", 2000)),
         examples=2, client_lr=0.01, train=_TRAIN, sweep_examples=4,
-        eps_sigmas=(0.1, 0.3, 0.5, 1.0, 2.0), refine=3, options=_OPTIONS, restarts=2),
+        eps_sigmas=(0.1, 0.3, 0.5, 1.0, 2.0), refine=3, options=_OPTIONS, restarts=2,
+        extra_attacks=(("fed-alpha-cdp", ("ig-layer",)),)),
 }
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
             iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2),
                         ("idlg-norm", 2), ("idlg-layer", 2), ("ig-layer", 4)),
-            sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1,
+            sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1, extra_attacks=(),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
                    ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
 
@@ -326,7 +332,7 @@ def sweep_jobs(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
                sigmas: Sequence[float]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, job) of one sweep line (defense, B) at ``sigmas``."""
     its, opts = dict(prof.iterations), dict(prof.options)
-    names = dict(prof.sweep_attacks)[batch_size]
+    names = dict(prof.sweep_attacks)[batch_size] + dict(prof.extra_attacks).get(defense, ())
     m = prof.models[0]
     for sigma in sigmas:
         for e in range(prof.sweep_examples):
@@ -578,16 +584,17 @@ def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> 
 
 def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile,
                          rows: list[dict[str, Any]], path: Path) -> None:
-    """One row per (defense, attack) of the B = 1 sweeps: the truth, then the first
-    image's reconstruction at each sigma (every attack that ran is shown)."""
+    """One row per (defense, attack, leak point) of the B = 1 sweeps: the truth, then the
+    first image's reconstruction at each sigma (every attack that ran is shown)."""
     thumbs: dict[tuple[str, str], dict[float, Any]] = {}
     truths: dict[str, Any] = {}
     for key, job in jobs:
         if job["kind"] != "sweep" or job["batch_size"] != 1 or job["example"] != 0:
             continue
         for r in store.get("job", key)["rows"]:
-            if "image" in r and r["point"] == 1:
-                thumbs.setdefault((job["defense"], job["attack"]), {})[job["sigma"]] = r
+            if "image" in r:
+                line = (job["defense"], job["attack"], r["point"])
+                thumbs.setdefault(line, {})[job["sigma"]] = r
                 truths[job["defense"]] = r["truth"]
     if not thumbs:
         return
@@ -595,9 +602,9 @@ def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsF
     fig = Figure(figsize=(0.9 * (len(sigmas) + 1), 1.0 * len(thumbs) + 0.6),
                  layout="constrained")
     axes = fig.subplots(len(thumbs), len(sigmas) + 1, squeeze=False)
-    for row, ((d, a), by_sigma) in zip(axes, sorted(thumbs.items())):
+    for row, ((d, a, p), by_sigma) in zip(axes, sorted(thumbs.items())):
         row[0].imshow(np.array(truths[d]), cmap="gray", vmin=0, vmax=255)
-        row[0].set_ylabel(f"{d}\n{a}", fontsize=6)
+        row[0].set_ylabel(f"{d}\n{a} type {p}", fontsize=6)
         row[0].set_title("truth", fontsize=6)
         for ax, s in zip(row[1:], sigmas):
             if s in by_sigma:
@@ -607,7 +614,7 @@ def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsF
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-    fig.suptitle("Reconstructions along the noise axis (B = 1, leak point 1)", fontsize=8)
+    fig.suptitle("Reconstructions along the noise axis (B = 1; s = sigma, PSNR)", fontsize=8)
     fig.savefig(path, dpi=70)
 
 
