@@ -29,8 +29,8 @@ results file leakage_curves.jsonl.
 
 Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, B in {1, 4, 8}, L in {1, 2}; sweeps
 at B = 1, leak point 1, fed-cdp / fed-sdp-client / fed-alpha-cdp, 3 images per cell, ig
-(300 signed-Adam steps, cosine schedule, TV 0.01), plus idlg-layer (20 L-BFGS steps) on
-fed-alpha-cdp; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8} for the
+(300 signed-Adam steps, cosine schedule, TV 0.01), on fed-alpha-cdp idlg-layer (20 L-BFGS
+steps) instead; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8} for the
 grid (idlg 50, fedavg-l2 30 L-BFGS steps); under 15 minutes on 2 cores),
 ``full`` (Fashion-MNIST, LeNet and the ReLU CNN, stages initial / round1 / round5, L up to
 10, sweeps at B in {1, 4, 8} and every leak point, 2000-step attacks with 2 restarts;
@@ -108,9 +108,9 @@ class Profile:
     #: attack -> options (the schedule and TV of the signed-Adam attacks)
     options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     restarts: int = 1
-    #: defense -> attacks added to its sweep lines at every B (the per-tensor attacks
-    #: against per-layer clipping)
-    extra_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: defense -> attacks of its sweep lines at every B instead of ``sweep_attacks`` (the
+    #: per-tensor attacks against per-layer clipping)
+    defense_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 _TRAIN = (("clients", 10), ("clients_per_round", 5), ("rounds", 10), ("local_steps", 5),
@@ -125,7 +125,7 @@ PROFILES: dict[str, Profile] = {
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
         sweep_defenses=("fed-cdp", "fed-sdp-client", "fed-alpha-cdp"),
         sweep_attacks=((1, ("ig",)),), points=(1,),
-        extra_attacks=(("fed-alpha-cdp", ("idlg-layer",)),),
+        defense_attacks=(("fed-alpha-cdp", ("idlg-layer",)),),
         iterations=(("ig", 300), ("fedavg", 300), ("idlg", 50), ("fedavg-l2", 30),
                     ("idlg-norm", 20), ("idlg-layer", 20), ("ig-layer", 300)),
         examples=1, client_lr=0.01, train=_TRAIN, sweep_examples=3,
@@ -145,13 +145,13 @@ PROFILES: dict[str, Profile] = {
                     ("idlg-norm", 300), ("idlg-layer", 300), ("ig-layer", 2000)),
         examples=2, client_lr=0.01, train=_TRAIN, sweep_examples=4,
         eps_sigmas=(0.1, 0.3, 0.5, 1.0, 2.0), refine=3, options=_OPTIONS, restarts=2,
-        extra_attacks=(("fed-alpha-cdp", ("ig-layer",)),)),
+        defense_attacks=(("fed-alpha-cdp", ("idlg-layer", "ig-layer")),)),
 }
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
             iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2),
                         ("idlg-norm", 2), ("idlg-layer", 2), ("ig-layer", 4)),
-            sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1, extra_attacks=(),
+            sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1, defense_attacks=(),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
                    ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
 
@@ -332,7 +332,7 @@ def sweep_jobs(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
                sigmas: Sequence[float]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(key, job) of one sweep line (defense, B) at ``sigmas``."""
     its, opts = dict(prof.iterations), dict(prof.options)
-    names = dict(prof.sweep_attacks)[batch_size] + dict(prof.extra_attacks).get(defense, ())
+    names = dict(prof.defense_attacks).get(defense, dict(prof.sweep_attacks)[batch_size])
     m = prof.models[0]
     for sigma in sigmas:
         for e in range(prof.sweep_examples):
