@@ -576,7 +576,7 @@ def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> 
         ax_s.set_title(f"B = {b}: identified (solid), ASR 20 dB (dotted), bound (dashed)")
         ax_e.set_title(f"B = {b}: against eps, bound dashed")
         ax_p.set_title(f"B = {b}: PSNR of the best attack (20 dB line)")
-        ax_s.legend(fontsize=6, loc="upper right")
+        ax_s.legend(fontsize=6, loc="lower left")
     fig.suptitle("Where gradient leakage stops: measured success and the reconstruction "
                  "bound no attack can beat")
     fig.savefig(path, dpi=80)
@@ -615,7 +615,7 @@ def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsF
             ax.set_xticks([])
             ax.set_yticks([])
     fig.suptitle("Reconstructions along the noise axis (B = 1; s = sigma, PSNR)", fontsize=8)
-    fig.savefig(path, dpi=70)
+    fig.savefig(path, dpi=55)
 
 
 def label_section(report: Report, dataset: str, seed: int, batches: int) -> None:
