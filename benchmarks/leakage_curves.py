@@ -1,29 +1,41 @@
-"""Leakage at the settings people train with (issue 13): batch size, local steps, training
-stage and noise.
+"""Leakage at the settings people train with (issues 13, 20): batch size, local steps, training
+stage and noise, with the bound no attack can beat on the same axes.
 
 (a) Undefended: batch size B x local steps L x attacks (ig, fedavg, idlg, fedavg-l2). A
     client holds B examples and takes L full-batch SGD steps (``fl.simulate``, one client,
     one round); the attacks see its update (leak point 1): ig and idlg as the gradient
     g = -dW / (lr L), fedavg and fedavg-l2 (the same matched iDLG's way) by simulating the L
     steps (they are told L, lr, B and the optimizer).
-(b) Noise sweeps: sigma x defenses (fed-cdp, fed-sdp-client, fed-alpha-cdp, adaclip) x B,
-    L = 1, every leak point; each sigma with the sound eps that the profile's standard
-    training run spends at it (``Run.epsilon(delta, "sound")``), so ASR reads against eps.
+(b) Noise sweeps: sigma x defenses x B, L = 1, the profile's leak points. The sigma grid is
+    dense where curves change (down to 1e-5) and refined adaptively: after each pass the
+    geometric midpoints of the gaps (last fully leaking, next) and (last leaking, first
+    resisting) of every line are added (``Profile.refine`` passes). Each row carries the
+    reconstruction-robustness bound of the release the attack sees (Hayes, Mahloujifar,
+    Balle, NeurIPS 2023; :func:`leakaudit.metrics.rero_bound_gdp`): its mu comes from the
+    attacked run's sound ledger (Gaussian steps at q = 1: mu_add-remove = sqrt(sum 1 /
+    sigma^2), doubled for replace-one by group privacy, valid under either relation; any
+    other ledger: the (eps, delta) pair of ``Run.epsilon`` at delta 1e-5, made replace-one
+    by group privacy); a leak point the defense does not protect (its noise acts later)
+    gets 1. Measured success above its bound makes the run exit 1 (a bug in one of them).
 (c) Label counts: multiset accuracy of the inferred labels at B = 8 and 32 on real data.
 
-Scoring per image: Hungarian matching, success = PSNR >= 20 dB on [0, 1] images
-(``leakaudit.metrics.image_scores``); ASR = share of images rebuilt, over every batch of the
-cell. Outputs under ``--out``: leakage_curves.csv (columns ``COLUMNS``), .md, .png (ASR
-against sigma and against sound eps, log axes, one line per defense and leak point, the best
-attack at each point) and the resumable results file leakage_curves.jsonl.
+Scoring per image (the scorer alone sees the truth): Hungarian matching, then PSNR, SSIM
+(skimage), success = PSNR >= 20 dB (ASR), and identification: the training image nearest
+to the reconstruction is the true one (``metrics.identified``; a blind guess succeeds with
+kappa = 1 / N). Outputs under ``--out``: leakage_curves.csv (columns ``COLUMNS``), .md, .png
+(identification and PSNR against sigma and against the release's sound eps, with the bound
+curve), leakage_reconstructions.png (reconstructions along the noise axis) and the resumable
+results file leakage_curves.jsonl.
 
-Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, one batch per cell, L in {1, 2, 5}
-(not 10), short attacks: ig/fedavg 150 signed-Adam steps, idlg/fedavg-l2 20 L-BFGS steps;
-sweeps at B = 1 with idlg and idlg-norm (scale-free: clipping rescales the gradient), at
-B = 8 with ig; about 15 minutes with 2 workers on 2 idle
-cores), ``full`` (Fashion-MNIST, LeNet
-and the ReLU CNN, stages initial / round1 / round5, 300 steps, 2 batches per cell; hours).
-``--tiny`` shrinks any profile to a smoke run.
+Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, B in {1, 4, 8}, L in {1, 2}; sweeps
+at B = 1, leak point 1, fed-cdp / fed-sdp-client / fed-alpha-cdp, 3 images per cell, ig
+(300 signed-Adam steps, cosine schedule, TV 0.01), on fed-alpha-cdp idlg-layer (20 L-BFGS
+steps) instead; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8} for the
+grid (idlg 50, fedavg-l2 30 L-BFGS steps); under 15 minutes on 2 cores),
+``full`` (Fashion-MNIST, LeNet and the ReLU CNN, stages initial / round1 / round5, L up to
+10, sweeps at B in {1, 4, 8} and every leak point, 2000-step attacks with 2 restarts;
+many CPU hours: not run on the shared 2-core machine). ``--tiny`` shrinks any profile to a
+smoke run.
 
 Usage::
 
@@ -33,6 +45,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import copy
 import csv
 import dataclasses
 import datetime as _dt
@@ -55,16 +68,19 @@ from leakaudit import defenses as D
 from leakaudit.auditing.results import ResultsFile
 
 COLUMNS = ("defense", "point", "attack", "model", "stage", "batch_size", "local_steps",
-           "sigma", "eps_sound", "asr", "psnr", "label_accuracy")
+           "sigma", "eps_release", "eps_train", "mu", "asr", "psnr", "ssim",
+           "identification", "bound_asr", "bound_id", "label_accuracy")
 SWEEP_DEFENSES = ("fed-cdp", "fed-sdp-client", "fed-alpha-cdp", "adaclip")
 #: training rounds behind each stage (weights after that many undefended FedAvg rounds)
 STAGES = {"initial": 0, "round1": 1, "round5": 5}
 DELTA = 1e-5
+#: the leak point at which each defense site acts (its noise protects that point and later)
+SITE_POINT = {"example": 2, "client": 1, "server": 0}
 
 
 @dataclasses.dataclass(frozen=True)
 class Profile:
-    """Sizes of one run of the curves."""
+    """Sizes of one run of the curves (every attack budget is explicit here)."""
 
     dataset: str
     models: tuple[str, ...]
@@ -83,37 +99,59 @@ class Profile:
     client_lr: float
     #: the standard training run (eps at each sigma; stages): N, K, T, L, B, lr, optimizer
     train: tuple[tuple[str, Any], ...]
+    #: batches per sweep cell
+    sweep_examples: int = 1
+    #: sigmas at which the standard run's sound eps is computed (one training run each)
+    eps_sigmas: tuple[float, ...] = ()
+    #: adaptive refinement passes of the sigma grid
+    refine: int = 0
+    #: attack -> options (the schedule and TV of the signed-Adam attacks)
+    options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    restarts: int = 1
+    #: defense -> attacks of its sweep lines at every B instead of ``sweep_attacks`` (the
+    #: per-tensor attacks against per-layer clipping)
+    defense_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 _TRAIN = (("clients", 10), ("clients_per_round", 5), ("rounds", 10), ("local_steps", 5),
           ("batch_size", 32), ("lr", 0.01), ("optimizer", "adam"))
-_SIGMAS = (0.0, 0.001, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
+_SIGMAS = (0.0, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 1.0, 2.0)
+_ADAM = (("tv_weight", 0.01), ("schedule", "cosine"))
+_OPTIONS = (("ig", _ADAM), ("fedavg", _ADAM), ("ig-layer", _ADAM))
 PROFILES: dict[str, Profile] = {
     "quick": Profile(
         dataset="digits", models=("lenet",), stages=("initial",),
-        batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5),
+        batch_sizes=(1, 8), local_steps=(1, 2),
         grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
-        sweep_defenses=SWEEP_DEFENSES,
-        sweep_attacks=((1, ("idlg", "idlg-norm")), (8, ("ig",))), points=(0, 1, 2),
-        iterations=(("ig", 150), ("fedavg", 150), ("idlg", 20), ("fedavg-l2", 20),
-                    ("idlg-norm", 20)),
-        examples=1, client_lr=0.01, train=_TRAIN),
+        sweep_defenses=("fed-cdp", "fed-sdp-client", "fed-alpha-cdp"),
+        sweep_attacks=((1, ("ig",)),), points=(1,),
+        defense_attacks=(("fed-alpha-cdp", ("idlg-layer",)),),
+        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 50), ("fedavg-l2", 30),
+                    ("idlg-norm", 20), ("idlg-layer", 20), ("ig-layer", 300)),
+        examples=1, client_lr=0.01, train=_TRAIN, sweep_examples=3,
+        eps_sigmas=(1.0,), refine=2, options=_OPTIONS),
     "full": Profile(
         dataset="fashion-mnist", models=("lenet", "relu_cnn"),
         stages=("initial", "round1", "round5"),
         batch_sizes=(1, 2, 4, 8, 16, 32), local_steps=(1, 2, 5, 10),
-        grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"), sigmas=_SIGMAS,
+        grid_attacks=("ig", "fedavg", "idlg", "fedavg-l2"),
+        sigmas=(0.0, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 0.5, 1.0,
+                2.0),
         sweep_defenses=SWEEP_DEFENSES,
-        sweep_attacks=((1, ("idlg", "idlg-norm", "ig")), (8, ("ig", "idlg-norm"))),
+        sweep_attacks=((1, ("ig", "idlg-norm", "idlg-layer")), (4, ("ig", "idlg-layer")),
+                       (8, ("ig", "ig-layer"))),
         points=(0, 1, 2),
-        iterations=(("ig", 300), ("fedavg", 300), ("idlg", 300), ("fedavg-l2", 300),
-                    ("idlg-norm", 300)),
-        examples=2, client_lr=0.01, train=_TRAIN),
+        iterations=(("ig", 2000), ("fedavg", 2000), ("idlg", 300), ("fedavg-l2", 300),
+                    ("idlg-norm", 300), ("idlg-layer", 300), ("ig-layer", 2000)),
+        examples=2, client_lr=0.01, train=_TRAIN, sweep_examples=4,
+        eps_sigmas=(0.1, 0.3, 0.5, 1.0, 2.0), refine=3, options=_OPTIONS, restarts=2,
+        defense_attacks=(("fed-alpha-cdp", ("idlg-layer", "ig-layer")),)),
 }
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
             iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2),
-                        ("idlg-norm", 2)),
+                        ("idlg-norm", 2), ("idlg-layer", 2), ("ig-layer", 4)),
+            sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1, defense_attacks=(),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
                    ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
 
@@ -144,28 +182,75 @@ def observe(model: torch.nn.Module, ds: data.Dataset, defense: Any, idx: list[in
 
 
 def attack_observation(obs: fl.Observation, model: torch.nn.Module, ds: data.Dataset,
-                       attack: str, iterations: int, seed: int) -> attacks.Reconstruction:
+                       attack: str, iterations: int, seed: int,
+                       options: dict[str, Any] | None = None,
+                       restarts: int = 1) -> attacks.Reconstruction:
     """Attack one observation with what the attacker sees (never the truth)."""
     net = _with_weights(model, obs.weights)
-    options = ({"local_steps": obs.local_steps, "client_lr": obs.lr}
-               if attack.startswith("fedavg") else {})
+    opts = dict(options or {})
+    if attack.startswith("fedavg"):
+        opts.update(local_steps=obs.local_steps, client_lr=obs.lr)
     return attacks.reconstruct(attack, net, obs.as_gradient(),
                                input_shape=tuple(ds.input_shape), num_classes=ds.num_classes,
                                batch_size=obs.batch_size, max_iterations=iterations,
-                               seed=seed, **options)
+                               restarts=restarts, seed=seed, **opts)
 
 
-def score(rec: attacks.Reconstruction, truth: fl.GroundTruth) -> dict[str, float]:
+def score(rec: attacks.Reconstruction, truth: fl.GroundTruth,
+          pool: torch.Tensor | None = None) -> dict[str, Any]:
     """Per-image scores against the truth (the scorer's only view of it)."""
-    truth_x, truth_y = truth.inputs, truth.labels
-    scores = metrics.image_scores(rec.inputs, truth_x)
-    return {"asr": scores["asr"], "psnr": scores["mean_psnr"], "images": len(truth_y),
-            "label_accuracy": metrics.label_accuracy(rec.labels, truth_y)}
+    scores = metrics.image_scores(rec.inputs, truth.inputs, pool=pool)
+    out = {"asr": scores["asr"], "psnr": scores["mean_psnr"], "ssim": scores["mean_ssim"],
+           "images": len(truth.labels),
+           "label_accuracy": metrics.label_accuracy(rec.labels, truth.labels)}
+    if pool is not None:
+        out["identification"] = scores["identification"]
+    return out
+
+
+def release_mu(ledgers: Sequence[Any]) -> float | None:
+    """Replace-one Gaussian mu of the worst client's release when its sound ledger holds
+    only Gaussian steps at q = 1 (mu_add-remove = sqrt(sum count / sigma^2), doubled by
+    group privacy: valid for either neighbouring relation); None for any other ledger."""
+    worst = 0.0
+    for ledger in ledgers:
+        total = 0.0
+        for ev in ledger.events:
+            if type(ev).__name__ != "SampledGaussian" or ev.q != 1.0:
+                return None
+            if ev.sigma == 0.0:
+                return math.inf
+            total += ev.count / ev.sigma ** 2
+        worst = max(worst, math.sqrt(total))
+    return 2.0 * worst
+
+
+def release_bound(run: fl.Run, defense: Any, point: int,
+                  kappas: dict[str, float]) -> dict[str, float]:
+    """The attacked release's sound eps, mu and the reconstruction bound at each kappa."""
+    sites = getattr(defense, "sites", frozenset())
+    if not any(SITE_POINT[s] >= point for s in sites):  # the noise acts after the leak
+        return {"eps_release": math.inf, "mu": math.inf,
+                **{f"bound_{k}": 1.0 for k in kappas}}
+    eps = run.epsilon(DELTA, "sound")
+    mu = release_mu(run.sound)
+    out = {"eps_release": eps, "mu": math.nan if mu is None else mu}
+    for k, kappa in kappas.items():
+        if mu is not None:
+            out[f"bound_{k}"] = metrics.rero_bound_gdp(kappa, mu)
+        else:  # group privacy for 2: (2 eps, (1 + e^eps) delta)
+            pairs = [] if not math.isfinite(eps) or eps > 300 else [
+                (2 * eps, min(1.0, (1 + math.exp(eps)) * DELTA))]
+            out[f"bound_{k}"] = metrics.rero_bound_dp(kappa, pairs)
+    return out
+
+
+def thumbnail(x: torch.Tensor) -> list[list[int]]:
+    """One image (C, H, W) in [0, 1] as 8-bit rows of its first channel (for the figure)."""
+    return (x[0].clamp(0, 1) * 255).round().to(torch.uint8).tolist()
 
 
 def _with_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
-    import copy
-
     net = copy.deepcopy(model)
     net.load_state_dict(weights, strict=False)
     return net
@@ -200,18 +285,30 @@ def _job_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for obs in run.observations:
         rec = attack_observation(obs, model, ds, job["attack"], job["iterations"],
-                                 job["seed"] + job["example"])
-        out.append({"point": obs.point, "attack": job["attack"], **score(rec, run.truth(obs))})
+                                 job["seed"] + job["example"], dict(job["options"]),
+                                 job["restarts"])
+        truth = run.truth(obs)
+        row = {"point": obs.point, "attack": job["attack"], **score(rec, truth, ds.x_train),
+               **release_bound(run, defense, obs.point, dict(job["kappas"]))}
+        if job["example"] == 0:
+            row["image"] = thumbnail(rec.inputs[0])
+            row["truth"] = thumbnail(truth.inputs[0])
+        out.append(row)
     return out
 
 
 # ------------------------------------------------------------------------------ planning
-def plan(prof: Profile, seed: int, weights: dict[tuple[str, str], Any]
-         ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(key, job) for every job of the profile; a key names everything its result depends
-    on, so a run resumes across edits of the profile's lists."""
-    its = dict(prof.iterations)
-    common = {"dataset": prof.dataset, "seed": seed, "lr": prof.client_lr}
+def _common(prof: Profile, seed: int, kappas: dict[str, float]) -> dict[str, Any]:
+    return {"dataset": prof.dataset, "seed": seed, "lr": prof.client_lr,
+            "kappas": sorted(kappas.items()), "restarts": prof.restarts}
+
+
+def plan(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
+         kappas: dict[str, float]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, job) of the undefended grid and the eps runs; a key names everything its
+    result depends on, so a run resumes across edits of the profile's lists."""
+    its, opts = dict(prof.iterations), dict(prof.options)
+    common = _common(prof, seed, kappas)
     for m in prof.models:
         for stage in prof.stages:
             for b in prof.batch_sizes:
@@ -223,20 +320,58 @@ def plan(prof: Profile, seed: int, weights: dict[tuple[str, str], Any]
                                 "weights": weights[(m, stage)], "defense": "none",
                                 "sigma": 0.0, "batch_size": b, "local_steps": steps,
                                 "example": e, "points": (1,), "attack": a,
-                                "iterations": its[a]}
-    m = prof.models[0]
+                                "iterations": its[a], "options": opts.get(a, ())}
     for d in prof.sweep_defenses:
-        for sigma in prof.sigmas:
+        for sigma in prof.eps_sigmas:
             yield f"eps|{d}|{sigma}", {**common, "kind": "eps", "defense": d, "sigma": sigma,
                                         "train": prof.train}
-            for b, names in prof.sweep_attacks:
-                for e in range(prof.examples):
-                    for a in names:
-                        yield f"sweep|{d}|{sigma}|{b}|{e}|{a}|{its[a]}", {
-                            **common, "kind": "sweep", "model": m, "stage": "initial",
-                            "weights": weights[(m, "initial")], "defense": d,
-                            "sigma": sigma, "batch_size": b, "local_steps": 1, "example": e,
-                            "points": prof.points, "attack": a, "iterations": its[a]}
+
+
+def sweep_jobs(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
+               kappas: dict[str, float], defense: str, batch_size: int,
+               sigmas: Sequence[float]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(key, job) of one sweep line (defense, B) at ``sigmas``."""
+    its, opts = dict(prof.iterations), dict(prof.options)
+    names = dict(prof.defense_attacks).get(defense, dict(prof.sweep_attacks)[batch_size])
+    m = prof.models[0]
+    for sigma in sigmas:
+        for e in range(prof.sweep_examples):
+            for a in names:
+                yield f"sweep|{defense}|{sigma:.6g}|{batch_size}|{e}|{a}|{its[a]}", {
+                    **_common(prof, seed, kappas), "kind": "sweep", "model": m,
+                    "stage": "initial", "weights": weights[(m, "initial")],
+                    "defense": defense, "sigma": float(f"{sigma:.6g}"),
+                    "batch_size": batch_size, "local_steps": 1, "example": e,
+                    "points": prof.points, "attack": a, "iterations": its[a],
+                    "options": opts.get(a, ())}
+
+
+def leak_levels(rows: list[dict[str, Any]]) -> dict[float, float]:
+    """sigma -> success of one line: the best over attacks and points of max(ASR,
+    identification)."""
+    out: dict[float, float] = {}
+    for r in rows:
+        level = max(r["asr"], r.get("identification", 0.0))
+        out[r["sigma"]] = max(out.get(r["sigma"], 0.0), level)
+    return out
+
+
+def refine_sigmas(levels: dict[float, float]) -> list[float]:
+    """New sigmas: geometric midpoints of the gaps (last fully leaking, next) and (last
+    leaking, first resisting) of one line; a gap narrower than x1.5 is left alone."""
+    grid = sorted(levels)
+    new = set()
+    full = [i for i, s in enumerate(grid) if levels[s] >= 1.0]
+    some = [i for i, s in enumerate(grid) if levels[s] > 0.0]
+    for idx in ({full[-1]} if full else set()) | ({some[-1]} if some else set()):
+        if idx + 1 >= len(grid):
+            continue
+        a, b = grid[idx], grid[idx + 1]
+        if a > 0 and b / a < 1.5:
+            continue
+        mid = math.sqrt(a * b) if a > 0 else b / math.sqrt(10.0)
+        new.add(float(f"{mid:.3g}"))
+    return sorted(new - set(grid))
 
 
 def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str, str], Any]:
@@ -259,7 +394,7 @@ def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str,
 def execute(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile, workers: int) -> None:
     """Run the jobs not in ``store`` yet; each result is stored as it finishes (resume)."""
     pending = [(k, j) for k, j in jobs if not store.has("job", k)]
-    if workers <= 1:
+    if workers <= 1 or len(pending) <= 1:
         for key, job in pending:
             store.put("job", key, {"rows": run_job(job)})
         return
@@ -270,10 +405,40 @@ def execute(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile, workers:
             store.put("job", futures[fut], {"rows": fut.result()})
 
 
+def run_sweeps(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
+               kappas: dict[str, float], store: ResultsFile, workers: int,
+               first: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The base pass (with ``first``, the grid and eps jobs, in one pool), then
+    ``prof.refine`` passes adding the midpoints of every line's gaps."""
+    lines = [(d, b) for d in prof.sweep_defenses for b, _ in prof.sweep_attacks]
+    sigmas = {line: list(prof.sigmas) for line in lines}
+    jobs = [j for line in lines for j in sweep_jobs(prof, seed, weights, kappas, *line,
+                                                    sigmas[line])]
+    execute(first + jobs, store, workers)
+    for _ in range(prof.refine):
+        new = []
+        for line in lines:
+            mine = [r for k, j in jobs if (j["defense"], j["batch_size"]) == line
+                    for r in _rows_with_sigma(store, k, j)]
+            extra = refine_sigmas(leak_levels(mine))
+            sigmas[line] += extra
+            new += list(sweep_jobs(prof, seed, weights, kappas, *line, extra))
+        if not new:
+            break
+        execute(new, store, workers)
+        jobs += new
+    return jobs
+
+
+def _rows_with_sigma(store: ResultsFile, key: str, job: dict[str, Any]
+                     ) -> list[dict[str, Any]]:
+    return [{**r, "sigma": job["sigma"]} for r in store.get("job", key)["rows"]]
+
+
 # ------------------------------------------------------------------------------ results
 def collect(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile) -> list[dict[str, Any]]:
     """One CSV row per (defense, sigma, point, attack, model, stage, B, L), averaged over
-    the batches of the cell (ASR over all their images)."""
+    the batches of the cell (ASR and identification over all their images)."""
     eps = {(j["defense"], j["sigma"]): store.get("job", k)["rows"][0]["eps_sound"]
            for k, j in jobs if j["kind"] == "eps"}
     cells: dict[tuple, list[dict[str, Any]]] = {}
@@ -285,15 +450,26 @@ def collect(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile) -> list[
                     job["batch_size"], job["local_steps"], job["sigma"])
             cells.setdefault(cell, []).append(r)
     rows = []
-    for cell, rs in cells.items():
-        images = sum(r["images"] for r in rs)
+    for cell, rs in sorted(cells.items(), key=lambda kv: tuple(map(str, kv[0][:7]))
+                           + (kv[0][7],)):
         defense, sigma = cell[0], cell[7]
         rows.append(dict(zip(COLUMNS, (
-            *cell, math.inf if defense == "none" else eps[(defense, sigma)],
-            sum(r["asr"] * r["images"] for r in rs) / images,
-            float(np.mean([r["psnr"] for r in rs])),
-            float(np.mean([r["label_accuracy"] for r in rs]))))))
+            *cell, rs[0].get("eps_release", math.inf),
+            math.inf if defense == "none" or sigma == 0 else eps.get((defense, sigma),
+                                                                     math.nan),
+            rs[0].get("mu", math.inf), _share(rs, "asr"), _mean(rs, "psnr"),
+            _mean(rs, "ssim"), _share(rs, "identification"), rs[0].get("bound_asr", 1.0),
+            rs[0].get("bound_id", 1.0), _mean(rs, "label_accuracy")))))
     return rows
+
+
+def _share(rs: list[dict[str, Any]], name: str) -> float:
+    """Image-weighted mean of a per-batch share."""
+    return sum(r.get(name, math.nan) * r["images"] for r in rs) / sum(r["images"] for r in rs)
+
+
+def _mean(rs: list[dict[str, Any]], name: str) -> float:
+    return float(np.mean([r.get(name, math.nan) for r in rs]))
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
@@ -305,50 +481,141 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
                              for k, v in row.items()})
 
 
-def best_per_line(rows: list[dict[str, Any]], batch_size: int
-                  ) -> dict[tuple[str, int], list[tuple[float, float, float]]]:
-    """(defense, point) -> sorted [(sigma, eps_sound, best ASR over attacks)] at B."""
-    best: dict[tuple[str, int, float], tuple[float, float]] = {}
+def above_bound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose measured success exceeds its reconstruction bound."""
+    return [r for r in rows if r["defense"] != "none"
+            and (r["identification"] > r["bound_id"] + 1e-12
+                 or r["asr"] > r["bound_asr"] + 1e-12)]
+
+
+def lines_at(rows: list[dict[str, Any]], batch_size: int
+             ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """(defense, point) -> per sigma (sorted) the best attack's numbers at B: success
+    (max of ASR and identification), identification, ASR and PSNR (max over attacks), with
+    the release's eps, eps of the standard run and the bounds."""
+    best: dict[tuple[str, int, float], dict[str, Any]] = {}
     for r in rows:
         if r["defense"] == "none" or r["batch_size"] != batch_size:
             continue
         key = (r["defense"], r["point"], r["sigma"])
-        old = best.get(key, (r["eps_sound"], -1.0))
-        best[key] = (r["eps_sound"], max(old[1], r["asr"]))
-    lines: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-    for (d, p, s), (e, a) in sorted(best.items()):
-        lines.setdefault((d, p), []).append((s, e, a))
+        old = best.get(key)
+        cur = {"sigma": r["sigma"], "eps_release": r["eps_release"],
+               "eps_train": r["eps_train"], "bound_id": r["bound_id"],
+               "bound_asr": r["bound_asr"], "identification": r["identification"],
+               "asr": r["asr"], "psnr": r["psnr"], "ssim": r["ssim"],
+               "attack": r["attack"]}
+        if old is not None:
+            cur["attack"] = old["attack"] if old["psnr"] >= r["psnr"] else r["attack"]
+            for k in ("identification", "asr", "psnr", "ssim"):
+                cur[k] = max(old[k], r[k])
+        cur["success"] = max(cur["identification"], cur["asr"])
+        best[key] = cur
+    lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for (d, p, _), v in sorted(best.items()):
+        lines.setdefault((d, p), []).append(v)
     return lines
 
 
+def transition(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where one line stops leaking: sigmas strictly between all and nothing (success in
+    (0, 1)); the best PSNR from the last fully leaking sigma to the first resisting one
+    (after which nothing leaks) and whether it strictly decreases."""
+    partial = [p["sigma"] for p in points if 0.0 < p["success"] < 1.0]
+    full = [i for i, p in enumerate(points) if p["success"] >= 1.0]
+    lo = full[-1] if full else 0
+    zero = [i for i in range(lo, len(points))
+            if all(q["success"] == 0.0 for q in points[i:])]
+    hi = zero[0] if zero else len(points) - 1
+    span = [p["psnr"] for p in points[lo:hi + 1]]
+    return {"partial": partial, "psnr_span": span,
+            "psnr_decreasing": len(span) >= 3 and all(a > b for a, b in zip(span, span[1:])),
+            "last_full": points[lo]["sigma"] if full else None,
+            "first_resisting": points[hi]["sigma"] if zero else None}
+
+
 def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> None:
-    """ASR against sigma (symlog: sigma 0 on the left) and against sound eps (log; inf eps
-    left out), one panel row per batch size, one line per defense (colour) and leak point
-    (line style); lines are offset by up to +-0.03 so that equal ones stay visible."""
-    fig = Figure(figsize=(11, 3.8 * len(batch_sizes)), layout="constrained")
-    axes = fig.subplots(len(batch_sizes), 2, squeeze=False)
+    """Per batch size: identification (solid) and ASR at 20 dB (dotted) of the best attack
+    against sigma (symlog: sigma 0 on the left) and against the sound eps of the release
+    the attack sees (log; inf left out), each defense's reconstruction bound (dashed, same
+    colour), and the best mean PSNR against sigma; one line per defense and leak point."""
+    fig = Figure(figsize=(15, 4.2 * len(batch_sizes)), layout="constrained")
+    axes = fig.subplots(len(batch_sizes), 3, squeeze=False)
     colours = {d: f"C{i}" for i, d in enumerate(SWEEP_DEFENSES)}
-    styles = {0: ("-", "o"), 1: ("--", "s"), 2: (":", "^")}
-    for (ax_s, ax_e), b in zip(axes, batch_sizes):
-        lines = best_per_line(rows, b)
-        for i, ((d, p), pts) in enumerate(lines.items()):
-            shift = 0.06 * (i / max(len(lines) - 1, 1) - 0.5)
-            style = dict(color=colours.get(d, "k"), linestyle=styles[p][0],
-                         marker=styles[p][1], markersize=4, label=f"{d} type {p}")
-            ax_s.plot([s for s, _, _ in pts], [a + shift for _, _, a in pts], **style)
-            finite = [(e, a + shift) for _, e, a in pts if math.isfinite(e) and e > 0]
-            if finite:
-                ax_e.plot(*zip(*finite), **style)
-        ax_s.set_xscale("symlog", linthresh=1e-3)
+    markers = {0: "o", 1: "s", 2: "^"}
+    for (ax_s, ax_e, ax_p), b in zip(axes, batch_sizes):
+        for (d, p), pts in lines_at(rows, b).items():
+            c, mk = colours.get(d, "k"), markers[p]
+            sig = [q["sigma"] for q in pts]
+            ax_s.plot(sig, [q["identification"] for q in pts], color=c, marker=mk,
+                      markersize=4, label=f"{d} type {p}: identified")
+            ax_s.plot(sig, [q["asr"] for q in pts], color=c, linestyle=":", linewidth=1)
+            ax_s.plot(sig, [q["bound_id"] for q in pts], color=c, linestyle="--",
+                      linewidth=1, label=f"{d} type {p}: bound (Hayes et al. 2023)")
+            fin = [q for q in pts if math.isfinite(q["eps_release"]) and q["eps_release"] > 0]
+            if fin:
+                eps = [q["eps_release"] for q in fin]
+                ax_e.plot(eps, [q["identification"] for q in fin], color=c, marker=mk,
+                          markersize=4, label=f"{d} type {p}")
+                ax_e.plot(eps, [q["bound_id"] for q in fin], color=c, linestyle="--",
+                          linewidth=1)
+            ax_p.plot(sig, [q["psnr"] for q in pts], color=c, marker=mk, markersize=4,
+                      label=f"{d} type {p}")
+        ax_s.set_xscale("symlog", linthresh=1e-5)
         ax_e.set_xscale("log")
-        for ax, xl in ((ax_s, "noise multiplier sigma"), (ax_e, "sound eps (delta 1e-5)")):
+        ax_p.set_xscale("symlog", linthresh=1e-5)
+        ax_p.axhline(metrics.SUCCESS_PSNR, color="grey", linewidth=0.8, linestyle=":")
+        for ax, xl, yl in ((ax_s, "noise multiplier sigma", "success share"),
+                           (ax_e, "sound eps of the attacked release (delta 1e-5)",
+                            "identified share"),
+                           (ax_p, "noise multiplier sigma", "best mean PSNR (dB)")):
             ax.set_xlabel(xl)
-            ax.set_ylabel("ASR (PSNR >= 20 dB), best attack")
-            ax.set_ylim(-0.08, 1.08)
-            ax.set_title(f"B = {b}")
+            ax.set_ylabel(yl)
             ax.grid(alpha=0.3)
-        ax_e.legend(fontsize=6, ncol=2, loc="center right")
-    fig.savefig(path, dpi=110)
+        for ax in (ax_s, ax_e):
+            ax.set_ylim(-0.05, 1.05)
+        ax_s.set_title(f"B = {b}: identified (solid), ASR 20 dB (dotted), bound (dashed)")
+        ax_e.set_title(f"B = {b}: against eps, bound dashed")
+        ax_p.set_title(f"B = {b}: PSNR of the best attack (20 dB line)")
+        ax_s.legend(fontsize=6, loc="lower left")
+    fig.suptitle("Where gradient leakage stops: measured success and the reconstruction "
+                 "bound no attack can beat")
+    fig.savefig(path, dpi=80)
+
+
+def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile,
+                         rows: list[dict[str, Any]], path: Path) -> None:
+    """One row per (defense, attack, leak point) of the B = 1 sweeps: the truth, then the
+    first image's reconstruction at each sigma (every attack that ran is shown)."""
+    thumbs: dict[tuple[str, str], dict[float, Any]] = {}
+    truths: dict[str, Any] = {}
+    for key, job in jobs:
+        if job["kind"] != "sweep" or job["batch_size"] != 1 or job["example"] != 0:
+            continue
+        for r in store.get("job", key)["rows"]:
+            if "image" in r:
+                line = (job["defense"], job["attack"], r["point"])
+                thumbs.setdefault(line, {})[job["sigma"]] = r
+                truths[job["defense"]] = r["truth"]
+    if not thumbs:
+        return
+    sigmas = sorted({s for v in thumbs.values() for s in v})
+    fig = Figure(figsize=(0.9 * (len(sigmas) + 1), 1.0 * len(thumbs) + 0.6),
+                 layout="constrained")
+    axes = fig.subplots(len(thumbs), len(sigmas) + 1, squeeze=False)
+    for row, ((d, a, p), by_sigma) in zip(axes, sorted(thumbs.items())):
+        row[0].imshow(np.array(truths[d]), cmap="gray", vmin=0, vmax=255)
+        row[0].set_ylabel(f"{d}\n{a} type {p}", fontsize=6)
+        row[0].set_title("truth", fontsize=6)
+        for ax, s in zip(row[1:], sigmas):
+            if s in by_sigma:
+                r = by_sigma[s]
+                ax.imshow(np.array(r["image"]), cmap="gray", vmin=0, vmax=255)
+                ax.set_title(f"s={s:.2g}\n{r['psnr']:.0f} dB", fontsize=5)
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    fig.suptitle("Reconstructions along the noise axis (B = 1; s = sigma, PSNR)", fontsize=8)
+    fig.savefig(path, dpi=55)
 
 
 def label_section(report: Report, dataset: str, seed: int, batches: int) -> None:
@@ -377,68 +644,82 @@ def label_section(report: Report, dataset: str, seed: int, batches: int) -> None
 
 
 def grid_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> dict[str, Any]:
-    """(a) tables and the two checks of the issue; returns the checks."""
+    """(a) tables and the checks of the issues; returns the checks."""
     grid = [r for r in rows if r["defense"] == "none"]
     cell = {(r["model"], r["stage"], r["attack"], r["local_steps"], r["batch_size"]): r
             for r in grid}
-    report.line("## (a) Undefended: ASR / mean PSNR (dB) by batch size B and local steps L")
+    report.line("## (a) Undefended: identified share / ASR / mean PSNR (dB) by batch size B "
+                "and local steps L")
     report.line()
     for m in prof.models:
         for stage in prof.stages:
             report.line(f"Model {m}, stage {stage} (leak point 1, the client update):")
             report.line()
             body = [[a, str(steps)] + [
-                f"{cell[(m, stage, a, steps, b)]['asr']:.2f} / "
-                f"{cell[(m, stage, a, steps, b)]['psnr']:.1f}" for b in prof.batch_sizes]
+                "{identification:.2f} / {asr:.2f} / {psnr:.1f}".format(
+                    **cell[(m, stage, a, steps, b)]) for b in prof.batch_sizes]
                 for a in prof.grid_attacks for steps in prof.local_steps]
             report.table(["attack", "L"] + [f"B={b}" for b in prof.batch_sizes], body)
     m, stage = prof.models[0], prof.stages[0]
     b_lo, b_hi = prof.batch_sizes[0], prof.batch_sizes[-1]
     best = {b: max(cell[(m, stage, a, steps, b)]["asr"] for a in prof.grid_attacks
                    for steps in prof.local_steps) for b in (b_lo, b_hi)}
-    steps5 = 5 if 5 in prof.local_steps else prof.local_steps[-1]
-    mean = {a: float(np.mean([cell[(m, stage, a, steps5, b)]["psnr"]
+    ident = {b: max((cell[(m, stage, a, 1, b)]["identification"], a)
+                    for a in prof.grid_attacks) for b in (b_lo, b_hi)}
+    steps_hi = prof.local_steps[-1]
+    mean = {a: float(np.mean([cell[(m, stage, a, steps_hi, b)]["psnr"]
                               for b in prof.batch_sizes])) for a in ("ig", "fedavg")
             if a in prof.grid_attacks}
     checks = {"asr_falls": best[b_lo] > best[b_hi], "asr_b_lo": best[b_lo],
-              "asr_b_hi": best[b_hi], "fedavg_vs_ig": mean, "steps": steps5}
-    report.line(f"- Best ASR over attacks and L: {best[b_lo]:.2f} at B = {b_lo}, "
-                f"{best[b_hi]:.2f} at B = {b_hi} (falls: {checks['asr_falls']}).")
+              "asr_b_hi": best[b_hi], "fedavg_vs_ig": mean, "steps": steps_hi,
+              "ident_b_hi": ident[b_hi], "b_hi": b_hi}
+    report.line(f"- Best ASR (20 dB) over attacks and L: {best[b_lo]:.2f} at B = {b_lo}, "
+                f"{best[b_hi]:.2f} at B = {b_hi}.")
+    report.line(f"- Identified share at L = 1 (the nearest of the {prof.dataset} training "
+                f"images is the true one; a blind guess: 1/N): best {ident[b_hi][0]:.2f} "
+                f"at B = {b_hi} ({ident[b_hi][1]}), {ident[b_lo][0]:.2f} at B = {b_lo}.")
     if len(mean) == 2:
-        report.line(f"- Mean PSNR over B at L = {steps5}: fedavg {mean['fedavg']:.2f} dB, "
-                    f"naive ig {mean['ig']:.2f} dB (fedavg >= naive: "
-                    f"{mean['fedavg'] >= mean['ig']}).")
+        report.line(f"- Mean PSNR over B at L = {steps_hi}: fedavg {mean['fedavg']:.2f} dB, "
+                    f"naive ig {mean['ig']:.2f} dB.")
     report.line()
     return checks
 
 
+def _fmt(v: float, spec: str = ".3g") -> str:
+    return "inf" if v == math.inf else ("-" if isinstance(v, float) and math.isnan(v)
+                                        else format(v, spec))
+
+
 def sweep_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> dict[str, Any]:
-    """(b) tables: best ASR over attacks per defense, B and point at each sigma."""
-    report.line("## (b) Noise sweeps: best ASR over attacks (L = 1) and the sound eps")
+    """(b) one table per line (defense, B, point): the best attack at each sigma next to
+    the bound; the transition checks of issue 20."""
+    report.line("## (b) Noise sweeps (L = 1): the best attack at each sigma and the bound")
     report.line()
-    sigmas = prof.sigmas
-    body, eps_rows = [], {}
-    zero_cdp = []
+    checks: dict[str, Any] = {"lines": {}}
     for b, _ in prof.sweep_attacks:
-        for (d, p), pts in best_per_line(rows, b).items():
-            asr = {s: a for s, _, a in pts}
-            eps_rows[d] = {s: e for s, e, _ in pts}
-            body.append([d, str(b), str(p)] + [f"{asr[s]:.2f}" if s in asr else "-"
-                                               for s in sigmas])
-            if d == "fed-cdp":
-                zero_cdp.append(min(asr.values()) == 0.0)
-    report.table(["defense", "B", "point"] + [f"sigma={s:g}" for s in sigmas], body)
-    report.table(["defense", "sound eps at"] + [f"sigma={s:g}" for s in sigmas],
-                 [[d, ""] + [f"{e[s]:.3g}" if s in e else "-" for s in sigmas]
-                  for d, e in eps_rows.items()])
-    noisy = [r for r in rows if r["sigma"] > 0]
-    checks = {"fed_cdp_reaches_zero": bool(zero_cdp) and all(zero_cdp),
-              "every_noisy_row_has_eps": all(r["eps_sound"] is not None
-                                             and not math.isnan(r["eps_sound"])
-                                             for r in noisy)}
-    report.line(f"- fed-cdp reaches ASR 0 at every batch size and point: "
-                f"{checks['fed_cdp_reaches_zero']}; every noisy row has its sound eps: "
-                f"{checks['every_noisy_row_has_eps']}.")
+        for (d, p), pts in lines_at(rows, b).items():
+            tr = transition(pts)
+            checks["lines"][(d, b, p)] = tr
+            report.line(f"{d}, B = {b}, leak point {p}: partial success (0 < s < 1) at "
+                        f"{len(tr['partial'])} sigma(s) {[f'{s:g}' for s in tr['partial']]};"
+                        f" best PSNR from the last fully leaking sigma "
+                        f"({tr['last_full']}) to the first resisting one "
+                        f"({tr['first_resisting']}): "
+                        f"{', '.join(f'{v:.1f}' for v in tr['psnr_span'])} dB (strictly "
+                        f"decreasing: {tr['psnr_decreasing']}).")
+            report.line()
+            report.table(
+                ["sigma", "eps release", "eps run", "identified", "bound", "ASR",
+                 "ASR bound", "PSNR", "SSIM", "best attack"],
+                [[f"{q['sigma']:g}", _fmt(q["eps_release"]), _fmt(q["eps_train"]),
+                  f"{q['identification']:.2f}", f"{q['bound_id']:.3g}", f"{q['asr']:.2f}",
+                  f"{q['bound_asr']:.3g}", f"{q['psnr']:.1f}", f"{q['ssim']:.2f}",
+                  q["attack"]] for q in pts])
+    noisy = [r for r in rows if r["defense"] != "none" and r["sigma"] > 0]
+    checks["bound_everywhere"] = all(not math.isnan(r["bound_id"]) for r in noisy)
+    checks["above"] = above_bound(rows)
+    report.line(f"- Every noisy row has its bound: {checks['bound_everywhere']}; rows whose "
+                f"measured success exceeds the bound: {len(checks['above'])}.")
     report.line()
     return checks
 
@@ -451,35 +732,41 @@ LITERATURE = (
      "recognisable images from a multi-step update by simulating the local steps"),
     ("Dimitrov et al. 2022", "FEMNIST, the CNN of models.relu_cnn, several epochs",
      "simulating the local epochs beats the naive gradient (their Table 2)"),
+    ("Hayes, Mahloujifar, Balle, NeurIPS 2023", "DP-SGD, mu-GDP release",
+     "reconstruction success <= Phi(Phi^-1(kappa) + mu)"),
 )
 
 
 def reading_section(report: Report, grid: dict[str, Any], sweep: dict[str, Any],
-                    prof: Profile) -> None:
-    """The literature's calibration points next to ours, and the curves in plain words."""
+                    prof: Profile, kappas: dict[str, float]) -> None:
+    """The literature's calibration points next to ours."""
     report.line("## Calibration points from the literature")
     report.line()
     report.table(["source", "setting", "reported"], [list(r) for r in LITERATURE])
-    report.line("## In plain words")
+    report.line(f"Prior success of a blind guess (kappa): identification {kappas['id']:.2g} "
+                f"(1 / training-set size), PSNR >= 20 dB {kappas['asr']:.2g} (largest "
+                "share of the training set within 20 dB of one training image).")
     report.line()
-    b_lo, b_hi = prof.batch_sizes[0], prof.batch_sizes[-1]
-    report.line(f"- Without a defense the best attack rebuilds {grid['asr_b_lo']:.0%} of the "
-                f"images at B = {b_lo} and {grid['asr_b_hi']:.0%} at B = {b_hi}: batch size "
-                "alone is the strongest protection in this grid, at the attack budget of "
-                "this profile.")
-    mean = grid["fedavg_vs_ig"]
-    if len(mean) == 2:
-        report.line(f"- After L = {grid['steps']} local steps the naive g = -dW/(lr L) "
-                    f"misleads the attacker; simulating the steps (fedavg) gains "
-                    f"{mean['fedavg'] - mean['ig']:+.1f} dB of mean PSNR over ig.")
-    report.line(f"- fed-cdp drives the ASR to 0 at every point and batch size: "
-                f"{sweep['fed_cdp_reaches_zero']}. Read the eps panel for the privacy a run "
-                "at that noise spends; sigma 0 has eps = inf (no release is paid for).")
-    report.line()
+
+
+def run_summary(report: Report, prof: Profile, busy: float, args: argparse.Namespace,
+                argv: Sequence[str] | None, t0: float) -> None:
+    train = dict(prof.train)
+    report.line(f"Standard training run behind eps run and stages: N = {train['clients']}, "
+                f"K = {train['clients_per_round']}, T = {train['rounds']}, L = "
+                f"{train['local_steps']}, B = {train['batch_size']}, {train['optimizer']}"
+                f" lr {train['lr']}; attacked clients: SGD lr {prof.client_lr}, "
+                f"{prof.examples} batch(es) per grid cell, {prof.sweep_examples} per sweep "
+                f"cell; attack steps {dict(prof.iterations)}, options "
+                f"{ {a: dict(o) for a, o in prof.options} }, restarts {prof.restarts} (best "
+                f"by the attack's own loss); job time summed over workers {busy:.0f} s.")
+    report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
+                f" ({time.perf_counter() - t0:.0f} s, {args.workers} worker(s)).")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+    """Command-line entry point; returns the exit status (1 when a measured success
+    exceeds its bound)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument("--data", default=None, help="dataset (default: the profile's)")
@@ -507,29 +794,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.line()
     t0 = time.perf_counter()
     label_section(report, prof.dataset, args.seed, 2 if args.tiny else 10)
+    status = 0
     if not args.labels_only:
-        store = ResultsFile(args.out / "leakage_curves.jsonl",
-                            {"dataset": prof.dataset, "seed": args.seed, "lr": prof.client_lr,
-                             "train": prof.train, "points": prof.points})
-        jobs = list(plan(prof, args.seed, stage_weights(prof, ds, args.seed)))
-        execute(jobs, store, args.workers)
-        rows = collect(jobs, store)
-        write_csv(rows, args.out / "leakage_curves.csv")
-        busy = sum(r.get("seconds", 0.0) for _, rec in store.items("job") for r in rec["rows"])
-        plot(rows, [b for b, _ in prof.sweep_attacks], args.out / "leakage_curves.png")
-        grid = grid_section(report, rows, prof)
-        sweep = sweep_section(report, rows, prof)
-        reading_section(report, grid, sweep, prof)
-        train = dict(prof.train)
-        report.line(f"Standard training run behind eps and stages: N = {train['clients']}, "
-                    f"K = {train['clients_per_round']}, T = {train['rounds']}, L = "
-                    f"{train['local_steps']}, B = {train['batch_size']}, {train['optimizer']}"
-                    f" lr {train['lr']}; attacked clients: SGD lr {prof.client_lr}, "
-                    f"{prof.examples} batch(es) per cell; attack steps "
-                    f"{dict(prof.iterations)}; job time summed over workers {busy:.0f} s.")
-    report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
-                f" ({time.perf_counter() - t0:.0f} s, {args.workers} worker(s)).")
+        status = curves(report, prof, ds, args)
+        busy = sum(r.get("seconds", 0.0) for _, rec in
+                   ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
+                   .items("job") for r in rec["rows"])
+        run_summary(report, prof, busy, args, argv, t0)
     (args.out / "leakage_curves.md").write_text(report.text())
+    return status
+
+
+def store_config(prof: Profile, args: argparse.Namespace) -> dict[str, Any]:
+    return {"dataset": prof.dataset, "seed": args.seed, "lr": prof.client_lr,
+            "train": prof.train, "points": prof.points, "options": prof.options,
+            "version": 2}
+
+
+def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Namespace) -> int:
+    """Sections (a) and (b), the figures; 1 when a measured success exceeds its bound."""
+    store = ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
+    kappas = {"id": metrics.prior_success_identification(len(ds.x_train)),
+              "asr": metrics.prior_success_psnr(ds.x_train)}
+    weights = stage_weights(prof, ds, args.seed)
+    first = list(plan(prof, args.seed, weights, kappas))
+    jobs = first + run_sweeps(prof, args.seed, weights, kappas, store, args.workers, first)
+    rows = collect(jobs, store)
+    write_csv(rows, args.out / "leakage_curves.csv")
+    sweep_b = [b for b, _ in prof.sweep_attacks]
+    plot(rows, sweep_b, args.out / "leakage_curves.png")
+    plot_reconstructions(jobs, store, rows, args.out / "leakage_reconstructions.png")
+    grid = grid_section(report, rows, prof)
+    sweep = sweep_section(report, rows, prof)
+    reading_section(report, grid, sweep, prof, kappas)
+    if sweep["above"]:
+        for r in sweep["above"]:
+            print(f"MEASURED ABOVE BOUND: {r}", file=sys.stderr)
+        report.line(f"**FAILED: {len(sweep['above'])} row(s) measured above the bound.**")
+        return 1
     return 0
 
 

@@ -29,6 +29,11 @@ from ._validate import check_int, check_number
 
 __all__ = [
     "SUCCESS_PSNR",
+    "identified",
+    "prior_success_identification",
+    "prior_success_psnr",
+    "rero_bound_dp",
+    "rero_bound_gdp",
     "score_history",
     "attack_success_rate",
     "image_scores",
@@ -154,21 +159,118 @@ PSNR_CAP = 100.0
 
 
 def image_scores(reconstructed: Any, truth: Any,
-                 threshold_db: float = SUCCESS_PSNR) -> dict[str, Any]:
-    """Per-image scores of a batch reconstruction (issue 13): the reconstructions are put in
-    the order of the truth by :func:`match` (Hungarian, total MSE), then each image gets its
-    PSNR (capped at ``PSNR_CAP``) and succeeds when it is >= ``threshold_db``.
+                 threshold_db: float = SUCCESS_PSNR, pool: Any = None) -> dict[str, Any]:
+    """Per-image scores of a batch reconstruction (issues 13, 20): the reconstructions are
+    put in the order of the truth by :func:`match` (Hungarian, total MSE), then each image
+    gets its PSNR (capped at ``PSNR_CAP``), its SSIM, and succeeds when its PSNR is >=
+    ``threshold_db``. With ``pool`` (the data set the truth was drawn from, truth included),
+    also whether each image is :func:`identified`.
 
-    Returns ``{"psnr": [...], "success": [...], "asr": share rebuilt, "mean_psnr": ...}``.
+    Returns ``{"psnr": [...], "ssim": [...], "success": [...], "asr": share rebuilt,
+    "mean_psnr", "mean_ssim"[, "identified": [...], "identification": share]}``.
     """
     _check_threshold(threshold_db)
     r = _batch(reconstructed, "reconstructed")
     t = _batch(truth, "truth")
     r = r[match(r, t)]
     values = [min(psnr(a, b), PSNR_CAP) for a, b in zip(r, t)]
+    sims = [ssim(a, b) for a, b in zip(r, t)]
     flags = [v >= threshold_db for v in values]
-    return {"psnr": values, "success": flags, "asr": sum(flags) / len(flags),
-            "mean_psnr": float(np.mean(values))}
+    out = {"psnr": values, "ssim": sims, "success": flags, "asr": sum(flags) / len(flags),
+           "mean_psnr": float(np.mean(values)), "mean_ssim": float(np.mean(sims))}
+    if pool is not None:
+        hits = identified(r, t, pool)
+        out["identified"] = hits
+        out["identification"] = sum(hits) / len(hits)
+    return out
+
+
+def identified(reconstructed: Any, truth: Any, pool: Any) -> list[bool]:
+    """Identifiability (issue 20): for each pair ``(reconstructed[i], truth[i])`` (already
+    matched), whether the image of ``pool`` nearest to the reconstruction (MSE) is the truth:
+    a person holding the data set would pick out the right record. ``pool`` (N, ...) must
+    contain every truth image (a ValueError otherwise); ties count as failures unless every
+    tied image equals the truth.
+
+    When the truth is drawn uniformly from ``pool``, any guess made without the release
+    succeeds with probability exactly 1/N (one pool image is nearest to it):
+    :func:`prior_success_identification`, the kappa of :func:`rero_bound_gdp`."""
+    r = _batch(reconstructed, "reconstructed")
+    t = _batch(truth, "truth")
+    p = _batch(pool, "pool")
+    if r.shape != t.shape or p.shape[1:] != t.shape[1:]:
+        raise ValueError(f"reconstructed {r.shape}, truth {t.shape} and pool {p.shape} must "
+                         "share the example shape")
+    pf, rf, tf = p.reshape(len(p), -1), r.reshape(len(r), -1), t.reshape(len(t), -1)
+    out = []
+    for a, b in zip(rf, tf):
+        same = np.all(pf == b, axis=1)
+        if not same.any():
+            raise ValueError("pool must contain every truth image")
+        d = ((pf - a) ** 2).mean(axis=1)
+        nearest = d <= d.min()
+        out.append(bool(np.all(same[nearest])))
+    return out
+
+
+def prior_success_identification(pool_size: int) -> float:
+    """kappa of identification for a target drawn uniformly from a pool of ``pool_size``
+    distinct images: 1 / pool_size."""
+    return 1.0 / check_int("pool_size", pool_size, 1)
+
+
+def prior_success_psnr(pool: Any, threshold_db: float = SUCCESS_PSNR) -> float:
+    """kappa of "PSNR >= threshold" for a target drawn uniformly from ``pool``, estimated
+    over guesses taken from the pool itself: the largest share of the pool within
+    ``threshold_db`` of one pool image (a lower estimate of the sup over all guesses)."""
+    _check_threshold(threshold_db)
+    p = _batch(pool, "pool")
+    pf = p.reshape(len(p), -1)
+    limit = 10.0 ** (-threshold_db / 10.0)  # MSE at the threshold, data_range 1
+    sq = (pf ** 2).sum(axis=1)
+    best = 0
+    for start in range(0, len(pf), 256):
+        block = pf[start:start + 256]
+        d = (sq[start:start + 256, None] + sq[None, :] - 2.0 * block @ pf.T) / pf.shape[1]
+        best = max(best, int((d <= limit + 1e-12).sum(axis=1).max()))
+    return best / len(pf)
+
+
+def rero_bound_gdp(kappa: float, mu: float) -> float:
+    """Reconstruction robustness of a mu-GDP release (Hayes, Mahloujifar, Balle, "Bounding
+    training data reconstruction in DP-SGD", NeurIPS 2023, Thm. 2 with the Gaussian tradeoff
+    curve of Dong, Roth, Su 2022): no reconstruction attack succeeds with probability above
+    ``Phi(Phi^-1(kappa) + mu)``, where ``kappa`` is the success of the best guess made
+    without the release. mu = inf (or kappa = 1) gives 1; mu = 0 gives kappa."""
+    from scipy.stats import norm
+
+    kappa = check_number("kappa", kappa, minimum=0.0, maximum=1.0)
+    if not (isinstance(mu, (int, float)) and mu == math.inf):
+        mu = check_number("mu", mu, minimum=0.0)
+    if mu == math.inf or kappa >= 1.0:
+        return 1.0
+    if kappa == 0.0:
+        return 0.0
+    return float(norm.cdf(norm.ppf(kappa) + mu))
+
+
+def rero_bound_dp(kappa: float, pairs: Iterable[tuple[float, float]]) -> float:
+    """The same bound from (eps, delta(eps)) pairs of one release (the PLD/RDP bracket's
+    upper side): each pair limits the power at level kappa to
+    ``min(1, e^eps kappa + delta, 1 - e^-eps (1 - delta - kappa))`` (the (eps, delta)
+    tradeoff curve, Kairouz, Oh, Viswanath 2015); the bound is the least over pairs; no
+    pairs give 1."""
+    kappa = check_number("kappa", kappa, minimum=0.0, maximum=1.0)
+    best = 1.0
+    for eps, delta in pairs:
+        if eps == math.inf or eps > 700:
+            continue
+        eps = check_number("eps", eps, minimum=0.0)
+        delta = check_number("delta", delta, minimum=0.0, maximum=1.0)
+        power = min(1.0, math.exp(eps) * kappa + delta,
+                    1.0 - math.exp(-eps) * max(0.0, 1.0 - delta - kappa))
+        best = min(best, power)
+    return best
 
 
 def _batch(x: Any, name: str) -> np.ndarray:

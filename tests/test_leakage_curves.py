@@ -1,6 +1,8 @@
 """benchmarks/leakage_curves.py runs end to end at a tiny size: the CSV has exactly the
-issue's columns and one row per cell, every noisy row carries its sound eps, the figure and
-the Markdown are written, and a rerun resumes without redoing any job."""
+issue's columns and one row per cell, every noisy row carries its sound eps and its
+reconstruction bound, the figures and the Markdown are written, and a rerun resumes without
+redoing any job; the adaptive sigma grid refines the right gaps; a measured success above
+its bound is caught."""
 
 import csv
 import math
@@ -29,13 +31,19 @@ def test_tiny_profile_writes_every_output(tiny):
     sizes = bench.TINY
     assert len(grid) == (len(sizes["batch_sizes"]) * len(sizes["local_steps"])
                          * len(prof.grid_attacks))
-    assert len(sweep) == len(sizes["sigmas"])  # one defense, point, batch size and attack
+    # one defense, point, batch size and attack; refinement may add sigmas
+    assert len(sweep) >= len(sizes["sigmas"])
+    assert {float(r["sigma"]) for r in sweep} >= set(sizes["sigmas"])
     for r in rows:
         assert 0.0 <= float(r["asr"]) <= 1.0 and 0.0 <= float(r["label_accuracy"]) <= 1.0
+        assert 0.0 <= float(r["identification"]) <= 1.0
         assert float(r["psnr"]) > 0.0
     for r in sweep:
-        eps = float(r["eps_sound"])
+        eps = float(r["eps_release"])
         assert (math.isinf(eps) if float(r["sigma"]) == 0 else 0 < eps < math.inf)
+        bound = float(r["bound_id"])
+        assert (bound == 1.0 if float(r["sigma"]) == 0 else 0.0 < bound < 1.0)
+        assert float(r["identification"]) <= bound
     text = (out / "leakage_curves.md").read_text()
     for heading in ("## (a)", "## (b)", "## (c)"):
         assert heading in text
@@ -71,7 +79,63 @@ def test_asr_counts_images_not_batches():
     store = Store({"a": {"rows": rows[:1]}, "b": {"rows": rows[1:]}})
     (row,) = bench.collect([("a", job), ("b", job)], store)
     assert row["asr"] == pytest.approx(0.25) and row["psnr"] == pytest.approx(20.0)
-    assert math.isinf(row["eps_sound"])
+    assert math.isinf(row["eps_release"]) and math.isinf(row["eps_train"])
+
+
+def test_refinement_bisects_the_transition_gaps():
+    bench = load_benchmark("leakage_curves")
+    levels = {0.0: 1.0, 1e-4: 1.0, 1e-3: 0.5, 1e-2: 0.0, 0.1: 0.0}
+    new = bench.refine_sigmas(levels)
+    # (last fully leaking 1e-4, next 1e-3) and (last leaking 1e-3, first resisting 1e-2)
+    assert new == pytest.approx([10 ** -3.5, 10 ** -2.5], rel=1e-2)
+    assert bench.refine_sigmas({0.0: 1.0, 1e-5: 0.0}) == pytest.approx([1e-5 / math.sqrt(10)],
+                                                                       rel=1e-2)
+    assert bench.refine_sigmas({0.0: 0.0, 1.0: 0.0}) == []  # nothing leaks: nothing to refine
+    assert bench.refine_sigmas({1.0: 1.0, 1.2: 0.0}) == []  # a gap below x1.5 stays
+
+
+def test_transition_counts_partial_points_and_psnr_trend():
+    bench = load_benchmark("leakage_curves")
+    pts = [{"sigma": s, "success": a, "psnr": p} for s, a, p in (
+        (0.0, 1.0, 50.0), (1e-4, 1.0, 40.0), (3e-4, 2 / 3, 30.0), (1e-3, 1 / 3, 20.0),
+        (3e-3, 1 / 3, 15.0), (1e-2, 0.0, 10.0), (0.1, 0.0, 11.0))]
+    tr = bench.transition(pts)
+    assert tr["partial"] == [3e-4, 1e-3, 3e-3]
+    assert tr["last_full"] == 1e-4 and tr["first_resisting"] == 1e-2
+    assert tr["psnr_span"] == [40.0, 30.0, 20.0, 15.0, 10.0] and tr["psnr_decreasing"]
+    pts[3]["psnr"] = 35.0
+    assert not bench.transition(pts)["psnr_decreasing"]
+
+
+def test_release_mu_and_the_bound_of_an_unprotected_point():
+    bench = load_benchmark("leakage_curves")
+    from accounting import PrivacyLedger
+    from leakaudit import defenses
+
+    ledger = PrivacyLedger()
+    ledger.step(q=1.0, sigma=2.0, count=4)
+    # add-remove mu = sqrt(4) / 2 = 1, doubled for replace-one
+    assert bench.release_mu([ledger]) == pytest.approx(2.0)
+    sampled = PrivacyLedger()
+    sampled.step(q=0.5, sigma=2.0)
+    assert bench.release_mu([ledger, sampled]) is None  # not a pure Gaussian: use pairs
+    zero = PrivacyLedger()
+    zero.step(q=1.0, sigma=0.0)
+    assert bench.release_mu([zero]) == math.inf
+    # fed-sdp-client adds its noise at the client: the type-2 view (inside local training)
+    # is unprotected, whatever the ledger says
+    out = bench.release_bound(None, defenses.get("fed-sdp-client", sigma=1.0), 2,
+                              {"id": 0.01})
+    assert out["bound_id"] == 1.0 and math.isinf(out["eps_release"])
+
+
+def test_measured_above_the_bound_is_reported():
+    bench = load_benchmark("leakage_curves")
+    ok = {"defense": "fed-cdp", "identification": 0.1, "bound_id": 0.2, "asr": 0.0,
+          "bound_asr": 0.1}
+    bad = {**ok, "identification": 0.5}
+    assert bench.above_bound([ok, {**bad, "defense": "none"}]) == []
+    assert bench.above_bound([ok, bad]) == [bad]
 
 
 def test_trained_stages_are_weights_after_undefended_rounds():

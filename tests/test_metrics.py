@@ -113,3 +113,67 @@ def test_bad_inputs():
         metrics.success(0.1, metric="psnr")
     with pytest.raises(ValueError, match="limit"):
         metrics.tau([], limit=-1)
+
+
+# ---------------------------------------------------------------- issue 20: scores and bound
+def test_image_scores_report_ssim_and_identification():
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.rand(20, 1, 8, 8, generator=gen)
+    truth = pool[[3, 7]]
+    rebuilt = torch.stack([truth[1] + 0.01, pool[0] * 0 + 0.5])  # a near copy of 7, a blur
+    s = metrics.image_scores(rebuilt, truth, pool=pool)
+    # matching pairs the near copy with image 7; it is identified, the grey blur is not
+    # (unless image 3 happens to be the pool image nearest to grey)
+    nearest_to_grey = int(((pool - 0.5) ** 2).flatten(1).mean(1).argmin())
+    assert s["identified"] == [nearest_to_grey == 3, True]
+    assert s["ssim"][1] == pytest.approx(metrics.ssim(rebuilt[0], truth[1]))
+    assert s["mean_ssim"] == pytest.approx(float(np.mean(s["ssim"])))
+    with pytest.raises(ValueError, match="pool must contain"):
+        metrics.identified(truth, truth, pool[10:])
+
+
+def test_identification_prior_is_one_over_the_pool():
+    """A fixed guess identifies exactly one pool image: over a uniform target its success
+    rate is 1 / N (checked by brute force)."""
+    pool = torch.rand(15, 1, 4, 4, generator=torch.Generator().manual_seed(1))
+    guess = torch.full((1, 1, 4, 4), 0.3)
+    hits = sum(metrics.identified(guess, pool[i:i + 1], pool)[0] for i in range(15))
+    assert hits / 15 == pytest.approx(metrics.prior_success_identification(15))
+
+
+def test_prior_success_psnr_counts_the_densest_neighbourhood():
+    a = torch.zeros(1, 4, 4)
+    pool = torch.stack([a, a + 0.05, a + 0.09, a + 0.5, a + 1.0])  # MSE 0.0025, 0.0081
+    assert metrics.prior_success_psnr(pool, 20.0) == pytest.approx(3 / 5)
+    assert metrics.prior_success_psnr(pool, 40.0) == pytest.approx(1 / 5)
+
+
+def test_rero_bound_gdp_values_and_limits():
+    from scipy.stats import norm
+
+    # Hayes, Mahloujifar, Balle 2023: Phi(Phi^-1(kappa) + mu)
+    assert metrics.rero_bound_gdp(0.5, 1.0) == pytest.approx(norm.cdf(1.0))
+    assert metrics.rero_bound_gdp(0.1, 0.0) == pytest.approx(0.1)
+    assert metrics.rero_bound_gdp(0.1, math.inf) == 1.0
+    values = [metrics.rero_bound_gdp(1e-3, mu) for mu in (0.1, 0.5, 1, 2, 4, 8)]
+    assert all(a < b for a, b in zip(values, values[1:]))  # more privacy loss, weaker bound
+    with pytest.raises(ValueError, match="kappa"):
+        metrics.rero_bound_gdp(1.5, 1.0)
+    with pytest.raises(ValueError, match="mu"):
+        metrics.rero_bound_gdp(0.1, -1.0)
+
+
+def test_rero_bound_from_eps_delta_pairs_meets_the_gdp_curve():
+    """The mu-GDP release's exact (eps, delta(eps)) profile (Balle & Wang 2018, Thm. 8)
+    rebuilds its tradeoff curve, so the pair bound converges to the GDP bound from above."""
+    from scipy.stats import norm
+
+    mu, kappa = 2.0, 1 / 1347
+    pairs = [(e, norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2))
+             for e in np.linspace(0.0, 20.0, 4001)]
+    gdp = metrics.rero_bound_gdp(kappa, mu)
+    dp = metrics.rero_bound_dp(kappa, pairs)
+    assert gdp <= dp <= gdp * 1.001
+    assert metrics.rero_bound_dp(kappa, []) == 1.0
+    assert metrics.rero_bound_dp(0.2, [(0.0, 0.0)]) == pytest.approx(0.2)  # perfect privacy
+    assert metrics.rero_bound_dp(0.2, [(math.inf, 0.0)]) == 1.0

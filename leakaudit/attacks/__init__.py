@@ -38,8 +38,8 @@ from .cpl import CPL
 from .dlg import DLG
 from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
-from .idlg_norm import NormalizedIDLG
-from .ig import InvertingGradients
+from .idlg_norm import LayerNormalizedIDLG, NormalizedIDLG
+from .ig import InvertingGradients, LayerInvertingGradients
 from .labels import infer_labels
 
 __all__ = [
@@ -113,7 +113,9 @@ def reconstruct(
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
     ``num_threads`` (1; None keeps torch's setting); L-BFGS attacks: ``line_search``
     ("strong_wolfe", or None for the references); CPL: ``pattern`` (2, 4, 8); IG:
-    ``tv_weight`` (0.1), ``lr`` (0.1); fedavg: IG's and ``local_steps`` (1), ``client_lr``
+    ``tv_weight`` (0.1), ``lr`` (0.1), ``per_tensor`` (False; ig-layer: True), ``schedule``
+    ("steps"; "cosine"), ``prior`` (None or a public mean image); idlg-norm: ``per_tensor``
+    (False; idlg-layer: True); fedavg: IG's and ``local_steps`` (1), ``client_lr``
     (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker, and ``method``
     ("cosine"; fedavg-l2: "l2"). Every
     argument is checked before any work (``ValueError`` naming it).
@@ -137,5 +139,5 @@ def reconstruct(
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
-                FedAvgL2(), NormalizedIDLG()):
+                FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients()):
     register(_attack)

@@ -24,6 +24,7 @@ SGD this is exactly Inverting Gradients. ``method="l2"`` matches instead the squ
 distance between ``-dW_sim / (client_lr L)`` and ``g`` with iDLG's L-BFGS loop (the same
 as idlg for L = 1; on the sigmoid LeNet it rebuilds where idlg's naive gradient fails at
 L > 1); it is registered as ``"fedavg-l2"``. Each evaluation costs about L times an IG / iDLG one.
+``per_tensor=True`` matches every tensor's direction separately (as ig-layer).
 Not modelled (listed in docs/results.md): several mini-batches per epoch (Dimitrov et al.'s
 epoch-order prior), momentum, weight decay.
 """
@@ -40,7 +41,7 @@ from ..optim import OPTIMIZERS, make_optimizer
 from .attempt import Attempt, Config, Start
 from .base import Attack
 from .ig import InvertingGradients, total_variation
-from .problem import GradientProblem
+from .problem import GradientProblem, layer_cosine_distance
 
 __all__ = ["FedAvg", "FedAvgL2", "METHODS", "simulated_update"]
 
@@ -56,7 +57,7 @@ class FedAvg(InvertingGradients):
     name = "fedavg"
     paper = ("Geiping et al., Inverting Gradients (FedAvg case), NeurIPS 2020; Dimitrov et "
              "al., Data leakage in federated averaging, TMLR 2022")
-    defaults = {"tv_weight": 0.1, "lr": 0.1, "local_steps": 1, "client_lr": 0.1,
+    defaults = {**InvertingGradients.defaults, "local_steps": 1, "client_lr": 0.1,
                 "client_optimizer": "sgd", "method": "cosine", "line_search": "strong_wolfe"}
     protocol = {"local_steps": "local_steps", "client_lr": "lr", "client_optimizer": "optimizer"}
 
@@ -95,6 +96,13 @@ class FedAvg(InvertingGradients):
                                 for u, o in zip(update, problem.observed)]).sum()
             return loss if create_graph else loss.detach()
         # the observed gradient is -dW / (client_lr L): its negative points along dW
+        if opts["per_tensor"]:
+            loss = layer_cosine_distance(update, [-o for o in problem.observed])
+            if not create_graph:
+                loss = loss.detach()
+            if cfg.is_image and opts["tv_weight"] > 0:
+                loss = loss + opts["tv_weight"] * total_variation(x)
+            return loss
         dot = torch.stack([(u * -o).sum() for u, o in zip(update, problem.observed)]).sum()
         uu = torch.stack([u.pow(2).sum() for u in update]).sum()
         oo = torch.stack([o.pow(2).sum() for o in problem.observed]).sum()

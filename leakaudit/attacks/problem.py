@@ -17,7 +17,7 @@ from torch.func import functional_call
 
 from ..grads import cross_entropy
 
-__all__ = ["GradientProblem", "trainable"]
+__all__ = ["GradientProblem", "layer_cosine_distance", "trainable"]
 
 
 def trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -77,3 +77,31 @@ class GradientProblem:
         gg = torch.stack([g.pow(2).sum() for g in grads]).sum()
         oo = torch.stack([o.pow(2).sum() for o in self.observed]).sum()
         return 1.0 - dot / (gg.sqrt() * oo.sqrt()).clamp_min(1e-30)
+
+    def layer_cosine(self, x: torch.Tensor, label_logits: torch.Tensor | None = None,
+                     create_graph: bool = True) -> torch.Tensor:
+        """Per-tensor scale-free match: the mean over parameter tensors of 1 - cosine
+        similarity (:func:`layer_cosine_distance`)."""
+        grads = self.dummy_gradients(x, label_logits, create_graph)
+        return layer_cosine_distance(grads, self.observed)
+
+
+def layer_cosine_distance(dummy: Sequence[torch.Tensor],
+                          observed: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Mean over parameter tensors ``t`` of ``1 - <d_t, o_t> / (|d_t| |o_t|)``.
+
+    Invariant to any positive rescaling of each observed tensor separately, hence to
+    per-layer clipping (Fed-alphaCDP, Wei & Liu 2021, clips each layer to its own norm):
+    a global cosine (Geiping et al. 2020, eq. 4) weighs the layers by the norms the clip
+    chose, this one weighs every tensor alike. Tensors whose observed norm is zero carry no
+    direction and are left out (all zero: the loss is 1)."""
+    terms = []
+    for d, o in zip(dummy, observed):
+        on = o.pow(2).sum().sqrt()
+        if float(on) == 0.0:
+            continue
+        dn = d.pow(2).sum().sqrt()
+        terms.append(1.0 - (d * o).sum() / (dn * on).clamp_min(1e-30))
+    if not terms:
+        return torch.ones((), dtype=observed[0].dtype, device=observed[0].device)
+    return torch.stack(terms).mean()
