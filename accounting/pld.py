@@ -584,16 +584,43 @@ def _composed(groups: Groups, others: list[Event], h: float, direction: str,
 
 def _bound(events: tuple[Event, ...], others: list[Event], opts: PLDOptions, upper: bool,
            query, tol: float) -> float:
-    """max over the two directions of ``query(pmf, allowance, h)`` on one side."""
-    groups = sgm_groups(events)
-    h = _grid_step(groups, others, opts)
+    """max over the two directions of ``query(pmf, allowance, h)`` on one side (elementwise
+    when the query returns an array).
+
+    Gaussian steps enter as the Poisson add/remove pairs that account them under their
+    sampling and relation (:func:`accounting._grid.sgm_groups`): the upper-bound pairs on the
+    upper side, the lower-bound pairs (valid for the relation) on the lower side.
+    """
+    h = _grid_step(sgm_groups(events), others, opts)
+    groups = sgm_groups(events, "upper" if upper else "lower")
     if groups.qs.size > opts.max_distinct:
         groups = rounded_groups(groups, opts.sigma_resolution, "down" if upper else "up")
     values = []
     for direction in ("remove", "add"):
         pmf, allowance = _composed(groups, others, h, direction, upper, tol)
         values.append(query(pmf, allowance, h))
-    return max(values)
+    return np.maximum.reduce(values) if isinstance(values[0], np.ndarray) else max(values)
+
+
+def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: PLDOptions,
+                         delta: float, tol: float) -> float:
+    """Upper bound for Poisson steps under replace-one: group privacy of size 2 of the
+    add/remove PLD of the same ledger (replace = remove then add; (eps1, delta1) ->
+    (2 eps1, (1 + e^eps1) delta1)), minimised over a fixed grid of delta1 (each point valid).
+    inf where it does not apply (some release is not Gaussian: its add/remove meaning is
+    unknown)."""
+    from .relations import ADD_REMOVE, convert_event, uses_group_privacy
+
+    gauss = [e for e in events if not isinstance(e, (Laplace, ApproxDP))]
+    if others or not any(uses_group_privacy(e.sampling, e.relation, e.q) for e in gauss):
+        return math.inf
+    restated = tuple(convert_event(e, ADD_REMOVE) for e in events)
+    grid = delta * np.geomspace(1e-6, 0.5, 48)
+    eps1 = _bound(restated, [], opts, True, lambda pmf, allow, h: np.array(
+        [_eps_of(pmf, d - allow, h) if d > allow else math.inf for d in grid]), tol * 1e-6)
+    with np.errstate(over="ignore"):
+        ok = grid * (1.0 + np.exp(np.minimum(eps1, 700.0))) <= delta
+    return float(np.min(2.0 * eps1[ok])) if ok.any() else math.inf
 
 
 def _trivial(events: tuple[Event, ...]) -> float | None:
@@ -651,6 +678,7 @@ def pld_epsilon(
         # too coarse for this loss distribution: halve the grid step and redo
         h = _grid_step(sgm_groups(events), others, opts) / 2.0
         opts = opts._replace(value_interval=h)
+    upper = min(upper, _group_privacy_upper(events, others, opts, delta, tol))
     lower = min(lower, upper)
     mid = upper if math.isinf(upper) else (lower + upper) / 2.0
     return PLDBounds(lower, mid, upper)
