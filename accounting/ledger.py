@@ -623,8 +623,8 @@ class PrivacyLedger:
         ``kwargs`` go to that function."""
         check_choice("method", method, ("prv", "pld"))
         if method == "pld":
-            return tuple(pld_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
-        return tuple(prv_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
+            return pld_epsilon(self._events, delta, **kwargs)  # a (lower, estimate, upper) tuple
+        return prv_epsilon(self._events, delta, **kwargs)
 
     def epsilon_report(self, delta: float, *, prv: bool = True) -> EpsilonReport:
         """Every sound method side by side (and the PRV bounds when ``prv``), as an

@@ -540,7 +540,8 @@ def _loss_limits(qs: np.ndarray, sig: np.ndarray,
         llo = np.log1p(qs * np.expm1(xlo))
     full = qs == 1.0
     lhi = np.where(full, xhi, lhi)
-    llo = np.where(full, xlo, np.maximum(llo, np.log1p(-np.minimum(qs, 1.0)) - 1.0))
+    with np.errstate(divide="ignore"):
+        llo = np.where(full, xlo, np.maximum(llo, np.log1p(-np.minimum(qs, 1.0)) - 1.0))
     return llo, lhi
 
 
