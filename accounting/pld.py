@@ -250,9 +250,12 @@ def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.
     eh, emh = math.exp(h), math.exp(-h)
     rows, size = pm.shape
     t = np.ones((rows, size))
+    if rows <= 8:  # few rows: the same recursion on Python floats (numpy calls cost more)
+        for r in range(rows):
+            t[r] = _merge_down_row(dlo[r].tolist(), dup[r].tolist(), eh, emh)
     carry = np.zeros(rows)  # e^((k-1)h) (1 - t_{k-1}) Dup_{k-1}
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in range(size):
+        for k in range(size if rows > 8 else 0):
             need = np.where(carry > 0, carry * eh / -dlo[:, k], 0.0)
             nxt = -dlo[:, k + 1] * emh if k + 1 < size else np.zeros(rows)
             floor = np.where(dup[:, k] > 0, 1.0 - nxt / dup[:, k], 0.0)
@@ -263,6 +266,27 @@ def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.
     out = np.zeros((rows, size + 1))
     out[:, :-1] += t * pm
     out[:, 1:] += (1.0 - t) * pm
+    return out
+
+
+def _merge_down_row(dlo: list[float], dup: list[float], eh: float, emh: float) -> list[float]:
+    """One row of :func:`_merge_down`'s recursion (scaled Dlo, Dup), on Python floats."""
+    size = len(dlo)
+    out = [1.0] * size
+    carry = 0.0
+    for k in range(size):
+        d = -dlo[k]
+        if carry > 0:
+            need = carry * eh / d if d > 0 else math.inf
+        else:
+            need = 0.0
+        nxt = -dlo[k + 1] * emh if k + 1 < size else 0.0
+        up = dup[k]
+        floor = 1.0 - nxt / up if up > 0 else 0.0
+        tk = need if need > floor else floor
+        tk = min(max(tk, 0.0), 1.0) if math.isfinite(tk) else 1.0
+        out[k] = tk
+        carry = (1.0 - tk) * up
     return out
 
 
