@@ -32,6 +32,22 @@ truth is 0.60 for q = 0.01, sigma = 6, 10,000 steps). Tails below the grid are r
 self-composed by one FFT power each and then convolved pairwise in a balanced tree,
 truncating negligible tails the same valid way after each convolution. With many distinct
 sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP for the lower.
+
+Relations and samplings (:mod:`accounting.relations`): every Gaussian step enters as the
+Poisson add/remove pair that accounts it, the upper-bound pair on the upper side and a pair
+valid as a lower bound for its relation on the lower side (fixed-size and shuffled steps are
+left out of the lower end: their accounting is only an upper bound). Poisson steps under
+replace-one: the upper end is the smaller of the no-amplification bound (sigma / 2, q = 1) and
+group privacy of size 2 applied to the add/remove PLD of the same steps; the lower end is the
+add/remove pair (a replacement by a record whose contribution is zero).
+
+Never falls over: unsampled Gaussian steps compose exactly into one (closed form when
+nothing else is recorded); losses of hundreds (Laplace with scale 1e-4) are discretised with
+scaled masses, underflow read conservatively on each side; the grid step is bounded below by
+a memory budget (one release within _MAX_BINS bins, the composition within _MAX_COMPOSED)
+and a composition no grid can hold is refused with a ValueError before any large allocation;
+when the discretisation's allowance reaches delta (delta near 1e-12 and below) the upper end
+falls back on the RDP bound.
 """
 
 from __future__ import annotations
@@ -839,16 +855,36 @@ def _pure_total(events: tuple[Event, ...]) -> float | None:
 
 
 def _rdp_upper(events: tuple[Event, ...], delta: float) -> float:
-    """The ledger's RDP upper bound on eps for these events (a fallback upper end)."""
+    """The RDP upper bound on eps of these events (a fallback upper end): the accounted
+    Gaussian pairs, Laplace and pure-DP curves added up, (eps, delta > 0) releases by basic
+    composition, improved conversion (Balle et al. 2020) on the default orders."""
     import warnings
 
-    from .ledger import PrivacyLedger
+    from .conversions import rdp_to_dp
+    from .rdp import DEFAULT_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
 
-    ledger = PrivacyLedger(relation=getattr(events[0], "relation", "add-remove"))
-    ledger._events = list(events)
+    groups = sgm_groups(events)
+    curve = np.zeros(DEFAULT_ORDERS.size)
+    if groups.qs.size:
+        with np.errstate(invalid="ignore"):
+            curve = (rdp_sgm_many(groups.qs, groups.sigmas, DEFAULT_ORDERS)
+                     * groups.counts[:, None]).sum(axis=0)
+    approx_eps = approx_delta = 0.0
+    for e in events:
+        if isinstance(e, Laplace):
+            curve = curve + e.count * rdp_laplace(e.b, DEFAULT_ORDERS, e.sensitivity)
+        elif isinstance(e, ApproxDP) and e.delta == 0.0:
+            curve = curve + e.count * rdp_pure_dp(e.eps, DEFAULT_ORDERS)
+        elif isinstance(e, ApproxDP):
+            approx_eps += e.count * e.eps
+            approx_delta += e.count * e.delta
+    if delta - approx_delta <= 0:
+        return math.inf
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return float(ledger.epsilon(delta, "rdp", warn=False))
+        res = rdp_to_dp(np.where(np.isnan(curve), np.inf, curve), DEFAULT_ORDERS,
+                        delta - approx_delta, "improved")
+    return float(res.eps + approx_eps)
 
 
 def pld_delta(

@@ -321,6 +321,50 @@ def _separable_sums(lt0: np.ndarray, sgn: np.ndarray, log_d: np.ndarray, sx: np.
     return signed, absolute
 
 
+def _fast_chunk(log_q: float, log_1mq: float, sig: np.ndarray, z0: np.ndarray,
+                alphas: np.ndarray, i: np.ndarray, sub_scale: np.ndarray):
+    """One chunk of the A - 1 series by :func:`_separable_sums`: (new scale, (signed, abs)
+    sums, last and previous term, rescale factor of the old sums), or None (sum directly)."""
+    lt0, sgn, log_d, sx, log_err, _ = _am1_parts(log_q, log_1mq, sig, z0, alphas, i)
+    new_scale = np.maximum(sub_scale, (lt0[None] + log_d[:, None, :]).max(axis=2))
+    sums = _separable_sums(lt0, sgn, log_d, sx, log_err, new_scale)
+    if sums is None:
+        return None
+    with np.errstate(invalid="ignore", over="ignore"):
+        rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
+    last = lt0[None, :, -1] + log_d[:, None, -1]
+    prev = lt0[None, :, -2] + log_d[:, None, -2]
+    return new_scale, sums, last, prev, rescale
+
+
+def _slow_chunk(log_q: float, log_1mq: float, sig: np.ndarray, z0: np.ndarray,
+                alphas: np.ndarray, i: np.ndarray, sub_scale: np.ndarray, need_a1: np.ndarray,
+                inv2s2: np.ndarray, rs2: np.ndarray):
+    """One chunk of the A - 1 series summed term by term, with the A1 series where needed;
+    returns what :func:`_fast_chunk` returns."""
+    t0, s0, e0, log_c = _am1_terms(log_q, log_1mq, sig, z0, alphas, i)
+    t1 = np.full(t0.shape, -np.inf)
+    rr, cc = np.nonzero(need_a1)
+    if rr.size:
+        jj = alphas[cc][:, None] - i[None, :]
+        x1 = (z0[rr][:, None] - jj) / rs2[rr][:, None]
+        t1[rr, cc] = (log_c[cc] + jj * log_q + i[None, :] * log_1mq
+                      + (jj * jj - jj) * inv2s2[rr][:, None] + _LOG_HALF + _log_erfc(x1))
+    s1 = np.broadcast_to(_log_abs_binom(alphas[:, None], i)[1][None], t1.shape)
+    terms = np.concatenate([t0, t1], axis=2)
+    signs = np.concatenate([s0, s1], axis=2)
+    errs = np.concatenate([e0, t1], axis=2)
+    new_scale = np.maximum(sub_scale, terms.max(axis=2))
+    with np.errstate(invalid="ignore", over="ignore"):
+        rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
+        w = np.exp(terms - new_scale[:, :, None])
+        signed = np.nansum(signs * w, axis=2)
+        absolute = np.nansum(w + np.exp(errs - new_scale[:, :, None]), axis=2)
+    last = np.maximum(t0[:, :, -1], t1[:, :, -1])
+    prev = np.maximum(t0[:, :, -2], t1[:, :, -2])
+    return new_scale, (signed, absolute), last, prev, rescale
+
+
 def _am1_terms(log_q: float, log_1mq: float, sig: np.ndarray, z0: np.ndarray,
                alphas: np.ndarray, i: np.ndarray):
     """Terms of A - 1 = sum_i C(a,i) q^i (1-q)^(a-i) (e^(c_i) P_i - 1) + A1 for i in ``i``.
@@ -380,60 +424,13 @@ def _frac_block_small_q(log_q: float, log_1mq: float, sigmas: np.ndarray,
         i = np.arange(start, start + n, dtype=float)
         sub_active = active[ix]
         sub_scale = scale[ix]
-        if not need_a1[ix].any():  # the common small-q case: one matrix product per chunk
-            lt0, sgn, log_d, sx, log_err, _ = _am1_parts(log_q, log_1mq, sigmas[rows],
-                                                         z0[rows], alphas[cols], i)
-            new_scale = np.maximum(sub_scale, (lt0[None] + log_d[:, None, :]).max(axis=2))
-            sums = _separable_sums(lt0, sgn, log_d, sx, log_err, new_scale)
-            if sums is not None:
-                with np.errstate(invalid="ignore", over="ignore"):
-                    rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale),
-                                       0.0)
-                sub_acc = acc[ix] * rescale + sums[0]
-                sub_abs = abs_acc[ix] * rescale + sums[1]
-                last = lt0[None, :, -1] + log_d[:, None, -1]
-                prev = lt0[None, :, -2] + log_d[:, None, -2]
-                acc[ix] = np.where(sub_active, sub_acc, acc[ix])
-                abs_acc[ix] = np.where(sub_active, sub_abs, abs_acc[ix])
-                scale[ix] = np.where(sub_active, new_scale, sub_scale)
-                past_head = (start + n) > (alphas[cols] + 2)[None, :]
-                done = past_head & (last <= prev) & (np.maximum(last, prev) < new_scale - 40.0)
-                active[ix] = sub_active & ~done
-                tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
-                start += n
-                n = min(2 * n, 4096)
-                if start > _MAX_TERMS and active.any():
-                    warnings.warn(f"fractional-order RDP series did not converge after {start} "
-                                  f"terms (q={math.exp(log_q):.3g}); those orders are reported "
-                                  "as +inf", SeriesConvergenceWarning, stacklevel=3)
-                    scale[active], acc[active] = np.inf, 1.0
-                    break
-                continue
-        t0, s0, e0, log_c = _am1_terms(log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i)
-        t1 = np.full(t0.shape, -np.inf)
-        rr, cc = np.nonzero(need_a1[ix])
-        if rr.size:
-            jj = alphas[cols][cc][:, None] - i[None, :]
-            x1 = (z0[rows][rr][:, None] - jj) / rs2[rows][rr][:, None]
-            t1[rr, cc] = (log_c[cc] + jj * log_q + i[None, :] * log_1mq
-                          + (jj * jj - jj) * inv2s2[rows][rr][:, None] + _LOG_HALF
-                          + _log_erfc(x1))
-        s1 = np.broadcast_to(_log_abs_binom(alphas[cols][:, None], i)[1][None],
-                             t1.shape)
-        terms = np.concatenate([t0, t1], axis=2)
-        signs = np.concatenate([s0, s1], axis=2)
-        errs = np.concatenate([e0, t1], axis=2)
-        new_scale = np.maximum(sub_scale, terms.max(axis=2))
-        with np.errstate(invalid="ignore", over="ignore"):
-            rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
-            w = np.exp(terms - new_scale[:, :, None])
-            sub_acc = acc[ix] * rescale + np.nansum(signs * w, axis=2)
-            sub_abs = abs_acc[ix] * rescale + np.nansum(
-                w + np.exp(errs - new_scale[:, :, None]), axis=2)
-        last = np.maximum(t0[:, :, -1], t1[:, :, -1])
-        prev = np.maximum(t0[:, :, -2], t1[:, :, -2])
-        acc[ix] = np.where(sub_active, sub_acc, acc[ix])
-        abs_acc[ix] = np.where(sub_active, sub_abs, abs_acc[ix])
+        fast = None if need_a1[ix].any() else _fast_chunk(
+            log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i, sub_scale)
+        new_scale, sums, last, prev, rescale = fast if fast is not None else _slow_chunk(
+            log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i, sub_scale,
+            need_a1[ix], inv2s2[rows], rs2[rows])
+        acc[ix] = np.where(sub_active, acc[ix] * rescale + sums[0], acc[ix])
+        abs_acc[ix] = np.where(sub_active, abs_acc[ix] * rescale + sums[1], abs_acc[ix])
         scale[ix] = np.where(sub_active, new_scale, sub_scale)
         past_head = (start + n) > (alphas[cols] + 2)[None, :]
         done = past_head & (last <= prev) & (np.maximum(last, prev) < new_scale - 40.0)

@@ -206,11 +206,9 @@ def convert_event(event: object, relation: str):
     sensitivity (triangle inequality through the data set without the record); (eps, delta):
     add-remove/zero-out -> replace-one by :func:`group_privacy_2`.
     """
-    from dataclasses import replace
+    from dataclasses import is_dataclass, replace
 
-    from .events import ApproxDP, Event, Laplace
-
-    if not isinstance(event, Event):
+    if not (is_dataclass(event) and hasattr(event, "kind") and hasattr(event, "steps")):
         raise ValueError(f"event must be an accounting.events.Event, got {type(event)!r}")
     relation = check_relation("relation", relation)
     source = getattr(event, "relation", ADD_REMOVE)
@@ -221,9 +219,9 @@ def convert_event(event: object, relation: str):
                          f"relation={relation!r}: no valid conversion (a guarantee under "
                          f"{source} does not imply one under {relation})")
     note = f"{event.note} [converted {source} -> {relation}]".strip()
-    if isinstance(event, Laplace):
+    if event.kind == "laplace":
         return replace(event, sensitivity=2.0 * event.sensitivity, relation=relation, note=note)
-    if isinstance(event, ApproxDP):
+    if event.kind == "approx_dp":
         eps, delta = group_privacy_2(event.eps, event.delta)
         return replace(event, eps=eps, delta=delta, relation=relation, note=note)
     return replace(event, relation=relation, note=note)
