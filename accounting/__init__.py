@@ -3,7 +3,8 @@
 Every event states how its batch was drawn and under which neighbouring relation it is
 accounted (:mod:`accounting.relations`); a ledger keeps one relation. Pure mathematics
 lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`, :mod:`accounting.composition`
-and :mod:`accounting.pld` (privacy loss distributions); the one stateful object is :class:`PrivacyLedger`.
+and :mod:`accounting.pld` (privacy loss distributions); the one stateful object is
+:class:`PrivacyLedger`.
 See SPEC-accounting.md and the README for the papers behind every formula.
 """
 
