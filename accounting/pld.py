@@ -87,6 +87,9 @@ _Z = 8.5
 #: At most this many bins in a composed PLD (a 2^23-point real FFT: ~200 MB of work
 #: arrays); beyond it the grid step is coarsened (still valid, only looser).
 _MAX_COMPOSED = 2**23
+#: A refinement pass over rounded sigma groups is skipped when groups x bins would exceed
+#: this (the discretisation costs about that many normal CDF evaluations per side).
+_MAX_CELLS = 1e7
 
 
 class PLDBounds(NamedTuple):
@@ -241,11 +244,15 @@ def _scaled_q(qm: np.ndarray, pm: np.ndarray, ks: np.ndarray, h: float,
     exactly; the computed value falls below e^-h P_k only by underflow (Q = P e^-1000 is 0 in
     floating point and would read as an infinite loss). There it is replaced by the end of
     that range that keeps the side valid: e^-h P_k (loss (k+1) h) for the upper bound, P_k
-    (loss k h) for the lower bound."""
+    (loss k h) for the lower bound, where the value is off by more than a factor 2 (round-off
+    of a CDF difference is left as it is, as before)."""
     with np.errstate(divide="ignore", over="ignore"):
         a = np.exp(np.log(np.maximum(qm, 0.0)) + ks * h)
     floor = math.exp(-h) * pm
-    return np.where(a < floor, floor if upper else pm, a)
+    if upper:
+        return np.maximum(a, floor)
+    # lower side: only a clear underflow (off by more than 2x, not round-off) is replaced
+    return np.where(a < 0.5 * floor, pm, a)
 
 
 def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.ndarray:
@@ -796,20 +803,29 @@ def pld_epsilon(
         return PLDBounds(lo_exact, (lo_exact + up_exact) / 2.0, up_exact)
     tol = delta * 1e-6
     user_grid = opts.value_interval is not None
+    upper, lower = math.inf, 0.0
     for _ in range(_REFINE if not user_grid else 1):
-        upper = _bound(events, others, opts, True,
-                       lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
-        lower = _bound(events, others, opts, False,
-                       lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol)
+        # every pass is a certified bracket: keep the best end of each side over the passes
+        upper = min(upper, _bound(events, others, opts, True,
+                                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol))
+        lower = max(lower, _bound(events, others, opts, False,
+                                  lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
         if math.isinf(upper) or upper - lower <= _WIDTH * upper:
             break
         # too coarse for this loss distribution: halve the grid step and redo; where sigmas
         # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
-        h = _grid_step(sgm_groups(events), others, opts) / 2.0
+        groups = sgm_groups(events)
+        h = _grid_step(groups, others, opts) / 2.0
+        if groups.qs.size > opts.max_distinct:
+            bins = _loss_range(groups) / h
+            now = rounded_groups(groups, opts.sigma_resolution, "down").qs.size
+            finer = opts.sigma_resolution / 2.0
+            rows = rounded_groups(groups, finer, "down").qs.size
+            if rows * bins <= _MAX_CELLS:
+                opts = opts._replace(sigma_resolution=finer, max_distinct=rows)
+            elif now * bins > _MAX_CELLS:
+                break  # a finer pass would cost more than the budget: keep this bracket
         opts = opts._replace(value_interval=h)
-        if not user_grid and sgm_groups(events).qs.size > opts.max_distinct:
-            opts = opts._replace(sigma_resolution=opts.sigma_resolution / 4.0,
-                                 max_distinct=opts.max_distinct * 4)
     upper = min(upper, _group_privacy_upper(events, others, opts, delta, tol))
     if up_exact is not None:
         upper = min(upper, up_exact)
