@@ -147,3 +147,17 @@ def test_prv_lower_end_is_omitted_where_the_accounting_is_only_an_upper_bound() 
     assert lo == 0.0 and up > 0
     pld = ledger.epsilon_bounds(1e-5, "pld")
     assert pld.lower == 0.0  # fixed-size steps are left out of the lower end
+
+
+def test_cli_states_the_relation_and_sampling(capsys) -> None:
+    from accounting.cli import main
+
+    assert main(["epsilon", "--q", "0.01", "--sigma", "2", "--steps", "100", "--no-prv",
+                 "--relation", "replace-one", "--sampling", "fixed-size", "--json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert data["relation"] == "replace-one" and data["sampling"] == "fixed-size"
+    ref = A.PrivacyLedger()
+    ref.step(q=1.0, sigma=1.0, count=100)
+    assert data["epsilon"]["rdp"] == pytest.approx(_eps(ref))
