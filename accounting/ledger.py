@@ -134,6 +134,9 @@ class PrivacyLedger:
     """
 
     def __init__(self, relation: str = ADD_REMOVE, orders: object = None) -> None:
+        if orders is None and (not isinstance(relation, str) or relation in ("default",
+                                                                             "integer")):
+            relation, orders = ADD_REMOVE, relation  # PrivacyLedger(orders): the old signature
         self.relation = check_relation("relation", relation)
         self.orders = _resolve_orders(orders)
         self._events: list[Event] = []

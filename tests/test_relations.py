@@ -161,3 +161,10 @@ def test_cli_states_the_relation_and_sampling(capsys) -> None:
     ref = A.PrivacyLedger()
     ref.step(q=1.0, sigma=1.0, count=100)
     assert data["epsilon"]["rdp"] == pytest.approx(_eps(ref))
+
+
+def test_old_positional_orders_still_work() -> None:
+    ledger = A.PrivacyLedger("integer")
+    assert ledger.relation == "add-remove" and ledger.orders[0] == 2.0
+    assert A.PrivacyLedger(None).relation == "add-remove"
+    assert A.PrivacyLedger([2.0, 3.0]).orders.tolist() == [2.0, 3.0]
