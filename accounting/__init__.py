@@ -1,12 +1,14 @@
 """Privacy accounting for (sampled) Gaussian, Laplace and (eps, delta) releases.
 
-Pure mathematics lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`,
-:mod:`accounting.composition` and :mod:`accounting.pld` (privacy loss distributions); the
-one stateful object is :class:`PrivacyLedger`.
+Every event states how its batch was drawn and under which neighbouring relation it is
+accounted (:mod:`accounting.relations`); a ledger keeps one relation. Pure mathematics
+lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`, :mod:`accounting.composition`
+and :mod:`accounting.pld` (privacy loss distributions); the one stateful object is
+:class:`PrivacyLedger`.
 See SPEC-accounting.md and the README for the papers behind every formula.
 """
 
-from . import schedules
+from . import relations, schedules
 from ._grid import round_sigmas
 from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
@@ -41,7 +43,9 @@ from .ledger import (
     APPROXIMATE_METHODS,
     METHODS,
     ConservativeEpsilon,
+    EpsilonReport,
     PrivacyLedger,
+    group_privacy_epsilon,
     parallel_epsilon,
 )
 from .pld import PLDBounds, pld_delta, pld_epsilon
@@ -56,6 +60,7 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .relations import RELATIONS, SAMPLINGS, convert_event
 from .shuffle import (
     ShuffleBounds,
     shuffle_epsilon_bounds,
@@ -68,6 +73,12 @@ from .tightest import tightest_epsilon
 __all__ = [
     "APPROXIMATE_METHODS",
     "ConservativeEpsilon",
+    "EpsilonReport",
+    "RELATIONS",
+    "SAMPLINGS",
+    "convert_event",
+    "group_privacy_epsilon",
+    "relations",
     "DEFAULT_ORDERS",
     "DP",
     "DPResult",

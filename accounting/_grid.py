@@ -17,6 +17,7 @@ import numpy as np
 
 from ._validate import check_choice, check_positive
 from .events import ApproxDP, Event, GaussianSchedule, SampledGaussian
+from .relations import gaussian_lower, gaussian_upper
 
 __all__ = ["Groups", "group_pairs", "round_sigmas", "sgm_groups", "rounded_groups",
            "no_privacy_reason"]
@@ -66,20 +67,29 @@ def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.nd
     return out
 
 
-def sgm_groups(events: Iterable[Event]) -> Groups:
-    """The Gaussian steps of ``events`` as distinct (q, sigma) groups with step counts."""
+def sgm_groups(events: Iterable[Event], side: str = "upper") -> Groups:
+    """The Gaussian steps of ``events`` as distinct (q, sigma) groups with step counts.
+
+    Each step is mapped to the Poisson add/remove pair that accounts it under its sampling
+    and relation (:mod:`accounting.relations`): ``side="upper"`` gives the pair of a valid
+    upper bound, ``side="lower"`` that of a valid lower bound (q = 0 where a step is left out).
+    """
+    check_choice("side", side, ("upper", "lower"))
+    mapping = gaussian_upper if side == "upper" else gaussian_lower
     qs: list[np.ndarray] = []
     sigmas: list[np.ndarray] = []
     counts: list[np.ndarray] = []
     for e in events:
         if isinstance(e, SampledGaussian):
-            qs.append(np.array([e.q]))
-            sigmas.append(np.array([e.sigma]))
+            q, s = mapping(e.q, np.array([e.sigma]), e.sampling, e.relation)
+            qs.append(q)
+            sigmas.append(s)
             counts.append(np.array([e.count]))
         elif isinstance(e, GaussianSchedule):
             u, c = np.unique(e.sigmas, return_counts=True)
-            qs.append(np.full(u.size, e.q))
-            sigmas.append(u)
+            q, s = mapping(e.q, u, e.sampling, e.relation)
+            qs.append(q)
+            sigmas.append(s)
             counts.append(c)
     if not qs:
         return Groups(np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))

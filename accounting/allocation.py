@@ -322,10 +322,19 @@ class RandomAllocation(Event):
     selected: int
     epochs: int
     note: str
+    relation: str
     kind: ClassVar[str] = "random_allocation"
+    #: how the batches are drawn (:mod:`accounting.relations`)
+    sampling: ClassVar[str] = "random-allocation"
 
     def __init__(self, sigma: float, steps: int, selected: int = 1, epochs: int = 1,
-                 note: str = "") -> None:
+                 note: str = "", relation: str = "add-remove") -> None:
+        if relation not in ("add-remove", "zero-out"):
+            raise ValueError(
+                f"relation={relation!r}: random allocation is certified under 'add-remove' and "
+                "'zero-out' (a zeroed example is still dealt into its steps and moves nothing, "
+                "the same pair as removing it); for 'replace-one' account the ledger under "
+                "add-remove and convert with group privacy (ledger.converted)")
         sigma = check_positive("sigma", sigma)
         if math.isinf(sigma):
             raise ValueError("sigma must be finite")
@@ -342,6 +351,7 @@ class RandomAllocation(Event):
         object.__setattr__(self, "selected", k)
         object.__setattr__(self, "epochs", e)
         object.__setattr__(self, "note", str(note))
+        object.__setattr__(self, "relation", relation)
 
     # Event contract
     @property
@@ -370,7 +380,8 @@ class RandomAllocation(Event):
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "sigma": self.sigma, "steps": self.steps_per_epoch,
-                "selected": self.selected, "epochs": self.epochs, "note": self.note}
+                "selected": self.selected, "epochs": self.epochs, "note": self.note,
+                "relation": self.relation}
 
     # ------------------------------------------------------------ PLD hooks
     def pld_loss_variance(self) -> float:

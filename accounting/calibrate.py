@@ -34,7 +34,7 @@ def _check_method(method: str) -> str:
 
 def _eps_const(q: float, sigma: float, steps: int, delta: float, method: str,
                orders: object) -> float:
-    ledger = PrivacyLedger(orders)
+    ledger = PrivacyLedger(orders=orders)
     ledger.step(q=q, sigma=sigma, count=steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -156,7 +156,7 @@ def scale_schedule(
     _check_method(method)
 
     def eps_of(c: float) -> float:
-        ledger = PrivacyLedger(orders)
+        ledger = PrivacyLedger(orders=orders)
         ledger.step_schedule(q, c * base)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OrderGridWarning)

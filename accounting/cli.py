@@ -19,6 +19,7 @@ from .calibrate import calibrate_sigma, max_steps
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
 from .prv import PRVUnavailable
+from .relations import GAUSSIAN_SAMPLINGS, RELATIONS
 
 _NOTES = {
     "rdp": "RDP, improved conversion (Balle et al. 2020)",
@@ -38,13 +39,14 @@ def _fmt(x: float) -> str:
 
 
 def _build_ledger(args: argparse.Namespace) -> tuple[PrivacyLedger, str]:
-    ledger = PrivacyLedger(orders=args.orders)
+    ledger = PrivacyLedger(relation=args.relation, orders=args.orders)
+    how = f", sampling {args.sampling}, relation {args.relation}"
     if args.schedule == "constant":
         if args.sigma_end is not None:
             raise SystemExit("error: --sigma-end needs --schedule (linear, staircase, "
                              "exponential or cyclic); without one sigma stays --sigma")
-        ledger.step(q=args.q, sigma=args.sigma, count=args.steps)
-        return ledger, f"q={args.q:g}, sigma={args.sigma:g}, steps={args.steps}"
+        ledger.step(q=args.q, sigma=args.sigma, count=args.steps, sampling=args.sampling)
+        return ledger, f"q={args.q:g}, sigma={args.sigma:g}, steps={args.steps}{how}"
     if args.sigma_end is None:
         raise SystemExit(f"error: --sigma-end is required for --schedule {args.schedule}")
     kwargs = {}
@@ -53,9 +55,9 @@ def _build_ledger(args: argparse.Namespace) -> tuple[PrivacyLedger, str]:
     if args.schedule == "cyclic":
         kwargs["cycles"] = args.cycles
     sig = schedules.schedule(args.schedule, args.sigma, args.sigma_end, args.steps, **kwargs)
-    ledger.step_schedule(args.q, sig)
+    ledger.step_schedule(args.q, sig, sampling=args.sampling)
     return ledger, (f"q={args.q:g}, {args.schedule} sigma {args.sigma:g} -> {args.sigma_end:g}, "
-                    f"steps={args.steps}")
+                    f"steps={args.steps}{how}")
 
 
 def _cmd_epsilon(args: argparse.Namespace) -> int:
@@ -87,8 +89,8 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         rows.append(("zcdp-approx", ledger.epsilon(args.delta, "zcdp-approx"),
                      _NOTES["zcdp-approx"]))
     if args.json:
-        out = {"setting": setting, "delta": args.delta,
-               "epsilon": {m: e for m, e, _ in rows}}
+        out = {"setting": setting, "delta": args.delta, "relation": ledger.relation,
+               "sampling": args.sampling, "epsilon": {m: e for m, e, _ in rows}}
         if prv is not None:
             out["prv_bounds"] = {"lower": prv[0], "estimate": prv[1], "upper": prv[2]}
         print(json.dumps(out, indent=1))
@@ -144,6 +146,10 @@ def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
                    help="refine the best order continuously")
     e.add_argument("--no-prv", action="store_true", help="skip prv-accountant")
     e.add_argument("--json", action="store_true")
+    e.add_argument("--relation", default="add-remove", choices=list(RELATIONS),
+                   help="neighbouring relation the eps is about (default add-remove)")
+    e.add_argument("--sampling", default="poisson", choices=list(GAUSSIAN_SAMPLINGS),
+                   help="how each batch is drawn (default poisson; others: no amplification)")
     orders_arg(e)
     e.set_defaults(func=_cmd_epsilon)
 

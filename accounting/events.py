@@ -21,6 +21,15 @@ from ._validate import (
     check_probability,
     check_sigma,
 )
+from .relations import (
+    ADD_REMOVE,
+    ALL,
+    POISSON,
+    check_gaussian_pair,
+    check_relation,
+    check_sampling,
+    describe_accounting,
+)
 
 __all__ = ["Event", "SampledGaussian", "GaussianSchedule", "Laplace", "ApproxDP", "event_from_dict",
            "register_event"]
@@ -31,6 +40,10 @@ class Event:
 
     kind: ClassVar[str] = ""
     note: str
+    #: how the batch or cohort was drawn (:data:`accounting.relations.SAMPLINGS`)
+    sampling: str
+    #: the neighbouring relation it is accounted under (:data:`~accounting.relations.RELATIONS`)
+    relation: str
 
     @property
     def steps(self) -> int:  # pragma: no cover - overridden
@@ -45,6 +58,25 @@ class Event:
     def _note(self) -> str:
         return f"  [{self.note}]" if self.note else ""
 
+    def _how(self) -> str:
+        """" [fixed-size, replace-one: ...]" where not the default Poisson add/remove."""
+        if self.sampling in (POISSON, ALL) and self.relation == ADD_REMOVE:
+            return ""
+        how = describe_accounting(self.sampling, self.relation)
+        return f" ({self.sampling}, {self.relation}{': ' + how if how else ''})"
+
+    def _check_relation_fields(self, gaussian: bool) -> None:
+        object.__setattr__(self, "relation", check_relation("relation", self.relation))
+        if gaussian:
+            check_gaussian_pair(self.sampling, self.relation, self.q)  # type: ignore[attr-defined]
+        elif check_sampling("sampling", self.sampling) != ALL:
+            raise ValueError(f"sampling={self.sampling!r} cannot be accounted for a {self.kind} "
+                             f"release under relation={self.relation!r}: no amplification by "
+                             "sampling is implemented for it; record sampling='all'")
+
+    def _rel_dict(self) -> dict[str, Any]:
+        return {"sampling": self.sampling, "relation": self.relation}
+
 
 @dataclass(frozen=True)
 class SampledGaussian(Event):
@@ -54,6 +86,8 @@ class SampledGaussian(Event):
     sigma: float
     count: int = 1
     note: str = ""
+    sampling: str = POISSON
+    relation: str = ADD_REMOVE
     kind: ClassVar[str] = "sampled_gaussian"
 
     def __post_init__(self) -> None:
@@ -61,18 +95,24 @@ class SampledGaussian(Event):
         object.__setattr__(self, "sigma", check_sigma("sigma", self.sigma))
         object.__setattr__(self, "count", check_count("count", self.count))
         object.__setattr__(self, "note", str(self.note))
+        self._check_relation_fields(gaussian=True)
 
     @property
     def steps(self) -> int:
         return self.count
 
     def describe(self) -> str:
-        what = "Gaussian" if self.q == 1 else f"Poisson-sampled Gaussian q={self.q:.6g}"
-        return f"{what} sigma={self.sigma:.6g} x {self.count}{self._note()}"
+        if self.sampling == POISSON:
+            what = "Gaussian" if self.q == 1 else f"Poisson-sampled Gaussian q={self.q:.6g}"
+        elif self.sampling == ALL:
+            what = "Gaussian (every record)"
+        else:
+            what = f"{self.sampling} batches (B/n={self.q:.6g}) Gaussian"
+        return f"{what} sigma={self.sigma:.6g} x {self.count}{self._how()}{self._note()}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "q": self.q, "sigma": self.sigma, "count": self.count,
-                "note": self.note}
+                "note": self.note, **self._rel_dict()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +125,8 @@ class GaussianSchedule(Event):
     q: float
     sigmas: np.ndarray = field(repr=False)
     note: str = ""
+    sampling: str = POISSON
+    relation: str = ADD_REMOVE
     kind: ClassVar[str] = "gaussian_schedule"
 
     def __post_init__(self) -> None:
@@ -94,6 +136,7 @@ class GaussianSchedule(Event):
         arr.setflags(write=False)
         object.__setattr__(self, "sigmas", arr)
         object.__setattr__(self, "note", str(self.note))
+        self._check_relation_fields(gaussian=True)
 
     @property
     def steps(self) -> int:
@@ -102,16 +145,19 @@ class GaussianSchedule(Event):
     def describe(self) -> str:
         s = self.sigmas
         distinct = np.unique(s).size
-        return (f"Poisson-sampled Gaussian q={self.q:.6g} sigma schedule {s[0]:.6g} -> "
+        what = ("Poisson-sampled" if self.sampling == POISSON else self.sampling)
+        return (f"{what} Gaussian q={self.q:.6g} sigma schedule {s[0]:.6g} -> "
                 f"{s[-1]:.6g} (min {s.min():.6g}) x {s.size} steps, {distinct} distinct"
-                f"{self._note()}")
+                f"{self._how()}{self._note()}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "q": self.q, "sigmas": self.sigmas.tolist(), "note": self.note}
+        return {"type": self.kind, "q": self.q, "sigmas": self.sigmas.tolist(), "note": self.note,
+                **self._rel_dict()}
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, GaussianSchedule) and self.q == other.q
-                and self.note == other.note and np.array_equal(self.sigmas, other.sigmas))
+                and self.note == other.note and np.array_equal(self.sigmas, other.sigmas)
+                and (self.sampling, self.relation) == (other.sampling, other.relation))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -124,6 +170,8 @@ class Laplace(Event):
     count: int = 1
     sensitivity: float = 1.0
     note: str = ""
+    sampling: str = ALL
+    relation: str = ADD_REMOVE
     kind: ClassVar[str] = "laplace"
 
     def __post_init__(self) -> None:
@@ -131,6 +179,7 @@ class Laplace(Event):
         object.__setattr__(self, "count", check_count("count", self.count))
         object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
         object.__setattr__(self, "note", str(self.note))
+        self._check_relation_fields(gaussian=False)
 
     @property
     def steps(self) -> int:
@@ -142,11 +191,11 @@ class Laplace(Event):
 
     def describe(self) -> str:
         return (f"Laplace b={self.b:.6g} sensitivity={self.sensitivity:.6g} "
-                f"(eps={self.eps:.6g}) x {self.count}{self._note()}")
+                f"(eps={self.eps:.6g}) x {self.count}{self._how()}{self._note()}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "b": self.b, "count": self.count,
-                "sensitivity": self.sensitivity, "note": self.note}
+                "sensitivity": self.sensitivity, "note": self.note, **self._rel_dict()}
 
 
 @dataclass(frozen=True)
@@ -157,6 +206,8 @@ class ApproxDP(Event):
     delta: float = 0.0
     count: int = 1
     note: str = ""
+    sampling: str = ALL
+    relation: str = ADD_REMOVE
     kind: ClassVar[str] = "approx_dp"
 
     def __post_init__(self) -> None:
@@ -165,6 +216,7 @@ class ApproxDP(Event):
         object.__setattr__(self, "delta", d)
         object.__setattr__(self, "count", check_count("count", self.count))
         object.__setattr__(self, "note", str(self.note))
+        self._check_relation_fields(gaussian=False)
 
     @property
     def steps(self) -> int:
@@ -176,11 +228,11 @@ class ApproxDP(Event):
 
     def describe(self) -> str:
         eps = "inf" if math.isinf(self.eps) else f"{self.eps:.6g}"
-        return f"({eps}, {self.delta:.3g})-DP release x {self.count}{self._note()}"
+        return f"({eps}, {self.delta:.3g})-DP release x {self.count}{self._how()}{self._note()}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.kind, "eps": self.eps, "delta": self.delta, "count": self.count,
-                "note": self.note}
+                "note": self.note, **self._rel_dict()}
 
 
 _TYPES: dict[str, type] = {

@@ -39,8 +39,18 @@ from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian,
 from .pld import pld_delta, pld_epsilon
 from .prv import PRVUnavailable, prv_epsilon
 from .rdp import DEFAULT_ORDERS, INTEGER_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
+from .relations import (
+    ADD_REMOVE,
+    ALL,
+    POISSON,
+    check_relation,
+    convert_event,
+    group_privacy_2,
+    uses_group_privacy,
+)
 
-__all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs"]
+__all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs",
+           "EpsilonReport", "group_privacy_epsilon"]
 
 #: Sound methods: each returns an upper bound on eps (PRV: its estimate; see epsilon_bounds).
 #: "pld": the certified upper end of the privacy-loss-distribution bracket (the tightest).
@@ -50,6 +60,37 @@ APPROXIMATE_METHODS = ("zcdp-approx",)
 LEDGER_FORMAT = "leakaudit.ledger/1"
 
 _ADVANCED_SPLITS = np.linspace(0.05, 0.95, 19)
+
+
+class EpsilonReport(dict):
+    """``{method: eps}`` (floats, as before) that also says what the numbers are about:
+    ``delta``, the neighbouring ``relation`` and the ``samplings`` of the ledger's events."""
+
+    def __init__(self, values: dict[str, float], *, delta: float, relation: str,
+                 samplings: tuple[str, ...]) -> None:
+        super().__init__(values)
+        self.delta = delta
+        self.relation = relation
+        self.samplings = samplings
+
+    def describe(self) -> str:
+        head = (f"eps at delta={self.delta:.3g}, relation {self.relation}, sampling "
+                f"{'/'.join(self.samplings) or '-'}")
+        return "\n".join([head] + [f"  {k:<12} {v:.6g}" for k, v in self.items()])
+
+
+def group_privacy_epsilon(eps_at, delta: float, points: int = 48) -> float:
+    """eps at distance 2 from an eps(delta) curve at distance 1: min over a fixed grid of
+    delta_1 in delta * [1e-6, 1/2] of 2 eps(delta_1) where delta_1 (1 + e^eps(delta_1)) <= delta
+    (:func:`accounting.relations.group_privacy_2`; every grid point is a valid bound, the
+    grid does not depend on the data). inf when no grid point qualifies."""
+    best = math.inf
+    for d1 in delta * np.geomspace(1e-6, 0.5, points):
+        e = float(eps_at(float(d1)))
+        e2, d2 = group_privacy_2(e, float(d1))
+        if d2 <= delta:
+            best = min(best, e2)
+    return best
 
 
 class ConservativeEpsilon(NamedTuple):
@@ -73,7 +114,15 @@ def _resolve_orders(orders: object) -> np.ndarray:
 class PrivacyLedger:
     """Every data-dependent release of one party (a client, a model), and its privacy.
 
+    One ledger, one neighbouring relation: every event it records is accounted under
+    ``relation``; an event or a ledger of another relation is refused (convert it
+    explicitly with :meth:`converted` / :func:`accounting.relations.convert_event` where a
+    valid conversion exists). Every Gaussian step says how its batch was drawn
+    (``sampling``); non-Poisson samplings are accounted without amplification at the
+    sensitivity the relation gives (:mod:`accounting.relations`).
+
     Args:
+        relation: "add-remove" (default), "replace-one" or "zero-out".
         orders: Rényi orders used by the RDP methods: None/"default" for
             :data:`~accounting.rdp.DEFAULT_ORDERS`, "integer" for {2..64} (the seed papers'
             grid), or any sequence of numbers > 1.
@@ -84,23 +133,37 @@ class PrivacyLedger:
         >>> round(ledger.epsilon(1e-5), 3)   # doctest: +SKIP
     """
 
-    def __init__(self, orders: object = None) -> None:
+    def __init__(self, relation: str = ADD_REMOVE, orders: object = None) -> None:
+        if orders is None and (not isinstance(relation, str) or relation in ("default",
+                                                                             "integer")):
+            relation, orders = ADD_REMOVE, relation  # PrivacyLedger(orders): the old signature
+        self.relation = check_relation("relation", relation)
         self.orders = _resolve_orders(orders)
         self._events: list[Event] = []
         self._cache: dict[tuple[float, float], np.ndarray] = {}
         self._groups: Groups | None = None
 
     # ------------------------------------------------------------------ recording
+    def _check_event_relation(self, event: Event) -> None:
+        rel = getattr(event, "relation", ADD_REMOVE)
+        if rel != self.relation:
+            raise ValueError(
+                f"this ledger accounts relation={self.relation!r} but the event is stated under "
+                f"relation={rel!r}: one ledger keeps one relation; convert explicitly with "
+                f"accounting.relations.convert_event(event, {self.relation!r}) where valid")
+
     def _append(self, event: Event) -> None:
+        self._check_event_relation(event)
         self._groups = None
         last = self._events[-1] if self._events else None
+        key = ("q", "sigma", "note", "sampling", "relation")
         if (
             isinstance(event, SampledGaussian)
             and isinstance(last, SampledGaussian)
-            and (last.q, last.sigma, last.note) == (event.q, event.sigma, event.note)
+            and all(getattr(last, k) == getattr(event, k) for k in key)
         ):
             self._events[-1] = SampledGaussian(last.q, last.sigma, last.count + event.count,
-                                               last.note)
+                                               last.note, last.sampling, last.relation)
         else:
             self._events.append(event)
 
@@ -113,9 +176,15 @@ class PrivacyLedger:
         noise_multiplier: float | None = None,
         sample_rate: float | None = None,
         note: str = "",
+        sampling: str = POISSON,
     ) -> None:
-        """Record ``count`` Poisson-sampled Gaussian steps (rate q, noise multiplier sigma).
+        """Record ``count`` Gaussian steps (rate q, noise multiplier sigma) drawn by ``sampling``.
 
+        ``sampling``: "poisson" (default; q the inclusion probability), "fixed-size" or
+        "shuffle" (q = B/n is recorded, no amplification is claimed), "all" (q = 1; may be
+        left out). sigma is the noise std over the per-record bound C; the ledger's relation
+        sets the sensitivity (:mod:`accounting.relations`). A sampling the relation cannot be
+        accounted with is refused before anything is recorded.
         ``noise_multiplier`` / ``sample_rate`` are Opacus's names for sigma / q.
         """
         if noise_multiplier is not None:
@@ -126,31 +195,42 @@ class PrivacyLedger:
             if q is not None:
                 raise ValueError("give q or sample_rate, not both")
             q = sample_rate
+        if q is None and sampling == ALL:
+            q = 1.0
         if q is None:
             raise ValueError("q (sampling probability in [0, 1]) is required")
         if sigma is None:
             raise ValueError("sigma (noise multiplier >= 0) is required")
         count = check_count("count", count)
+        event = SampledGaussian(q=q, sigma=sigma, count=max(count, 1), note=note,
+                                sampling=sampling, relation=self.relation)
         if count:
-            self._append(SampledGaussian(q=q, sigma=sigma, count=count, note=note))
+            self._append(event)
 
-    def step_schedule(self, q: float, sigmas: Iterable[float], *, note: str = "") -> None:
-        """Record one sampled Gaussian step per sigma in ``sigmas`` (a noise schedule)."""
+    def step_schedule(self, q: float, sigmas: Iterable[float], *, note: str = "",
+                      sampling: str = POISSON) -> None:
+        """Record one Gaussian step per sigma in ``sigmas`` (a noise schedule), same q and
+        ``sampling`` (as in :meth:`step`)."""
         self._append(GaussianSchedule(q=q, sigmas=np.asarray(list(sigmas) if not isinstance(
-            sigmas, np.ndarray) else sigmas, dtype=float), note=note))
+            sigmas, np.ndarray) else sigmas, dtype=float), note=note, sampling=sampling,
+            relation=self.relation))
 
     def laplace(self, b: float, count: int = 1, *, sensitivity: float = 1.0,
                 note: str = "") -> None:
         """Record ``count`` Laplace releases of scale ``b`` and L1 ``sensitivity``."""
         count = check_count("count", count)
+        event = Laplace(b=b, count=max(count, 1), sensitivity=sensitivity, note=note,
+                        relation=self.relation)
         if count:
-            self._append(Laplace(b=b, count=count, sensitivity=sensitivity, note=note))
+            self._append(event)
 
     def dp_step(self, eps: float, delta: float = 0.0, count: int = 1, *, note: str = "") -> None:
         """Record ``count`` releases known only to be (eps, delta)-DP (delta=0: pure DP)."""
         count = check_count("count", count)
+        event = ApproxDP(eps=eps, delta=delta, count=max(count, 1), note=note,
+                         relation=self.relation)
         if count:
-            self._append(ApproxDP(eps=eps, delta=delta, count=count, note=note))
+            self._append(event)
 
     def allocate(self, sigma: float, steps: int, selected: int = 1, epochs: int = 1, *,
                  note: str = "") -> None:
@@ -160,7 +240,8 @@ class PrivacyLedger:
         RDP methods count it without amplification)."""
         from .allocation import RandomAllocation
 
-        self._append(RandomAllocation(sigma, steps, selected, epochs, note=note))
+        self._append(RandomAllocation(sigma, steps, selected, epochs, note=note,
+                                      relation=self.relation))
 
     def _allocations(self) -> list[Any]:
         """The random-allocation events (duck-typed: they build their own PLDs)."""
@@ -170,8 +251,17 @@ class PrivacyLedger:
         """Record an already-built event."""
         if not isinstance(event, Event):
             raise ValueError(f"event must be an accounting.events.Event, got {type(event)!r}")
+        self._check_event_relation(event)
         if event.steps:
             self._append(event)
+
+    def converted(self, relation: str) -> PrivacyLedger:
+        """A new ledger of ``relation`` holding this ledger's events, each converted where a
+        valid conversion exists (:func:`accounting.relations.convert_event`), else ValueError."""
+        relation = check_relation("relation", relation)
+        new = PrivacyLedger(relation=relation, orders=self.orders)
+        new._events = [convert_event(e, relation) for e in self._events]
+        return new
 
     # ------------------------------------------------------------------ views
     @property
@@ -188,13 +278,20 @@ class PrivacyLedger:
         return self.steps
 
     def __repr__(self) -> str:
-        return f"PrivacyLedger({len(self._events)} events, {self.steps} steps)"
+        return (f"PrivacyLedger({len(self._events)} events, {self.steps} steps, "
+                f"relation={self.relation!r})")
+
+    @property
+    def samplings(self) -> tuple[str, ...]:
+        """The distinct sampling schemes of the recorded events, in order of appearance."""
+        return tuple(dict.fromkeys(e.sampling for e in self._events))
 
     def describe(self) -> str:
-        """One line per event, readable like dp-accounting's event tree."""
+        """A header with the relation, then one line per event (like dp-accounting's tree)."""
         if not self._events:
-            return "(empty ledger)"
-        return "\n".join(e.describe() for e in self._events)
+            return f"(empty ledger, relation {self.relation})"
+        head = f"neighbouring relation: {self.relation}; sampling: {', '.join(self.samplings)}"
+        return "\n".join([head] + [e.describe() for e in self._events])
 
     __str__ = describe
 
@@ -327,6 +424,28 @@ class PrivacyLedger:
             return DPResult(prv_epsilon(self._events, delta).estimate, None)
         if method == "pld":
             return DPResult(pld_epsilon(self._events, delta).upper, None)
+        res = self._epsilon_direct(delta, method, optimize_order, warn)
+        alt = self._group_add_remove()
+        if alt is not None and method in ("rdp", "rdp-classic", "moments"):
+            # Poisson steps under replace-one: group privacy 2 of the add/remove accounting
+            gp = group_privacy_epsilon(lambda d: alt.epsilon(d, method, warn=False), delta)
+            if gp < res.eps:
+                return DPResult(gp, None)
+        return res
+
+    def _group_add_remove(self) -> PrivacyLedger | None:
+        """This ledger restated under add/remove when some Poisson step (0 < q < 1) is under
+        replace-one and every release is Gaussian (their add/remove meaning is known), for
+        the group-privacy bound; else None."""
+        if not any(isinstance(e, (SampledGaussian, GaussianSchedule))
+                   and uses_group_privacy(e.sampling, e.relation, e.q) for e in self._events):
+            return None
+        if not all(isinstance(e, (SampledGaussian, GaussianSchedule)) for e in self._events):
+            return None
+        return self.converted(ADD_REMOVE)
+
+    def _epsilon_direct(self, delta: float, method: str, optimize_order: bool,
+                        warn: bool) -> DPResult:
         approx_eps, approx_delta = self._approx_spent()
         rem = delta - approx_delta
         if rem <= 0:
@@ -505,12 +624,12 @@ class PrivacyLedger:
     def _with_groups(self, groups: Groups) -> PrivacyLedger:
         """A ledger whose Gaussian steps are ``groups`` and whose other releases are this
         ledger's (same orders, sharing the pure RDP memo)."""
-        trial = PrivacyLedger(self.orders)
-        for q, s, c in zip(*groups):
-            trial.record(SampledGaussian(q, s, int(c)))
+        trial = PrivacyLedger(orders=self.orders)
+        for q, s, c in zip(*groups):  # already the accounted Poisson add/remove pairs
+            trial._events.append(SampledGaussian(q, s, int(c)))
         for e in self._events:
             if not isinstance(e, (SampledGaussian, GaussianSchedule)):
-                trial.record(e)
+                trial._events.append(e)
         trial._cache = self._cache
         return trial
 
@@ -533,11 +652,12 @@ class PrivacyLedger:
             raise ValueError("prv-accountant cannot account random allocation "
                              "(ledger.allocate): use method='pld'")
         if method == "pld":
-            return tuple(pld_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
-        return tuple(prv_epsilon(self._events, delta, **kwargs))  # type: ignore[return-value]
+            return pld_epsilon(self._events, delta, **kwargs)  # a (lower, estimate, upper) tuple
+        return prv_epsilon(self._events, delta, **kwargs)
 
-    def epsilon_report(self, delta: float, *, prv: bool = True) -> dict[str, float]:
-        """Every sound method side by side (and the PRV bounds when ``prv``)."""
+    def epsilon_report(self, delta: float, *, prv: bool = True) -> EpsilonReport:
+        """Every sound method side by side (and the PRV bounds when ``prv``), as an
+        :class:`EpsilonReport` (a dict of floats carrying delta, relation and samplings)."""
         out: dict[str, float] = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OrderGridWarning)
@@ -552,7 +672,7 @@ class PrivacyLedger:
                     pass  # the peer's limitation: the report simply has no PRV entries
                 else:
                     out.update({"prv-lower": lo, "prv": est, "prv-upper": up})
-        return out
+        return EpsilonReport(out, delta=delta, relation=self.relation, samplings=self.samplings)
 
     def delta(self, eps: float, method: str = "rdp") -> float:
         """Smallest delta for which the ledger is (eps, delta)-DP: an upper bound from "rdp",
@@ -584,6 +704,7 @@ class PrivacyLedger:
         count: int = 1,
         *,
         method: str = "rdp",
+        sampling: str = POISSON,
     ) -> bool:
         """Would ``count`` more (q, sigma) steps push eps above ``eps_budget``? No mutation.
 
@@ -595,7 +716,7 @@ class PrivacyLedger:
                              "(approximations may under-report and never decide a budget)")
         trial = self.copy()
         if q is not None or sigma is not None:
-            trial.step(q=q, sigma=sigma, count=count)
+            trial.step(q=q, sigma=sigma, count=count, sampling=sampling)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return trial.epsilon(delta, method) > eps_budget
@@ -603,7 +724,7 @@ class PrivacyLedger:
     # ------------------------------------------------------------------ composition
     def copy(self) -> PrivacyLedger:
         """An independent ledger with the same history (shares only the pure RDP memo)."""
-        new = PrivacyLedger(self.orders)
+        new = PrivacyLedger(relation=self.relation, orders=self.orders)
         new._events = list(self._events)
         new._cache = self._cache
         new._groups = self._groups
@@ -613,6 +734,11 @@ class PrivacyLedger:
         """Sequential composition: a new ledger with both histories (this ledger's orders)."""
         if not isinstance(other, PrivacyLedger):
             raise ValueError(f"other must be a PrivacyLedger, got {type(other)!r}")
+        if other.relation != self.relation:
+            raise ValueError(
+                f"cannot compose a ledger of relation={self.relation!r} with one of "
+                f"relation={other.relation!r}: convert one explicitly first "
+                f"(other.converted({self.relation!r}) where a valid conversion exists)")
         new = self.copy()
         new._cache = dict(self._cache) if np.array_equal(self.orders, other.orders) else {}
         for e in other._events:
@@ -625,6 +751,7 @@ class PrivacyLedger:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": LEDGER_FORMAT,
+            "relation": self.relation,
             "orders": self.orders.tolist(),
             "events": [e.to_dict() for e in self._events],
         }
@@ -637,12 +764,14 @@ class PrivacyLedger:
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
         if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
             raise ValueError(f"not a ledger: expected format {LEDGER_FORMAT!r}")
-        ledger = cls(orders=data.get("orders"))
+        ledger = cls(relation=data.get("relation", ADD_REMOVE), orders=data.get("orders"))
         events = data.get("events", [])
         if not isinstance(events, list):
             raise ValueError("ledger 'events' must be a list")
         for item in events:
-            ledger._events.append(event_from_dict(item))
+            event = event_from_dict(item)
+            ledger._check_event_relation(event)
+            ledger._events.append(event)
         ledger._groups = None
         return ledger
 
@@ -665,8 +794,8 @@ class PrivacyLedger:
         return cls.from_json(p.read_text())
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, PrivacyLedger) and np.array_equal(self.orders, other.orders)
-                and self._events == other._events)
+        return (isinstance(other, PrivacyLedger) and self.relation == other.relation
+                and np.array_equal(self.orders, other.orders) and self._events == other._events)
 
     def __copy__(self) -> PrivacyLedger:
         return self.copy()

@@ -32,6 +32,22 @@ truth is 0.60 for q = 0.01, sigma = 6, 10,000 steps). Tails below the grid are r
 self-composed by one FFT power each and then convolved pairwise in a balanced tree,
 truncating negligible tails the same valid way after each convolution. With many distinct
 sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP for the lower.
+
+Relations and samplings (:mod:`accounting.relations`): every Gaussian step enters as the
+Poisson add/remove pair that accounts it, the upper-bound pair on the upper side and a pair
+valid as a lower bound for its relation on the lower side (fixed-size and shuffled steps are
+left out of the lower end: their accounting is only an upper bound). Poisson steps under
+replace-one: the upper end is the smaller of the no-amplification bound (sigma / 2, q = 1) and
+group privacy of size 2 applied to the add/remove PLD of the same steps; the lower end is the
+add/remove pair (a replacement by a record whose contribution is zero).
+
+Never falls over: unsampled Gaussian steps compose exactly into one (closed form when
+nothing else is recorded); losses of hundreds (Laplace with scale 1e-4) are discretised with
+scaled masses, underflow read conservatively on each side; the grid step is bounded below by
+a memory budget (one release within _MAX_BINS bins, the composition within _MAX_COMPOSED)
+and a composition no grid can hold is refused with a ValueError before any large allocation;
+when the discretisation's allowance reaches delta (delta near 1e-12 and below) the upper end
+falls back on the RDP bound.
 """
 
 from __future__ import annotations
@@ -65,8 +81,15 @@ _WIDTH = 0.01
 _NEGLIGIBLE = 1e-22
 #: At most about this many grid steps across the loss range of one step.
 _MAX_BINS = 30_000
-#: Standard deviations of the noise kept on each side when a step's loss range is built.
+#: Standard deviations of the noise kept on each side when a step's loss range is built
+#: (at least; more for tiny deltas, see _z_and_tail).
 _Z = 8.5
+#: At most this many bins in a composed PLD (a 2^23-point real FFT: ~200 MB of work
+#: arrays); beyond it the grid step is coarsened (still valid, only looser).
+_MAX_COMPOSED = 2**23
+#: A refinement pass over rounded sigma groups is skipped when groups x bins would exceed
+#: this (the discretisation costs about that many normal CDF evaluations per side).
+_MAX_CELLS = 1e7
 
 
 class PLDBounds(NamedTuple):
@@ -113,10 +136,11 @@ def _mixture_cdf(x: np.ndarray, q: np.ndarray | None, s: np.ndarray,
 
 def _x_of_loss(loss: np.ndarray, q: np.ndarray, s: np.ndarray) -> np.ndarray:
     """x with log(1 - q + q exp((2x - 1)/(2 s^2))) = loss (-inf where loss <= log(1-q))."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.expm1(loss) / q
         out = s * s * np.log1p(ratio) + 0.5
-    return np.where(ratio <= -1.0, -np.inf, out)
+    out = np.where(ratio <= -1.0, -np.inf, out)
+    return np.where(q == 1.0, s * s * loss + 0.5, out)  # q = 1: the loss is linear in x
 
 
 def _masses(x: np.ndarray, q: np.ndarray | None, s: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -162,7 +186,9 @@ def _atom_intervals(atoms: list[tuple[float, float, float]], edges: np.ndarray,
     qm = np.zeros(edges.size - 1)
     below = above = 0.0
     for loss, p, q in atoms:
-        j = int(math.floor(loss / h + 1e-9)) - int(round(edges[0] / h))
+        k = int(math.floor(loss / h))
+        k += 1 if (k + 1) * h <= loss else (-1 if k * h > loss else 0)  # k h <= loss < (k+1) h
+        j = k - int(round(edges[0] / h))
         if j < 0:
             below += p
         elif j >= pm.size:
@@ -202,13 +228,31 @@ def _approx_dp_atoms(eps0: float, delta0: float) -> list[tuple[float, float, flo
 def _connect_dots(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.ndarray:
     """UPPER: split each interval's P-mass between its ends, keeping E_P[e^-L] (Doroshenko
     et al. 2022). Returns masses at the S + 1 grid points ks[0] h .. (ks[-1] + 1) h."""
-    lo = np.exp(-ks * h)
-    hi = np.exp(-(ks + 1) * h)
-    down = np.clip((qm - hi * pm) / (lo - hi), 0.0, pm)
+    # scaled by e^(k h) (no overflow at losses of hundreds): (Q e^(kh) - e^-h P) / (1 - e^-h)
+    down = np.clip((_scaled_q(qm, pm, ks, h, True) - math.exp(-h) * pm) / -math.expm1(-h), 0.0, pm)
     out = np.zeros(pm.shape[:-1] + (pm.shape[-1] + 1,))
     out[..., :-1] += down
     out[..., 1:] += pm - down
     return out
+
+
+def _scaled_q(qm: np.ndarray, pm: np.ndarray, ks: np.ndarray, h: float,
+              upper: bool) -> np.ndarray:
+    """Q_k e^(k h), computed as exp(log Q_k + k h): finite for any loss.
+
+    Every loss in interval k lies in [k h, (k+1) h), so e^-h P_k <= Q_k e^(k h) <= P_k holds
+    exactly; the computed value falls below e^-h P_k only by underflow (Q = P e^-1000 is 0 in
+    floating point and would read as an infinite loss). There it is replaced by the end of
+    that range that keeps the side valid: e^-h P_k (loss (k+1) h) for the upper bound, P_k
+    (loss k h) for the lower bound, where the value is off by more than a factor 2 (round-off
+    of a CDF difference is left as it is, as before)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        a = np.exp(np.log(np.maximum(qm, 0.0)) + ks * h)
+    floor = math.exp(-h) * pm
+    if upper:
+        return np.maximum(a, floor)
+    # lower side: only a clear underflow (off by more than 2x, not round-off) is replaced
+    return np.where(a < 0.5 * floor, pm, a)
 
 
 def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.ndarray:
@@ -219,17 +263,24 @@ def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.
     atom at k h is fed (1 - t_{k-1}) of interval k-1 (losses below k h) and t_k of interval
     k (above); its merged loss is >= k h iff t_k (-Dlo_k) >= (1 - t_{k-1}) Dup_{k-1}, with
     Dlo_k = Q_k - e^{-k h} P_k <= 0 and Dup_k = Q_k - e^{-(k+1) h} P_k >= 0. The smallest such
-    t_k keeps the bias O(h^2); a floor keeps the next atom feasible.
+    t_k keeps the bias O(h^2); a floor keeps the next atom feasible. Computed with
+    Dlo_k, Dup_k scaled by e^(k h) (the ratios pick up e^(+-h)), so that losses of hundreds
+    (Laplace with a tiny scale) neither overflow nor give NaN.
     """
-    dlo = np.minimum(qm - np.exp(-ks * h) * pm, 0.0)
-    dup = np.maximum(qm - np.exp(-(ks + 1) * h) * pm, 0.0)
+    a = _scaled_q(qm, pm, ks, h, False)
+    dlo = np.minimum(a - pm, 0.0)  # e^(kh) Dlo_k
+    dup = np.maximum(a - math.exp(-h) * pm, 0.0)  # e^(kh) Dup_k
+    eh, emh = math.exp(h), math.exp(-h)
     rows, size = pm.shape
     t = np.ones((rows, size))
-    carry = np.zeros(rows)  # (1 - t_{k-1}) Dup_{k-1}
+    if rows <= 8:  # few rows: the same recursion on Python floats (numpy calls cost more)
+        for r in range(rows):
+            t[r] = _merge_down_row(dlo[r].tolist(), dup[r].tolist(), eh, emh)
+    carry = np.zeros(rows)  # e^((k-1)h) (1 - t_{k-1}) Dup_{k-1}
     with np.errstate(divide="ignore", invalid="ignore"):
-        for k in range(size):
-            need = np.where(carry > 0, carry / -dlo[:, k], 0.0)
-            nxt = -dlo[:, k + 1] if k + 1 < size else np.zeros(rows)
+        for k in range(size if rows > 8 else 0):
+            need = np.where(carry > 0, carry * eh / -dlo[:, k], 0.0)
+            nxt = -dlo[:, k + 1] * emh if k + 1 < size else np.zeros(rows)
             floor = np.where(dup[:, k] > 0, 1.0 - nxt / dup[:, k], 0.0)
             tk = np.maximum(need, floor)
             tk = np.where(np.isfinite(tk), np.clip(tk, 0.0, 1.0), 1.0)
@@ -241,16 +292,37 @@ def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.
     return out
 
 
+def _merge_down_row(dlo: list[float], dup: list[float], eh: float, emh: float) -> list[float]:
+    """One row of :func:`_merge_down`'s recursion (scaled Dlo, Dup), on Python floats."""
+    size = len(dlo)
+    out = [1.0] * size
+    carry = 0.0
+    for k in range(size):
+        d = -dlo[k]
+        if carry > 0:
+            need = carry * eh / d if d > 0 else math.inf
+        else:
+            need = 0.0
+        nxt = -dlo[k + 1] * emh if k + 1 < size else 0.0
+        up = dup[k]
+        floor = 1.0 - nxt / up if up > 0 else 0.0
+        tk = need if need > floor else floor
+        tk = min(max(tk, 0.0), 1.0) if math.isfinite(tk) else 1.0
+        out[k] = tk
+        carry = (1.0 - tk) * up
+    return out
+
+
 def _discretise(pm: np.ndarray, qm: np.ndarray, below: np.ndarray, above: np.ndarray,
-                k0: int, h: float, upper: bool) -> list[_PMF]:
+                k0: int, h: float, upper: bool, tail: float = _TAIL) -> list[_PMF]:
     """Rows of interval masses -> one discrete PLD per row (upper or lower version)."""
     ks = np.arange(k0, k0 + pm.shape[1], dtype=float)
     if upper:
         grid = _connect_dots(pm, qm, ks, h)
         grid[:, 0] += below  # losses below the grid rounded up onto it
-        return [_trim(_PMF(k0, row, float(inf)), upper) for row, inf in zip(grid, above)]
+        return [_trim(_PMF(k0, row, float(inf)), upper, tail) for row, inf in zip(grid, above)]
     grid = _merge_down(pm, qm, ks, h)  # tails dropped: sub-probability, still a lower bound
-    return [_trim(_PMF(k0, row, 0.0), upper) for row in grid]
+    return [_trim(_PMF(k0, row, 0.0), upper, tail) for row in grid]
 
 
 def _trim(pmf: _PMF, upper: bool, tail: float = _TAIL) -> _PMF:
@@ -410,6 +482,8 @@ def _compose(parts: list[tuple[_PMF, int]], tol: float) -> tuple[_PMF, float]:
     inf = 1.0 - float(np.prod([(1.0 - p.inf) ** c for p, c in zip(pmfs, counts)]))
     shift = int(sum(p.offset * int(c) for p, c in zip(pmfs, counts)))
     lo, hi, err = _window(pmfs, counts, tol)
+    if hi - lo + 1 > _MAX_COMPOSED:
+        raise _GridTooLarge(hi - lo + 1)
     n = sfft.next_fast_len(max(hi - lo + 1, max(p.p.size for p in pmfs)), real=True)
     spectrum, dropped = _spectrum(pmfs, counts, n)
     folded = sfft.irfft(spectrum, n)
@@ -505,12 +579,20 @@ def _loss_range(groups: Groups) -> float:
     return float(np.max(lhi - llo))
 
 
-def _loss_limits(qs: np.ndarray, sig: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Loss of the remove pair at x = -_Z sigma and x = 1 + _Z sigma (the add pair's range
-    is the mirror image)."""
+def _loss_limits(qs: np.ndarray, sig: np.ndarray,
+                 z: float = _Z) -> tuple[np.ndarray, np.ndarray]:
+    """Loss of the remove pair at x = -z sigma and x = 1 + z sigma (the add pair's range
+    is the mirror image). At q = 1 the loss (2x - 1)/(2 sigma^2) is linear: computed as
+    such (log1p(expm1(x)) loses it below x = -37 and gave -inf, then an empty grid)."""
+    xhi = (2 * (1 + z * sig) - 1) / (2 * sig**2)
+    xlo = (2 * (-z * sig) - 1) / (2 * sig**2)
     with np.errstate(divide="ignore", over="ignore"):
-        lhi = np.log1p(qs * np.expm1(np.minimum((2 * (1 + _Z * sig) - 1) / (2 * sig**2), 700)))
-        llo = np.log1p(qs * np.expm1((2 * (-_Z * sig) - 1) / (2 * sig**2)))
+        lhi = np.log1p(qs * np.expm1(np.minimum(xhi, 700)))
+        llo = np.log1p(qs * np.expm1(xlo))
+    full = qs == 1.0
+    lhi = np.where(full, xhi, lhi)
+    with np.errstate(divide="ignore"):
+        llo = np.where(full, xlo, np.maximum(llo, np.log1p(-np.minimum(qs, 1.0)) - 1.0))
     return llo, lhi
 
 
@@ -521,24 +603,38 @@ def _grid_step(groups: Groups, others: list[Event], opts: PLDOptions) -> float:
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
     # the O(h^2) bias per step adds up over the steps: finer grids for longer compositions
     bins = min(max(1000.0 * math.sqrt(steps / 10_000.0), 400.0), 2000.0)
-    h = max(total / bins, _loss_range(groups) / _MAX_BINS)
+    widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
+                                          if isinstance(e, (Laplace, ApproxDP))
+                                          and math.isfinite(e.eps)])
+    h = max(total / bins, widest / _MAX_BINS)
     # atoms at +-eps0 (Laplace, (eps, delta)) fall between grid points: keep h << eps0
     for e in others:
         if isinstance(e, (Laplace, ApproxDP)) and e.eps > 0:
             h = min(h, e.eps / 1000.0)
-    return float(min(max(h, 1e-7), 1e-2))
+    h = min(max(h, 1e-7), 1e-2)
+    # ... but never more bins than memory allows: one release's range within _MAX_BINS,
+    # the composed law's (~ 2 x 10 sd) within _MAX_COMPOSED (a coarser grid is still valid)
+    return float(max(h, widest / _MAX_BINS, 20.0 * total / _MAX_COMPOSED))
+
+
+def _z_and_tail(tol: float) -> tuple[float, float]:
+    """Noise sds kept on each side of a step's loss range, and the tail mass a trim may move:
+    both follow the target (tiny deltas need wider ranges and smaller trims)."""
+    tiny = max(tol * 1e-3, 1e-300)
+    return max(_Z, float(-special.ndtri(tiny))), min(_TAIL, tiny)
 
 
 def _gaussian_pmfs(groups: Groups, h: float, direction: str,
-                   upper: bool) -> list[tuple[_PMF, int]]:
+                   upper: bool, tol: float = 1e-11) -> list[tuple[_PMF, int]]:
     """Discrete PLDs of the Gaussian groups (rows with q = 0 carry no loss: skipped)."""
     keep = groups.qs > 0
     qs, sig = groups.qs[keep], groups.sigmas[keep]
     if qs.size == 0:
         return []
     out: list[tuple[_PMF, int]] = []
-    # loss range of every row: x within _Z noise sds of both means
-    llo, lhi = _loss_limits(qs, sig)
+    z, tail = _z_and_tail(tol)
+    # loss range of every row: x within z noise sds of both means
+    llo, lhi = _loss_limits(qs, sig, z)
     if direction == "add":
         llo, lhi = -lhi, -llo
     k_lo = np.floor(llo / h).astype(np.int64) - 1
@@ -550,11 +646,12 @@ def _gaussian_pmfs(groups: Groups, h: float, direction: str,
         k0, k1 = int(k_lo[block].min()), int(k_hi[block].max())
         edges = np.arange(k0, k1 + 1, dtype=float) * h
         pm, qm, below, above = _gaussian_intervals(qs[block], sig[block], edges, direction)
-        out.extend(zip(_discretise(pm, qm, below, above, k0, h, upper), counts[block]))
+        out.extend(zip(_discretise(pm, qm, below, above, k0, h, upper, tail), counts[block]))
     return out
 
 
-def _other_pmfs(others: list[Event], h: float, upper: bool) -> list[tuple[_PMF, int]]:
+def _other_pmfs(others: list[Event], h: float, upper: bool,
+                tol: float = 1e-11) -> list[tuple[_PMF, int]]:
     """Discrete PLDs of Laplace and (eps, delta) releases (symmetric: both directions)."""
     out = []
     for e in others:
@@ -569,7 +666,7 @@ def _other_pmfs(others: list[Event], h: float, upper: bool) -> list[tuple[_PMF, 
         else:
             pm, qm, below, above = _atom_intervals(_approx_dp_atoms(e.eps, e.delta), edges, h)
         pmf = _discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
-                          upper)[0]
+                          upper, _z_and_tail(tol)[1])[0]
         inf = pmf.inf + (e.delta if isinstance(e, ApproxDP) and upper else 0.0)
         if isinstance(e, ApproxDP) and not upper:
             inf = e.delta  # the delta atom is exact: keep it in the lower bound too
@@ -585,7 +682,8 @@ def _custom(e: Event) -> bool:
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,
               upper: bool, tol: float) -> tuple[_PMF, float]:
     """The composed discrete PLD of one direction and one side, and its allowance."""
-    parts = _gaussian_pmfs(groups, h, direction, upper) + _other_pmfs(others, h, upper)
+    parts = (_gaussian_pmfs(groups, h, direction, upper, tol)
+             + _other_pmfs(others, h, upper, tol))
     extra = 0.0
     for e in others:
         if _custom(e):
@@ -594,22 +692,80 @@ def _composed(groups: Groups, others: list[Event], h: float, direction: str,
             extra += allowance
     if not parts:
         return _PMF(0, np.ones(1), 0.0), 0.0
+    if len(parts) == 1 and parts[0][1] == 1:
+        return parts[0][0], extra  # one release: nothing to convolve, no round-off
     pmf, allowance = _compose(parts, tol)
     return pmf, allowance + extra
 
 
+def _merge_full_gaussians(groups: Groups) -> Groups:
+    """Every q = 1 Gaussian step composed exactly into ONE Gaussian step with multiplier
+    (sum_i c_i / sigma_i^2)^(-1/2) (Gaussian pairs compose into a Gaussian pair: Dong, Roth,
+    Su 2022, Cor. 3.3; Balle & Wang 2018): exact, and one PMF instead of thousands."""
+    full = (groups.qs == 1.0) & (groups.sigmas > 0)
+    if full.sum() <= 1 and not (full & (groups.counts > 1)).any():
+        return groups
+    inv = float((groups.counts[full] / groups.sigmas[full] ** 2).sum())
+    rest = ~full
+    return Groups(np.append(groups.qs[rest], 1.0), np.append(groups.sigmas[rest], inv ** -0.5),
+                  np.append(groups.counts[rest], 1).astype(np.int64))
+
+
+class _GridTooLarge(Exception):
+    """The composed PLD would need more than _MAX_COMPOSED bins at this grid step."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__(width)
+        self.width = width
+
+
 def _bound(events: tuple[Event, ...], others: list[Event], opts: PLDOptions, upper: bool,
            query, tol: float) -> float:
-    """max over the two directions of ``query(pmf, allowance, h)`` on one side."""
-    groups = sgm_groups(events)
-    h = _grid_step(groups, others, opts)
+    """max over the two directions of ``query(pmf, allowance, h)`` on one side (elementwise
+    when the query returns an array).
+
+    Gaussian steps enter as the Poisson add/remove pairs that account them under their
+    sampling and relation (:func:`accounting._grid.sgm_groups`): the upper-bound pairs on the
+    upper side, the lower-bound pairs (valid for the relation) on the lower side.
+    """
+    h = _grid_step(sgm_groups(events), others, opts)
+    groups = _merge_full_gaussians(sgm_groups(events, "upper" if upper else "lower"))
     if groups.qs.size > opts.max_distinct:
         groups = rounded_groups(groups, opts.sigma_resolution, "down" if upper else "up")
-    values = []
-    for direction in ("remove", "add"):
-        pmf, allowance = _composed(groups, others, h, direction, upper, tol)
-        values.append(query(pmf, allowance, h))
-    return max(values)
+    for _ in range(8):
+        try:
+            values = []
+            for direction in ("remove", "add"):
+                pmf, allowance = _composed(groups, others, h, direction, upper, tol)
+                values.append(query(pmf, allowance, h))
+            break
+        except _GridTooLarge as exc:  # coarser grid: fewer bins, still a valid bound
+            h *= 1.25 * exc.width / _MAX_COMPOSED
+    else:  # pragma: no cover - each retry shrinks the width ~ 1/h
+        raise ValueError("this composition cannot be discretised within the memory budget "
+                         f"({_MAX_COMPOSED} bins); use method='rdp'")
+    return np.maximum.reduce(values) if isinstance(values[0], np.ndarray) else max(values)
+
+
+def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: PLDOptions,
+                         delta: float, tol: float) -> float:
+    """Upper bound for Poisson steps under replace-one: group privacy of size 2 of the
+    add/remove PLD of the same ledger (replace = remove then add; (eps1, delta1) ->
+    (2 eps1, (1 + e^eps1) delta1)), minimised over a fixed grid of delta1 (each point valid).
+    inf where it does not apply (some release is not Gaussian: its add/remove meaning is
+    unknown)."""
+    from .relations import ADD_REMOVE, convert_event, uses_group_privacy
+
+    gauss = [e for e in events if not isinstance(e, (Laplace, ApproxDP))]
+    if others or not any(uses_group_privacy(e.sampling, e.relation, e.q) for e in gauss):
+        return math.inf
+    restated = tuple(convert_event(e, ADD_REMOVE) for e in events)
+    grid = delta * np.geomspace(1e-6, 0.5, 48)
+    eps1 = _bound(restated, [], opts, True, lambda pmf, allow, h: np.array(
+        [_eps_of(pmf, d - allow, h) if d > allow else math.inf for d in grid]), tol * 1e-6)
+    with np.errstate(over="ignore"):
+        ok = grid * (1.0 + np.exp(np.minimum(eps1, 700.0))) <= delta
+    return float(np.min(2.0 * eps1[ok])) if ok.any() else math.inf
 
 
 def _trivial(events: tuple[Event, ...]) -> float | None:
@@ -656,20 +812,111 @@ def pld_epsilon(
     if trivial is not None:
         return PLDBounds(trivial, trivial, trivial)
     others = [e for e in events if isinstance(e, (Laplace, ApproxDP)) or _custom(e)]
+    up_exact = _full_gaussian_eps(sgm_groups(events), others, delta)
+    lo_exact = _full_gaussian_eps(sgm_groups(events, "lower"), others, delta)
+    if up_exact is not None and lo_exact is not None:  # closed form on both sides
+        lo_exact *= 1.0 - 1e-11  # the bisection's bracket is 1e-12 relative
+        return PLDBounds(lo_exact, (lo_exact + up_exact) / 2.0, up_exact)
     tol = delta * 1e-6
-    for _ in range(_REFINE if opts.value_interval is None else 1):
-        upper = _bound(events, others, opts, True,
-                       lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
-        lower = _bound(events, others, opts, False,
-                       lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol)
+    user_grid = opts.value_interval is not None
+    upper, lower = math.inf, 0.0
+    for _ in range(_REFINE if not user_grid else 1):
+        # every pass is a certified bracket: keep the best end of each side over the passes
+        upper = min(upper, _bound(events, others, opts, True,
+                                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol))
+        lower = max(lower, _bound(events, others, opts, False,
+                                  lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
         if math.isinf(upper) or upper - lower <= _WIDTH * upper:
             break
-        # too coarse for this loss distribution: halve the grid step and redo
-        h = _grid_step(sgm_groups(events), others, opts) / 2.0
+        # too coarse for this loss distribution: halve the grid step and redo; where sigmas
+        # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
+        groups = sgm_groups(events)
+        h = _grid_step(groups, others, opts) / 2.0
+        if groups.qs.size > opts.max_distinct:
+            bins = _loss_range(groups) / h
+            now = rounded_groups(groups, opts.sigma_resolution, "down").qs.size
+            finer = opts.sigma_resolution / 2.0
+            rows = rounded_groups(groups, finer, "down").qs.size
+            if rows * bins <= _MAX_CELLS:
+                opts = opts._replace(sigma_resolution=finer, max_distinct=rows)
+            elif now * bins > _MAX_CELLS:
+                break  # a finer pass would cost more than the budget: keep this bracket
         opts = opts._replace(value_interval=h)
+    upper = min(upper, _group_privacy_upper(events, others, opts, delta, tol))
+    if up_exact is not None:
+        upper = min(upper, up_exact)
+    pure = _pure_total(events)
+    if pure is not None:  # only pure-DP releases: their summed eps is an (eps, 0) guarantee
+        upper = min(upper, pure)
+    if lo_exact is not None:
+        lower = max(lower, lo_exact * (1.0 - 1e-11))
+    if math.isinf(upper):
+        # a finite eps exists (not trivial) but the discretisation's allowance reached delta
+        # (delta near the round-off of the transforms): the RDP bound is a valid upper end
+        upper = _rdp_upper(events, delta)
     lower = min(lower, upper)
     mid = upper if math.isinf(upper) else (lower + upper) / 2.0
     return PLDBounds(lower, mid, upper)
+
+
+def _full_gaussian_eps(groups: Groups, others: list[Event], delta: float) -> float | None:
+    """Exact eps when every accounted step is an unsampled Gaussian (q = 1; q = 0 steps leak
+    nothing) and there is nothing else: the steps compose into one Gaussian with multiplier
+    (sum c / sigma^2)^(-1/2), whose eps is Balle & Wang's (2018, Thm 8) closed form (found by
+    bisection to 1e-12 relative, rounded up). None otherwise."""
+    from .composition import analytic_gaussian_epsilons
+
+    if others or not np.all((groups.qs == 1.0) | (groups.qs == 0.0)):
+        return None
+    full = groups.qs == 1.0
+    if not full.any():
+        return 0.0
+    inv = float((groups.counts[full] / groups.sigmas[full] ** 2).sum())
+    return float(analytic_gaussian_epsilons(np.array([inv ** -0.5]), delta)[0])
+
+
+def _pure_total(events: tuple[Event, ...]) -> float | None:
+    """Sum of eps when every release is Laplace or pure eps-DP (basic composition), else None."""
+    total = 0.0
+    for e in events:
+        if isinstance(e, Laplace) or (isinstance(e, ApproxDP) and e.delta == 0.0):
+            total += e.count * e.eps
+        else:
+            return None
+    return total
+
+
+def _rdp_upper(events: tuple[Event, ...], delta: float) -> float:
+    """The RDP upper bound on eps of these events (a fallback upper end): the accounted
+    Gaussian pairs, Laplace and pure-DP curves added up, (eps, delta > 0) releases by basic
+    composition, improved conversion (Balle et al. 2020) on the default orders."""
+    import warnings
+
+    from .conversions import rdp_to_dp
+    from .rdp import DEFAULT_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
+
+    groups = sgm_groups(events)
+    curve = np.zeros(DEFAULT_ORDERS.size)
+    if groups.qs.size:
+        with np.errstate(invalid="ignore"):
+            curve = (rdp_sgm_many(groups.qs, groups.sigmas, DEFAULT_ORDERS)
+                     * groups.counts[:, None]).sum(axis=0)
+    approx_eps = approx_delta = 0.0
+    for e in events:
+        if isinstance(e, Laplace):
+            curve = curve + e.count * rdp_laplace(e.b, DEFAULT_ORDERS, e.sensitivity)
+        elif isinstance(e, ApproxDP) and e.delta == 0.0:
+            curve = curve + e.count * rdp_pure_dp(e.eps, DEFAULT_ORDERS)
+        elif isinstance(e, ApproxDP):
+            approx_eps += e.count * e.eps
+            approx_delta += e.count * e.delta
+    if delta - approx_delta <= 0:
+        return math.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rdp_to_dp(np.where(np.isnan(curve), np.inf, curve), DEFAULT_ORDERS,
+                        delta - approx_delta, "improved")
+    return float(res.eps + approx_eps)
 
 
 def pld_delta(

@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 from ._grid import Groups, no_privacy_reason, rounded_groups, sgm_groups
 from ._validate import check_count, check_delta, check_instances, check_positive
-from .events import ApproxDP, Event, Laplace
+from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .relations import is_exact
 
 __all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "prv_bounds"]
 
@@ -110,9 +111,15 @@ def prv_epsilon(
     max_distinct = check_count("max_distinct", max_distinct, minimum=1)
     resolution = check_positive("resolution", resolution)
     events = check_instances("events", events, Event)
-    return prv_bounds(sgm_groups(events), events, delta, eps_error=eps_error,
-                      delta_error=delta_error, max_distinct=max_distinct,
-                      resolution=resolution)
+    out = prv_bounds(sgm_groups(events), events, delta, eps_error=eps_error,
+                     delta_error=delta_error, max_distinct=max_distinct,
+                     resolution=resolution)
+    if any(not is_exact(e.sampling, e.relation) for e in events
+           if isinstance(e, (SampledGaussian, GaussianSchedule))):
+        # steps accounted by an upper bound (fixed-size, shuffle, Poisson under replace-one):
+        # PRV's lower end bounds that bound, not the mechanism; omitted (0 is always valid)
+        out = PRVBounds(0.0, out.estimate, out.upper)
+    return out
 
 
 def prv_bounds(

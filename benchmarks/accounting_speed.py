@@ -137,7 +137,7 @@ def version(dist: str) -> str:
 def ours_eps(sigmas: np.ndarray, orders: Sequence[float] | None = None,
              method: str = "rdp") -> tuple[float, float | None]:
     """(eps, optimal order) from a fresh ledger (no memoised RDP values)."""
-    ledger = A.PrivacyLedger(orders)
+    ledger = A.PrivacyLedger(orders=orders)
     ledger.step_schedule(Q, sigmas)
     res = ledger.epsilon_and_order(DELTA, method, warn=False)
     return res.eps, res.order
