@@ -92,3 +92,12 @@ def one_torch_thread():
 
     with torch_threads(1):
         yield
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The built-in digits (scikit-learn, upsampled to 28x28), seed 0: loaded once per run.
+    A ``Dataset`` is frozen; tests must not write into its tensors."""
+    from leakaudit import data
+
+    return data.load("digits", seed=0)

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
-
-
-@pytest.fixture(scope="module")
 def cancer():
     return data.load("breast-cancer")
 

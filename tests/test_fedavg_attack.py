@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from leakaudit import attacks, data, fl, metrics, models, optim
+from leakaudit import attacks, fl, metrics, models, optim
 from leakaudit.attacks.base import Config, GradientProblem
 from leakaudit.attacks.fedavg import FedAvg, simulated_update
 from leakaudit.attacks.ig import InvertingGradients
@@ -17,11 +17,6 @@ SHAPE = (1, 28, 28)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
 
 
 def client_update(model, x, y, steps, lr, optimizer="sgd"):

@@ -13,11 +13,6 @@ SMALL = dict(clients=4, clients_per_round=2, rounds=3, local_steps=2, batch_size
              progress=False)
 
 
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
-
-
 def weights(run):
     return [p.detach().clone() for p in run.model.parameters()]
 

@@ -15,13 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import accounting  # noqa: E402
 import leakaudit  # noqa: E402
-from leakaudit import data, models  # noqa: E402
+from leakaudit import models  # noqa: E402
 from leakaudit.interop.opacus import Tap, ledger_from_accountant  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
 
 
 def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rdp"):
