@@ -10,6 +10,7 @@ import os
 import sys
 
 import pytest
+from _extras import require
 
 from leakaudit.auditing import ENGINES, audit, auditor, engines
 from leakaudit.cli import build_parser
@@ -178,7 +179,7 @@ def test_process_engine_matches_serial(serial, tmp_path):
 
 
 def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = require("ray", "ray")
     rep, path = serial
     part = _trainings_only(path, tmp_path / "r.jsonl")
     assert not ray.is_initialized()
@@ -192,7 +193,7 @@ def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
 @pytest.fixture(scope="module")
 def own_ray():
     """A Ray started by the caller (here: this module), once for the tests below."""
-    ray = pytest.importorskip("ray")
+    ray = require("ray", "ray")
     assert not ray.is_initialized()
     with engines.env(RAY_USAGE_STATS_ENABLED="0"):
         ray.init(num_cpus=2, include_dashboard=False)

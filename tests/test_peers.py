@@ -4,11 +4,12 @@ import warnings
 
 import numpy as np
 import pytest
+from _extras import require
 
 import accounting as A
 
-opacus_rdp = pytest.importorskip("opacus.accountants.analysis.rdp")
-dp_accounting = pytest.importorskip("dp_accounting")
+opacus_rdp = require("opacus.accountants.analysis.rdp", "opacus")
+dp_accounting = require("dp_accounting", "test")
 
 OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 # Opacus stops its fractional series at an ABSOLUTE term size exp(-30) ~ 9.4e-14 in A, so its

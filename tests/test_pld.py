@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _extras import require
 from scipy import optimize
 
 import accounting as A
@@ -46,7 +47,7 @@ def test_single_laplace_bracket_holds_the_closed_form() -> None:
 
 
 def test_constant_sigma_matches_dp_accounting_and_the_lower_bound_is_usable() -> None:
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    pld = require("dp_accounting.pld.privacy_loss_distribution", "test")
     ref = pld.from_gaussian_mechanism(6.0, sampling_prob=0.01).self_compose(10_000)
     ref_eps = ref.get_epsilon_for_delta(1e-5)  # pessimistic connect-the-dots: >= the truth
     logging.disable(logging.WARNING)  # dp-accounting logs that it falls back to buckets
@@ -64,7 +65,7 @@ def test_constant_sigma_matches_dp_accounting_and_the_lower_bound_is_usable() ->
 
 
 def _dp_accounting_eps(events: list[A.Event], delta: float) -> float:
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    pld = require("dp_accounting.pld.privacy_loss_distribution", "test")
     total = None
     for e in events:
         if isinstance(e, A.SampledGaussian):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import warnings
 
-import pytest
+from _extras import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,7 +69,7 @@ def test_monotone_in_steps(q, sigma, t, extra, delta):
 @settings(max_examples=6, deadline=None)
 @given(st.floats(0.005, 0.1), st.floats(1.0, 8.0), st.integers(10, 2000))
 def test_bracket_overlaps_prv_accountants(q, sigma, t):
-    pytest.importorskip("prv_accountant")
+    require("prv_accountant", "test")
     ledger = A.PrivacyLedger()
     ledger.step(q=q, sigma=sigma, count=t)
     try:

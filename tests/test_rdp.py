@@ -5,6 +5,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from _extras import require
 from scipy import special
 
 import accounting as A
@@ -173,7 +174,7 @@ def test_default_orders_documented_grid():
 def _mpmath_rdp(alpha: float, q: float, sigma: float):
     """50-digit RDP of one sampled Gaussian step: the defining integral minus its first-order
     part (which integrates to 0), so tiny values keep their digits."""
-    mp = pytest.importorskip("mpmath")
+    mp = require("mpmath", "test")
     mp.mp.dps = 50
     a, qq, s = mp.mpf(alpha), mp.mpf(q), mp.mpf(sigma)
     z0 = s**2 * mp.log(1 / qq - 1) + mp.mpf(1) / 2
