@@ -76,6 +76,15 @@ def test_audit_an_already_trained_model():
     rep = audit(defenses=["none"], model=model, trained=True, attacks=("idlg",), points=(2,),
                 **TINY)
     assert len(rep.rows()) == 1
+    # the flag takes effect: no profile training run (L = 5 Adam steps of B = 32), only the
+    # one audited round (one SGD step of batch size 1) on the given weights
+    (record,) = rep.defenses.values()
+    assert rep.config["trained"] is True
+    s = record["settings"]
+    assert (s["rounds"], s["local_steps"], s["batch_size"], s["optimizer"]) == (1, 1, 1, "sgd")
+    untrained = audit(defenses=["none"], model=model, attacks=("idlg",), points=(2,), **TINY)
+    (plain,) = untrained.defenses.values()
+    assert plain["settings"]["local_steps"] > 1 and plain["settings"]["batch_size"] > 1
 
 
 def test_bad_arguments():

@@ -15,8 +15,8 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
 
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = load_benchmark("utility")
-    bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
-                "--out", str(tmp_path)])
+    assert bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
+                       "--out", str(tmp_path)]) == 0
     text = (tmp_path / "utility.md").read_text()
     assert "| none |" in text and "| fed-cdp |" in text
     assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows
