@@ -28,6 +28,7 @@ def test_bad_settings_are_refused_before_work(kwargs, name, monkeypatch):
         audit(**SMALL, **kwargs)
 
 
+@pytest.mark.slow
 def test_report_records_the_setting_and_fedavg_runs(tmp_path):
     report = audit(**SMALL, attacks=("fedavg", "idlg"), batch_size=2, local_steps=2,
                    stage="round1", device="cpu", results=str(tmp_path / "r.jsonl"))

@@ -17,6 +17,7 @@ def tiny(tmp_path_factory):
     return bench, out
 
 
+@pytest.mark.slow
 def test_tiny_profile_writes_every_output(tiny):
     bench, out = tiny
     with (out / "leakage_curves.csv").open() as fh:
@@ -42,6 +43,7 @@ def test_tiny_profile_writes_every_output(tiny):
     assert (out / "leakage_curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_work(tiny, monkeypatch):
     bench, out = tiny
 
@@ -74,6 +76,7 @@ def test_asr_counts_images_not_batches():
     assert math.isinf(row["eps_sound"])
 
 
+@pytest.mark.slow
 def test_trained_stages_are_weights_after_undefended_rounds():
     bench = load_benchmark("leakage_curves")
     import dataclasses
