@@ -15,6 +15,9 @@ settings.register_profile(
     derandomize=True,
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
+# `make test-fast`: quick feedback; `make test` and CI run the "ci" profile
+settings.register_profile("fast", max_examples=8, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
