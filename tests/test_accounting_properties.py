@@ -131,6 +131,7 @@ def _build(events, orders=None):
     return ledger
 
 
+@pytest.mark.slow  # ~1 s alone, but 50-90 s of CPU inside the whole suite (unexplained)
 @given(_ledgers())
 def test_json_round_trip(events):
     ledger = _build(events)

@@ -106,6 +106,7 @@ def test_decaying_defense_uses_the_schedule_over_rounds(digits):
     assert [d.noise_multiplier(t) for t in range(3)] == pytest.approx([8.0, 4.0, 2.0])
 
 
+@pytest.mark.slow
 def test_non_private_model_learns_digits(digits):
     run = fl.simulate(None, digits, "none", clients=5, clients_per_round=5, rounds=8,
                       local_steps=10, batch_size=32, lr=0.01, optimizer="adam", seed=0,

@@ -48,6 +48,7 @@ def _audit(ds, tap, label, max_iterations):
         progress=False, max_iterations=max_iterations)
 
 
+@pytest.mark.slow
 def test_idlg_rebuilds_examples_without_noise_or_clipping(digits):
     tap, _ = _opacus_run(digits, noise_multiplier=0.0, max_grad_norm=1e6)
     report = _audit(digits, tap, "opacus sigma=0", max_iterations=20)
@@ -58,6 +59,7 @@ def test_idlg_rebuilds_examples_without_noise_or_clipping(digits):
         assert cell["label_accuracy"] == 1.0
 
 
+@pytest.mark.slow
 def test_idlg_fails_with_noise_multiplier_1_and_clip_1(digits):
     tap, _ = _opacus_run(digits, noise_multiplier=1.0, max_grad_norm=1.0)
     report = _audit(digits, tap, "opacus sigma=1", max_iterations=20)  # 2x what it took

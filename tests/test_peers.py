@@ -135,6 +135,7 @@ def test_prv_bounds_bracket_and_rdp_is_never_below_the_lower_bound():
             assert ledger.epsilon(1e-5, "rdp-classic") >= lo
 
 
+@pytest.mark.slow
 def test_prv_bucketing_keeps_a_valid_bracket():
     ledger = A.PrivacyLedger()
     ledger.step_schedule(0.05, A.schedules.exponential(3.0, 1.0, 24))

@@ -88,6 +88,7 @@ def _dp_accounting_eps(events: list[A.Event], delta: float) -> float:
     [A.ApproxDP(0.3, 1e-7, 5)],
     [A.SampledGaussian(0.01, 2.0, 500), A.Laplace(20.0, 3), A.ApproxDP(0.1, 1e-7, 2)],
 ])
+@pytest.mark.slow
 def test_bracket_agrees_with_dp_accounting(events: list[A.Event]) -> None:
     ref = _dp_accounting_eps(events, 1e-5)  # an upper bound, tight to its grid 1e-4
     lo, _, up = A.pld_epsilon(events, 1e-5)
@@ -95,6 +96,7 @@ def test_bracket_agrees_with_dp_accounting(events: list[A.Event]) -> None:
     assert abs(up - ref) <= 0.005 * ref
 
 
+@pytest.mark.slow
 def test_sigma_grid_keeps_the_bracket_certified() -> None:
     sigmas = A.schedules.exponential(6.0, 2.0, 120)
     events = [A.GaussianSchedule(0.02, sigmas)]
@@ -118,6 +120,7 @@ def test_ledger_api() -> None:
     assert "pld" in ledger.epsilon_report(1e-5, prv=False)
 
 
+@pytest.mark.slow
 def test_calibration_with_pld_is_feasible_and_needs_less_noise() -> None:
     sigma_pld = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "pld", rtol=1e-2)
     sigma_rdp = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "rdp", rtol=1e-2)

@@ -57,6 +57,7 @@ def test_fractional_series_matches_high_precision_integral(q, sigma, alpha):
     assert ours >= truth * (1 - 1e-12)  # the slack makes the series conservative
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,sigma,alpha", [(0.01, 4.0, 2), (0.01, 1.0, 32), (0.2, 0.7, 5),
                                            (1e-4, 50.0, 2), (1e-3, 20.0, 64)])
 def test_integer_formula_matches_high_precision_integral(q, sigma, alpha):
