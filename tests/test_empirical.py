@@ -207,6 +207,7 @@ def test_cli_privacy_audit_writes_the_report(tmp_path, capsys):
     assert "trials" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_audit_gains_a_measured_eps_column_when_asked():
     report = leakaudit.audit(["fed-cdp"], attacks=("idlg",), points=(2,), examples=1,
                              rounds=1, max_iterations=2, workers=1, progress=False,

@@ -26,6 +26,7 @@ def test_same_seed_same_result_other_seed_differs(digits):
     assert not all(torch.equal(x, y) for x, y in zip(weights(a), weights(c)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defense", ["none", "fed-cdp", "fed-sdp-client", "random-noise"])
 def test_taps_never_change_the_trajectory(digits, defense):
     taps = [fl.Tap(2, round=1, local_step=1, clients=2), fl.Tap(1, round=0), fl.Tap(0, round=2)]

@@ -128,6 +128,7 @@ def _accountant(kind, schedule):
 SCHEDULE = [(1.1, 0.01, 600), (0.9, 0.02, 300)]
 
 
+@pytest.mark.slow
 def test_rdp_ledger_gives_opacus_eps():
     acc = _accountant("rdp", SCHEDULE)
     ledger = ledger_from_accountant(acc)

@@ -47,6 +47,7 @@ def test_random_cases_match_opacus():
         assert_matches_opacus(ours, opacus_rdp_steps(q, sigma, 1, orders), orders)
 
 
+@pytest.mark.slow
 def test_schedule_with_new_sigma_every_step_matches_opacus_accountant():
     from opacus.accountants import RDPAccountant
 

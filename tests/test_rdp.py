@@ -44,6 +44,7 @@ def test_q_zero_is_zero_and_sigma_zero_is_inf():
     assert np.all(np.isinf(r)) and not np.isnan(r).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "q,sigma,alpha",
     [(1 / 120, 6.0, 1.1), (0.01, 2.5, 1.5), (0.01, 4.0, 3.7), (0.1, 1.0, 1.1),
@@ -195,6 +196,7 @@ def _mpmath_rdp(alpha: float, q: float, sigma: float):
     (1.5, 0.01, 2.5),
     (6.072, 0.122, 1.11),
 ])
+@pytest.mark.slow
 def test_fractional_order_within_1e8_of_mpmath_and_never_below(alpha, q, sigma):
     truth = _mpmath_rdp(alpha, q, sigma)
     ours = A.rdp_sgm(q, sigma, np.array([alpha]))[0]
