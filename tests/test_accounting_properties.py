@@ -132,7 +132,8 @@ def _build(events, orders=None):
     return ledger
 
 
-@pytest.mark.slow  # ~1 s alone, but 50-90 s of CPU inside the whole suite (unexplained)
+@pytest.mark.slow  # 30 s per subnormal sigma (5e-324): the fractional RDP series runs
+# 2e6 terms without converging (reported to the lead; an accounting fix, not a test one)
 @given(_ledgers())
 def test_json_round_trip(events):
     ledger = _build(events)
