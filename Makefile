@@ -1,4 +1,7 @@
 # The README's two commands: `make audit` and `make test`. Both set up .venv from scratch.
+# `make audit` installs only what the audit needs (torch, numpy, scipy, scikit-learn/-image,
+# prv-accountant, matplotlib, tqdm); `make test` and `make setup-all` add every extra
+# (test tools and peers, Opacus, Flower with its Ray, the docs tools).
 # Torch is installed FIRST (TORCH_SPEC; here torch==2.13.0 resolves to the local CPU wheel)
 # so that no dependency ever pulls a CUDA build. Override, e.g.:
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu121"
@@ -7,8 +10,11 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.leakaudit-installed
+STAMP_ALL := $(VENV)/.leakaudit-installed-all
+STAMP_DOCS := $(VENV)/.leakaudit-installed-docs
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup audit epsilon-demo test lint bench results clean
+.PHONY: setup setup-all audit epsilon-demo test test-fast docs lint bench results clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,10 +22,22 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(PY) -m pip install --quiet -e ".[test,opacus,flower]"
+	$(PY) -m pip install --quiet -e .
 	touch $(STAMP)
 
+$(STAMP_DOCS): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $(STAMP_DOCS)
+
+$(STAMP_ALL): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[test,opacus,flower,docs]"
+	touch $(STAMP_ALL) $(STAMP_DOCS)
+
+# what `make audit` needs
 setup: $(STAMP)
+
+# every extra: what `make test` needs
+setup-all: $(STAMP_ALL)
 
 # Main job on built-in data: the resilience audit of the baseline defenses on digits
 # (prints the table; writes results/audit.{md,csv,tex,json,png}; resumes from
@@ -32,20 +50,30 @@ epsilon-demo: setup
 	$(PY) -m accounting epsilon --q 0.01 --sigma 6 --steps 10000 --delta 1e-5
 	$(PY) -m accounting epsilon --q 0.01 --sigma 15 --sigma-end 4.85 --schedule exponential --steps 10000 --delta 1e-5
 
-# The extras are installed by setup, so their tests must run: a skip is a failure here.
-test: setup
+# The extras are installed by setup-all, so their tests must run: a skip is a failure here.
+test: setup-all
 	$(PY) -m ruff check .
 	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q
 
-lint: setup
+# The suite without the tests marked slow (the integration tests), hypothesis at 8 examples
+# per property: under a minute on 2 cores.
+test-fast: setup-all
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not slow"
+
+# The documentation site (docs/, API reference from the docstrings) into site/; a broken
+# link, page or reference fails the build.
+docs: $(STAMP_DOCS)
+	$(PY) -m mkdocs build --strict
+
+lint: setup-all
 	$(PY) -m ruff check .
 
-bench: setup
+bench: setup-all
 	$(PY) -m benchmarks.accounting_speed --profile quick
 
-# The results page: the quick profiles (each under 5 minutes on 2 cores), then
-# docs/results.md with their tables and figures.
-results: setup
+# The results page: the quick profiles, then docs/results.md with their tables and figures
+# (the accounting and speed benchmarks compare against the peers: setup-all).
+results: setup-all
 	$(PY) -m benchmarks.resilience --profile quick --out docs/results --results results/resilience.jsonl
 	$(PY) -m benchmarks.privacy --profile quick --out docs/results
 	$(PY) -m benchmarks.accounting_speed --profile quick --out docs/results
@@ -56,4 +84,4 @@ results: setup
 	$(PY) -m benchmarks.collect --dir docs/results --out docs/results.md
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks
+	rm -rf $(VENV) .pytest_cache .hypothesis .benchmarks site

@@ -5,7 +5,7 @@ accounted (:mod:`accounting.relations`); a ledger keeps one relation. Pure mathe
 lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`, :mod:`accounting.composition`
 and :mod:`accounting.pld` (privacy loss distributions); the one stateful object is
 :class:`PrivacyLedger`.
-See SPEC-accounting.md and the README for the papers behind every formula.
+docs/accounting.md lists the papers behind every formula.
 """
 
 from . import relations, schedules

@@ -1,4 +1,4 @@
-"""Input validation shared by every public function (SPEC-accounting section 7).
+"""Input validation shared by every public function (docs/accounting.md).
 
 Each check raises ``ValueError`` naming the argument and the allowed range, before any
 work starts. ``bool`` is refused where a number is expected (``True`` is not a rate).

@@ -1,4 +1,4 @@
-"""Noise-multiplier schedules (SPEC-accounting section 6), for defenses and for forecasting eps.
+"""Noise-multiplier schedules (Wei & Liu 2021; Fu et al. 2022), for defenses and forecasting eps.
 
 Convention: a schedule has ``steps`` values for t = 0..steps-1; it starts at ``sigma0`` and its
 decay rate g is solved so that the LAST step (t = steps-1) uses ``sigma_end``. No value is
@@ -183,7 +183,7 @@ class ThresholdDecay:
     """DPFL-AGN: sigma <- rho sigma when the loss improved by less than mu.
 
     The paper also names the factor 0.001, which would erase the noise in a few rounds; rho
-    stays a parameter with default 0.9 (SPEC-defenses). ``history`` as in PlateauDecay.
+    stays a parameter with default 0.9 (docs/defenses.md). ``history`` as in PlateauDecay.
     """
 
     sigma0: float

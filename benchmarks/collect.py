@@ -43,7 +43,8 @@ def page(directory: Path, out: Path) -> str:
     lines = ["# Results", "",
              "Tables and figures as measured on this project's development machine (2 CPU "
              "cores, no GPU), each with the command that produced it; the first line of "
-             "each section gives the date. Regenerate all of them with `make results`.", ""]
+             "each section gives the date. Regenerate all of them with `make results`. "
+             "Terms (leak points, ASR, tau, claimed vs sound): [glossary](glossary.md).", ""]
     missing = []
     for stem, title, command in SECTIONS:
         md = directory / f"{stem}.md"

@@ -1,4 +1,4 @@
-"""Reconstruction metrics of the audit (SPEC-attacks.md, "Metrics").
+"""Reconstruction metrics of the audit (docs/glossary.md: success, ASR, tau).
 
 Pure functions of tensors or arrays; nothing here sees an attack's internals.
 

@@ -1,4 +1,4 @@
-"""Models of the federated simulator (SPEC-defenses.md, "Federated simulator").
+"""Models of the federated simulator (docs/simulation.md).
 
 - :func:`lenet`: the LeNet of DLG / iDLG / CPL (Zhu et al. 2019), sigmoid activations so that
   gradient-matching attacks can differentiate twice, weights and biases uniform(-0.5, 0.5) as

@@ -15,6 +15,9 @@ settings.register_profile(
     derandomize=True,
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
+# `make test-fast`: quick feedback; `make test` and CI run the "ci" profile
+settings.register_profile("fast", max_examples=8, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
@@ -92,3 +95,12 @@ def one_torch_thread():
 
     with torch_threads(1):
         yield
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """The built-in digits (scikit-learn, upsampled to 28x28), seed 0: loaded once per run.
+    A ``Dataset`` is frozen; tests must not write into its tensors."""
+    from leakaudit import data
+
+    return data.load("digits", seed=0)

@@ -19,11 +19,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
-
-
-@pytest.fixture(scope="module")
 def cancer():
     return data.load("breast-cancer")
 
@@ -50,6 +45,7 @@ def test_available():
     assert {"dlg", "idlg", "cpl", "ig"} <= set(attacks.available())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["idlg", "cpl", "dlg"])
 def test_breaks_an_undefended_lenet_on_a_digit(leak, name):
     model, grads, x, y = leak
@@ -70,6 +66,7 @@ def test_breaks_an_undefended_lenet_on_a_digit(leak, name):
     assert rec.gradient_loss == pytest.approx(losses[-1])
 
 
+@pytest.mark.slow
 def test_track_never_changes_the_result(leak):
     model, grads, x, _ = leak
     plain = attack("dlg", model, grads, max_iterations=3, restarts=2, seed=5)
@@ -82,6 +79,7 @@ def test_track_never_changes_the_result(leak):
     assert not torch.equal(plain.inputs, other.inputs)
 
 
+@pytest.mark.slow
 def test_restarts_are_scored_by_gradient_loss_only(leak):
     model, grads, x, _ = leak
     kw = dict(max_iterations=2, restarts=3, seed=1, line_search=None)
@@ -113,6 +111,7 @@ def test_reference_line_search_runs(leak):
     assert rec.iterations == 3 and torch.isfinite(rec.inputs).all()
 
 
+@pytest.mark.slow
 def test_batch_of_two_is_reconstructed_jointly(digits):
     model = lenet(1)
     idx = [0, 1]

@@ -21,6 +21,7 @@ def tiny_report(tmp_path_factory):
     return rep, path
 
 
+@pytest.mark.slow
 def test_none_leaks_and_fed_cdp_resists(tiny_report):
     rep, _ = tiny_report
     res = rep.resilience()
@@ -35,6 +36,7 @@ def test_none_leaks_and_fed_cdp_resists(tiny_report):
     assert 0 < d[cdp]["eps_claimed"] < float("inf") and d[cdp]["reason"]
 
 
+@pytest.mark.slow
 def test_resume_skips_finished_cells(tiny_report, monkeypatch):
     rep, path = tiny_report
     lines = path.read_text().splitlines()
@@ -50,6 +52,7 @@ def test_resume_skips_finished_cells(tiny_report, monkeypatch):
     assert path.read_text().splitlines() == lines  # nothing appended
 
 
+@pytest.mark.slow
 def test_partial_file_resumes_the_rest(tiny_report, tmp_path):
     _, path = tiny_report
     lines = path.read_text().splitlines()
@@ -61,6 +64,7 @@ def test_partial_file_resumes_the_rest(tiny_report, tmp_path):
     assert len(rep.rows()) == 6
 
 
+@pytest.mark.slow
 def test_worker_processes_give_identical_results(tiny_report):
     rep, _ = tiny_report
     par = audit(defenses=["none", "fed-cdp"], attacks=("idlg",), points=(0, 1, 2),
@@ -71,11 +75,21 @@ def test_worker_processes_give_identical_results(tiny_report):
     assert a == b
 
 
+@pytest.mark.slow
 def test_audit_an_already_trained_model():
     model = models.lenet(generator=torch.Generator().manual_seed(3))
     rep = audit(defenses=["none"], model=model, trained=True, attacks=("idlg",), points=(2,),
                 **TINY)
     assert len(rep.rows()) == 1
+    # the flag takes effect: no profile training run (L = 5 Adam steps of B = 32), only the
+    # one audited round (one SGD step of batch size 1) on the given weights
+    (record,) = rep.defenses.values()
+    assert rep.config["trained"] is True
+    s = record["settings"]
+    assert (s["rounds"], s["local_steps"], s["batch_size"], s["optimizer"]) == (1, 1, 1, "sgd")
+    untrained = audit(defenses=["none"], model=model, attacks=("idlg",), points=(2,), **TINY)
+    (plain,) = untrained.defenses.values()
+    assert plain["settings"]["local_steps"] > 1 and plain["settings"]["batch_size"] > 1
 
 
 def test_bad_arguments():
@@ -89,6 +103,7 @@ def test_bad_arguments():
         audit(defenses=["nope"], **TINY)
 
 
+@pytest.mark.slow
 def test_cli_audit_writes_every_format(tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
                      "--examples", "1", "--rounds", "1", "--iterations", "20", "--out",

@@ -12,7 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 
+import pytest
+
 from leakaudit.auditing import audit
+
+pytestmark = pytest.mark.slow  # an end-to-end audit
 
 #: measured 2026-11-23 on the redesigned layout (d877d0eee784a561, identical to the layout
 #: before the redesign); moved by issue 11: fed-cdp trains on Poisson batches by default and

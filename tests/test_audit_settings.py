@@ -28,6 +28,7 @@ def test_bad_settings_are_refused_before_work(kwargs, name, monkeypatch):
         audit(**SMALL, **kwargs)
 
 
+@pytest.mark.slow
 def test_report_records_the_setting_and_fedavg_runs(tmp_path):
     report = audit(**SMALL, attacks=("fedavg", "idlg"), batch_size=2, local_steps=2,
                    stage="round1", device="cpu", results=str(tmp_path / "r.jsonl"))
@@ -41,6 +42,7 @@ def test_report_records_the_setting_and_fedavg_runs(tmp_path):
         assert 0.0 <= r["label_accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 def test_a_cell_reconstruction_ignores_the_truth():
     """The attacker's view (AttackSpec) holds no truth; scoring the same spec against real,
     shuffled or zero truth changes the scores, never the reconstruction."""

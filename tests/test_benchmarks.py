@@ -1,8 +1,10 @@
 """The benchmark scripts run end to end at a tiny size, so they cannot rot."""
 
+import pytest
 from conftest import load_benchmark
 
 
+@pytest.mark.slow
 def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
     bench = load_benchmark("accounting_speed")
     assert bench.main(["--peer-steps", "3", "--repeats", "1", "--out", str(tmp_path)]) == 0
@@ -13,10 +15,11 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
     assert capsys.readouterr().out.strip()
 
 
+@pytest.mark.slow
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = load_benchmark("utility")
-    bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
-                "--out", str(tmp_path)])
+    assert bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
+                       "--out", str(tmp_path)]) == 0
     text = (tmp_path / "utility.md").read_text()
     assert "| none |" in text and "| fed-cdp |" in text
     assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows
@@ -35,12 +38,14 @@ def test_accuracy_within_a_budget_reads_the_last_round_inside_it():
     assert bench.accuracy_within(row, 4.0) == (2, 0.4)
 
 
+@pytest.mark.slow
 def test_dp_step_speed_runs(tmp_path):
     bench = load_benchmark("dp_step_speed")
     assert bench.main(["--batches", "8", "--repeats", "1", "--out", str(tmp_path)]) == 0
     assert "ours/opacus" in (tmp_path / "dp_step_speed.md").read_text()
 
 
+@pytest.mark.slow
 def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
     bench = load_benchmark("resilience")
     argv = ["--tiny", "--defenses", "none,fed-cdp", "--attacks", "dlg", "--points", "0,2",

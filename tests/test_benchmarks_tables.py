@@ -4,11 +4,13 @@ import csv
 import math
 import warnings
 
+import pytest
 from conftest import load_benchmark
 
 import accounting as A
 
 
+@pytest.mark.slow
 def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     bench = load_benchmark("privacy")
     steps = 60
@@ -48,6 +50,7 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
         assert r["prv_note"] or float(r["prv_lower"]) <= float(r["rdp"])
 
 
+@pytest.mark.slow
 def test_speed_table_has_its_three_comparisons(tmp_path, capsys):
     bench = load_benchmark("speed")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0

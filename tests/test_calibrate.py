@@ -42,6 +42,7 @@ def test_max_steps_is_the_exact_boundary():
     assert A.max_steps(10.0, 1e-5, 1e-6, 50.0, limit=1000) == 1000
 
 
+@pytest.mark.slow
 def test_scale_schedule_keeps_shape_and_hits_target():
     base = A.schedules.exponential(15.0, 4.85, 300)
     scaled = A.scale_schedule(base, 2.0, 1e-5, 0.05)

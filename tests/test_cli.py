@@ -21,6 +21,7 @@ def test_epsilon_prints_every_method(capsys):
     assert "APPROXIMATION" in out and "bounds [" in out
 
 
+@pytest.mark.slow
 def test_epsilon_schedule_json(capsys):
     assert main(["epsilon", "--q", "0.01", "--sigma", "15", "--sigma-end", "4.85",
                  "--schedule", "exponential", "--steps", "2000", "--json", "--no-prv"]) == 0

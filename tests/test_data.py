@@ -59,11 +59,6 @@ def label_entropy(labels: np.ndarray, parts: list[np.ndarray]) -> float:
     return float(np.mean(out))
 
 
-@pytest.fixture(scope="module")
-def digits() -> data.Dataset:
-    return data.load("digits", seed=0)
-
-
 # --------------------------------------------------------------------------------------------
 # built-in data sets
 

@@ -157,6 +157,7 @@ def test_release_count(release_counter, similarity):
         assert math.isfinite(run.epsilon(1e-5, "claimed"))
 
 
+@pytest.mark.slow
 def test_learns_above_chance():
     run = simulate(dataset="digits", defense=CosAdaptiveLaplace(eps_round=10_000.0),
                    clients=4, clients_per_round=4, rounds=6, local_steps=10, batch_size=32,

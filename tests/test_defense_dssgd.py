@@ -133,6 +133,7 @@ def test_release_count(release_counter, tau):
         assert sound["other"] == draws and math.isinf(run.epsilon(1e-5, "sound"))
 
 
+@pytest.mark.slow
 def test_learns_above_chance():
     # share 0.5 keeps the test short (FedAvg of sparse updates moves each coordinate by about
     # share x the dense step); the quick profile learns with share 0.1 in 30 rounds (84%)

@@ -87,6 +87,7 @@ FINITE_SOUND = ["fed-cdp", "adap-dp-fl", "dpfl-agn", "adadp", "adaclip", "fed-sd
                 "fed-sdp-client", "quantile-clip", "cos-adaptive-laplace-public", "dssgd-dp"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("name", FINITE_SOUND)
 def test_valid_measured_eps_never_exceeds_a_finite_sound_eps(name, seed):
@@ -129,6 +130,7 @@ class RealisedBatchCDP(Defense):
         return [(s + n) / grads[0].shape[0] for s, n in zip(sums, noise)]
 
 
+@pytest.mark.slow
 def test_exposes_false_claims_and_a_data_dependent_normaliser():
     report = privacy_audit(["fed-alpha-cdp", "fed-cdp", RealisedBatchCDP()], point=2,
                            trials=600, seed=0)
@@ -205,6 +207,7 @@ def test_cli_privacy_audit_writes_the_report(tmp_path, capsys):
     assert "trials" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_audit_gains_a_measured_eps_column_when_asked():
     report = leakaudit.audit(["fed-cdp"], attacks=("idlg",), points=(2,), examples=1,
                              rounds=1, max_iterations=2, workers=1, progress=False,
@@ -214,6 +217,7 @@ def test_audit_gains_a_measured_eps_column_when_asked():
     assert 0.0 <= row["measured eps >="] <= row["eps_sound"]
 
 
+@pytest.mark.slow
 def test_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     from conftest import load_benchmark
 

@@ -10,6 +10,7 @@ import os
 import sys
 
 import pytest
+from _extras import require
 
 from leakaudit.auditing import ENGINES, audit, auditor, engines
 from leakaudit.cli import build_parser
@@ -122,6 +123,7 @@ class _FakeRay:
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("address", [None, "ray://head:10001"])
 def test_ray_init_arguments_and_shutdown(serial, tmp_path, monkeypatch, address):
     rep, path = serial
@@ -143,6 +145,7 @@ def test_ray_init_arguments_and_shutdown(serial, tmp_path, monkeypatch, address)
     assert "RAY_USAGE_STATS_ENABLED" not in os.environ  # set only while starting Ray
 
 
+@pytest.mark.slow
 def test_ray_without_dev_shm_keeps_its_object_store_in_tmp(serial, tmp_path, monkeypatch):
     _, path = serial
     partial = _partial(path, tmp_path / "partial.jsonl", lambda r: r["key"] != "none()|2|idlg|0")
@@ -157,6 +160,7 @@ def test_ray_without_dev_shm_keeps_its_object_store_in_tmp(serial, tmp_path, mon
         assert kwargs["_plasma_directory"] and kwargs["object_store_memory"] >= 75 * 2**20
 
 
+@pytest.mark.slow
 def test_ray_initialised_by_the_caller_is_left_alone(serial, tmp_path, monkeypatch):
     rep, path = serial
     lines = path.read_text().splitlines()
@@ -169,6 +173,7 @@ def test_ray_initialised_by_the_caller_is_left_alone(serial, tmp_path, monkeypat
 
 
 # ------------------------------------------------------------------ the real engines
+@pytest.mark.slow
 def test_process_engine_matches_serial(serial, tmp_path):
     rep, path = serial
     part = _trainings_only(path, tmp_path / "r.jsonl")
@@ -177,8 +182,9 @@ def test_process_engine_matches_serial(serial, tmp_path):
     assert sorted(_cell_keys(part)) == sorted(_cell_keys(path))
 
 
+@pytest.mark.slow
 def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
-    ray = pytest.importorskip("ray")
+    ray = require("ray", "ray")
     rep, path = serial
     part = _trainings_only(path, tmp_path / "r.jsonl")
     assert not ray.is_initialized()
@@ -192,7 +198,7 @@ def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
 @pytest.fixture(scope="module")
 def own_ray():
     """A Ray started by the caller (here: this module), once for the tests below."""
-    ray = pytest.importorskip("ray")
+    ray = require("ray", "ray")
     assert not ray.is_initialized()
     with engines.env(RAY_USAGE_STATS_ENABLED="0"):
         ray.init(num_cpus=2, include_dashboard=False)
@@ -200,6 +206,7 @@ def own_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
     rep, path = serial
     lines = path.read_text().splitlines()
@@ -216,6 +223,7 @@ def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
     assert own_ray.is_initialized()  # the caller's Ray is still running
 
 
+@pytest.mark.slow
 def test_cli_engine_ray(own_ray, tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
                      "--examples", "1", "--rounds", "1", "--iterations", "10", "--out",

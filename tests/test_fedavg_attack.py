@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from leakaudit import attacks, data, fl, metrics, models, optim
+from leakaudit import attacks, fl, metrics, models, optim
 from leakaudit.attacks.base import Config, GradientProblem
 from leakaudit.attacks.fedavg import FedAvg, simulated_update
 from leakaudit.attacks.ig import InvertingGradients
@@ -17,11 +17,6 @@ SHAPE = (1, 28, 28)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
 
 
 def client_update(model, x, y, steps, lr, optimizer="sgd"):
@@ -65,6 +60,7 @@ def test_one_sgd_step_is_inverting_gradients(digits):
     assert fedavg_value == pytest.approx(value, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fedavg_beats_the_naive_attack_at_five_steps(digits):
     """Mean PSNR over three digits at L = 5 (lr 0.01, where the steps differ: the cosine of
     the naive gradient with the first step's is ~0.85 at B = 8)."""
@@ -82,6 +78,7 @@ def test_fedavg_beats_the_naive_attack_at_five_steps(digits):
     assert sum(gains) / len(gains) > 0.0
 
 
+@pytest.mark.slow
 def test_fedavg_l2_rebuilds_where_idlg_fails(digits):
     """B = 1, L = 3: the naive gradient is off by the later steps, so iDLG's exact L2 match
     fails; matching the simulated update the same way rebuilds the digit (PSNR >= 20 dB)."""

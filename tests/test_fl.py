@@ -13,11 +13,6 @@ SMALL = dict(clients=4, clients_per_round=2, rounds=3, local_steps=2, batch_size
              progress=False)
 
 
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
-
-
 def weights(run):
     return [p.detach().clone() for p in run.model.parameters()]
 
@@ -31,6 +26,7 @@ def test_same_seed_same_result_other_seed_differs(digits):
     assert not all(torch.equal(x, y) for x, y in zip(weights(a), weights(c)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("defense", ["none", "fed-cdp", "fed-sdp-client", "random-noise"])
 def test_taps_never_change_the_trajectory(digits, defense):
     taps = [fl.Tap(2, round=1, local_step=1, clients=2), fl.Tap(1, round=0), fl.Tap(0, round=2)]
@@ -111,6 +107,7 @@ def test_decaying_defense_uses_the_schedule_over_rounds(digits):
     assert [d.noise_multiplier(t) for t in range(3)] == pytest.approx([8.0, 4.0, 2.0])
 
 
+@pytest.mark.slow
 def test_non_private_model_learns_digits(digits):
     run = fl.simulate(None, digits, "none", clients=5, clients_per_round=5, rounds=8,
                       local_steps=10, batch_size=32, lr=0.01, optimizer="adam", seed=0,

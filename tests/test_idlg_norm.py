@@ -1,6 +1,7 @@
 """idlg-norm matches directions only: a clipped (rescaled) gradient defeats iDLG's plain L2
 match but not it; on an unclipped gradient both rebuild the digit."""
 
+import pytest
 import torch
 
 from leakaudit import attacks, data, fl, metrics, models
@@ -8,6 +9,7 @@ from leakaudit import attacks, data, fl, metrics, models
 SHAPE = (1, 28, 28)
 
 
+@pytest.mark.slow
 def test_clipping_alone_stops_idlg_not_idlg_norm():
     ds = data.load("digits")
     model = models.lenet(generator=torch.Generator().manual_seed(0))

@@ -256,6 +256,7 @@ def _train_through(mods, tap_dir, update=1e-3, size=4000, node=7, examples=1):
     return lf.load(tap_dir)
 
 
+@pytest.mark.slow
 def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_path):
     np.random.seed(0)  # LocalDpMod draws from numpy's global generator
     mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
@@ -352,6 +353,7 @@ def flower_run(tmp_path_factory):
     return lf.load(tap_dir)
 
 
+@pytest.mark.slow
 def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     obs1, truth1 = flower_run.at(1)
     obs0, truth0 = flower_run.at(0)
@@ -384,6 +386,7 @@ def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     assert float(noise.std()) == pytest.approx(1.0 * 5.0 / NODES, rel=0.1)
 
 
+@pytest.mark.slow
 def test_upload_leaks_and_the_aggregate_resists(flower_run):
     """Client-side fixed clipping: the upload (point 1) is only clipped, the noise comes at
     the server, so iDLG rebuilds the client's example from it; the aggregate resists."""

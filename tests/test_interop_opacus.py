@@ -16,13 +16,8 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 import accounting  # noqa: E402
 import leakaudit  # noqa: E402
-from leakaudit import data, models  # noqa: E402
+from leakaudit import models  # noqa: E402
 from leakaudit.interop.opacus import Tap, ledger_from_accountant, ledgers  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
 
 
 def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rdp"):
@@ -54,6 +49,7 @@ def _audit(ds, tap, label, max_iterations):
         progress=False, max_iterations=max_iterations)
 
 
+@pytest.mark.slow
 def test_idlg_rebuilds_examples_without_noise_or_clipping(digits):
     tap, _ = _opacus_run(digits, noise_multiplier=0.0, max_grad_norm=1e6)
     report = _audit(digits, tap, "opacus sigma=0", max_iterations=20)
@@ -64,6 +60,7 @@ def test_idlg_rebuilds_examples_without_noise_or_clipping(digits):
         assert cell["label_accuracy"] == 1.0
 
 
+@pytest.mark.slow
 def test_idlg_fails_with_noise_multiplier_1_and_clip_1(digits):
     tap, _ = _opacus_run(digits, noise_multiplier=1.0, max_grad_norm=1.0)
     report = _audit(digits, tap, "opacus sigma=1", max_iterations=20)  # 2x what it took
@@ -132,6 +129,7 @@ def _accountant(kind, schedule):
 SCHEDULE = [(1.1, 0.01, 600), (0.9, 0.02, 300)]
 
 
+@pytest.mark.slow
 def test_rdp_ledger_gives_opacus_eps():
     acc = _accountant("rdp", SCHEDULE)
     ledger = ledger_from_accountant(acc)

@@ -8,14 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from leakaudit import attacks, data, fl, metrics, models
+from leakaudit import attacks, fl, metrics, models
 from leakaudit.attacks import label_counts
 from leakaudit.attacks.labels import labels_from_last_layer
-
-
-@pytest.fixture(scope="module")
-def digits():
-    return data.load("digits")
 
 
 def batches(ds, batch_size, count, seed=0):

@@ -19,6 +19,7 @@ def tiny(tmp_path_factory):
     return bench, out
 
 
+@pytest.mark.slow
 def test_tiny_profile_writes_every_output(tiny):
     bench, out = tiny
     with (out / "leakage_curves.csv").open() as fh:
@@ -50,6 +51,7 @@ def test_tiny_profile_writes_every_output(tiny):
     assert (out / "leakage_curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_rerun_resumes_without_work(tiny, monkeypatch):
     bench, out = tiny
 
@@ -138,6 +140,7 @@ def test_measured_above_the_bound_is_reported():
     assert bench.above_bound([ok, bad]) == [bad]
 
 
+@pytest.mark.slow
 def test_trained_stages_are_weights_after_undefended_rounds():
     bench = load_benchmark("leakage_curves")
     import dataclasses

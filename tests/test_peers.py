@@ -4,11 +4,12 @@ import warnings
 
 import numpy as np
 import pytest
+from _extras import require
 
 import accounting as A
 
-opacus_rdp = pytest.importorskip("opacus.accountants.analysis.rdp")
-dp_accounting = pytest.importorskip("dp_accounting")
+opacus_rdp = require("opacus.accountants.analysis.rdp", "opacus")
+dp_accounting = require("dp_accounting", "test")
 
 OPACUS_ORDERS = [1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64))
 # Opacus stops its fractional series at an ABSOLUTE term size exp(-30) ~ 9.4e-14 in A, so its
@@ -46,6 +47,7 @@ def test_random_cases_match_opacus():
         assert_matches_opacus(ours, opacus_rdp_steps(q, sigma, 1, orders), orders)
 
 
+@pytest.mark.slow
 def test_schedule_with_new_sigma_every_step_matches_opacus_accountant():
     from opacus.accountants import RDPAccountant
 
@@ -134,6 +136,7 @@ def test_prv_bounds_bracket_and_rdp_is_never_below_the_lower_bound():
             assert ledger.epsilon(1e-5, "rdp-classic") >= lo
 
 
+@pytest.mark.slow
 def test_prv_bucketing_keeps_a_valid_bracket():
     ledger = A.PrivacyLedger()
     ledger.step_schedule(0.05, A.schedules.exponential(3.0, 1.0, 24))

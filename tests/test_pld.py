@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from _extras import require
 from scipy import optimize
 
 import accounting as A
@@ -46,7 +47,7 @@ def test_single_laplace_bracket_holds_the_closed_form() -> None:
 
 
 def test_constant_sigma_matches_dp_accounting_and_the_lower_bound_is_usable() -> None:
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    pld = require("dp_accounting.pld.privacy_loss_distribution", "test")
     ref = pld.from_gaussian_mechanism(6.0, sampling_prob=0.01).self_compose(10_000)
     ref_eps = ref.get_epsilon_for_delta(1e-5)  # pessimistic connect-the-dots: >= the truth
     logging.disable(logging.WARNING)  # dp-accounting logs that it falls back to buckets
@@ -64,7 +65,7 @@ def test_constant_sigma_matches_dp_accounting_and_the_lower_bound_is_usable() ->
 
 
 def _dp_accounting_eps(events: list[A.Event], delta: float) -> float:
-    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    pld = require("dp_accounting.pld.privacy_loss_distribution", "test")
     total = None
     for e in events:
         if isinstance(e, A.SampledGaussian):
@@ -87,6 +88,7 @@ def _dp_accounting_eps(events: list[A.Event], delta: float) -> float:
     [A.ApproxDP(0.3, 1e-7, 5)],
     [A.SampledGaussian(0.01, 2.0, 500), A.Laplace(20.0, 3), A.ApproxDP(0.1, 1e-7, 2)],
 ])
+@pytest.mark.slow
 def test_bracket_agrees_with_dp_accounting(events: list[A.Event]) -> None:
     ref = _dp_accounting_eps(events, 1e-5)  # an upper bound, tight to its grid 1e-4
     lo, _, up = A.pld_epsilon(events, 1e-5)
@@ -94,6 +96,7 @@ def test_bracket_agrees_with_dp_accounting(events: list[A.Event]) -> None:
     assert abs(up - ref) <= 0.005 * ref
 
 
+@pytest.mark.slow
 def test_sigma_grid_keeps_the_bracket_certified() -> None:
     sigmas = A.schedules.exponential(6.0, 2.0, 120)
     events = [A.GaussianSchedule(0.02, sigmas)]
@@ -117,6 +120,7 @@ def test_ledger_api() -> None:
     assert "pld" in ledger.epsilon_report(1e-5, prv=False)
 
 
+@pytest.mark.slow
 def test_calibration_with_pld_is_feasible_and_needs_less_noise() -> None:
     sigma_pld = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "pld", rtol=1e-2)
     sigma_rdp = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "rdp", rtol=1e-2)

@@ -6,6 +6,7 @@ import math
 import warnings
 
 import pytest
+from _extras import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +31,7 @@ def rdp(q: float, sigma: float, t: int, delta: float) -> float:
         return ledger.epsilon(delta, "rdp")
 
 
+@pytest.mark.slow
 @FEW
 @given(qs, sigmas, steps, deltas)
 def test_bracket_is_ordered_never_nan_and_below_rdp(q, sigma, t, delta):
@@ -39,6 +41,7 @@ def test_bracket_is_ordered_never_nan_and_below_rdp(q, sigma, t, delta):
     assert b.upper <= rdp(q, sigma, t, delta) * (1 + 1e-9)
 
 
+@pytest.mark.slow
 @FEW
 @given(qs, sigmas, st.floats(1.05, 2.0), steps, deltas)
 def test_monotone_in_sigma(q, sigma, factor, t, delta):
@@ -49,6 +52,7 @@ def test_monotone_in_sigma(q, sigma, factor, t, delta):
     assert more.estimate <= less.estimate + (less.upper - less.lower) + (more.upper - more.lower)
 
 
+@pytest.mark.slow
 @FEW
 @given(qs, st.floats(1.05, 2.0), sigmas, steps, deltas)
 def test_monotone_in_q(q, factor, sigma, t, delta):
@@ -57,6 +61,7 @@ def test_monotone_in_q(q, factor, sigma, t, delta):
     assert small.estimate <= big.estimate + (small.upper - small.lower) + (big.upper - big.lower)
 
 
+@pytest.mark.slow
 @FEW
 @given(qs, sigmas, steps, st.integers(1, 3000), deltas)
 def test_monotone_in_steps(q, sigma, t, extra, delta):
@@ -66,10 +71,11 @@ def test_monotone_in_steps(q, sigma, t, extra, delta):
         long.upper - long.lower)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None)
 @given(st.floats(0.005, 0.1), st.floats(1.0, 8.0), st.integers(10, 2000))
 def test_bracket_overlaps_prv_accountants(q, sigma, t):
-    pytest.importorskip("prv_accountant")
+    require("prv_accountant", "test")
     ledger = A.PrivacyLedger()
     ledger.step(q=q, sigma=sigma, count=t)
     try:

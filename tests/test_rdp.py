@@ -5,6 +5,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from _extras import require
 from scipy import special
 
 import accounting as A
@@ -43,6 +44,7 @@ def test_q_zero_is_zero_and_sigma_zero_is_inf():
     assert np.all(np.isinf(r)) and not np.isnan(r).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "q,sigma,alpha",
     [(1 / 120, 6.0, 1.1), (0.01, 2.5, 1.5), (0.01, 4.0, 3.7), (0.1, 1.0, 1.1),
@@ -56,6 +58,7 @@ def test_fractional_series_matches_high_precision_integral(q, sigma, alpha):
     assert ours >= truth * (1 - 1e-12)  # the slack makes the series conservative
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,sigma,alpha", [(0.01, 4.0, 2), (0.01, 1.0, 32), (0.2, 0.7, 5),
                                            (1e-4, 50.0, 2), (1e-3, 20.0, 64)])
 def test_integer_formula_matches_high_precision_integral(q, sigma, alpha):
@@ -173,7 +176,7 @@ def test_default_orders_documented_grid():
 def _mpmath_rdp(alpha: float, q: float, sigma: float):
     """50-digit RDP of one sampled Gaussian step: the defining integral minus its first-order
     part (which integrates to 0), so tiny values keep their digits."""
-    mp = pytest.importorskip("mpmath")
+    mp = require("mpmath", "test")
     mp.mp.dps = 50
     a, qq, s = mp.mpf(alpha), mp.mpf(q), mp.mpf(sigma)
     z0 = s**2 * mp.log(1 / qq - 1) + mp.mpf(1) / 2
@@ -193,6 +196,7 @@ def _mpmath_rdp(alpha: float, q: float, sigma: float):
     (1.5, 0.01, 2.5),
     (6.072, 0.122, 1.11),
 ])
+@pytest.mark.slow
 def test_fractional_order_within_1e8_of_mpmath_and_never_below(alpha, q, sigma):
     truth = _mpmath_rdp(alpha, q, sigma)
     ours = A.rdp_sgm(q, sigma, np.array([alpha]))[0]

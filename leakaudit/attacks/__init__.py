@@ -1,4 +1,4 @@
-"""Gradient-inversion attacks, registered by name (SPEC-attacks.md, "Attacks").
+"""Gradient-inversion attacks, registered by name (docs/attacks.md).
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,

@@ -1,4 +1,4 @@
-"""Shared machinery of the gradient-inversion attacks (SPEC-attacks.md, "Attacks").
+"""Shared machinery of the gradient-inversion attacks (docs/attacks.md).
 
 An attack is a subclass of :class:`Attack` in its own module: it says how a dummy batch
 starts (:meth:`Attack.start`), whether the labels are learned with the input (DLG) or inferred

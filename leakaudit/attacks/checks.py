@@ -18,7 +18,7 @@ from .problem import trainable
 __all__ = ["RELU_TYPES", "ReLUWarning", "check_call", "check_track", "warn_relu"]
 
 #: activations whose second derivative vanishes (piecewise linear) or nearly so: gradient
-#: matching still works on such models, only worse (SPEC: warn, do not refuse)
+#: matching still works on such models, only worse (so: warn, do not refuse)
 RELU_TYPES: tuple[type[nn.Module], ...] = (
     nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.ELU, nn.CELU, nn.SELU, nn.GELU,
     nn.SiLU, nn.Mish, nn.Hardswish, nn.Hardtanh, nn.Hardsigmoid,

@@ -1,5 +1,5 @@
 """CPL: Wei et al., "A framework for evaluating client privacy leakages in federated
-learning", ESORICS 2020 (SPEC-attacks.md).
+learning", ESORICS 2020.
 
 Initialisation: patterned. One uniform [0, 1) tile of side ``ceil(side / pattern)`` per example
 and channel, repeated ``pattern`` x ``pattern`` times and cropped to the image (``pattern=2``:

@@ -1,4 +1,4 @@
-"""DLG: Zhu, Liu, Han, "Deep Leakage from Gradients", NeurIPS 2019 (SPEC-attacks.md).
+"""DLG: Zhu, Liu, Han, "Deep Leakage from Gradients", NeurIPS 2019.
 
 Optimised: a dummy batch ``x ~ N(0, 1)`` of shape (B, *input_shape) and dummy label logits
 ``~ N(0, 1)`` of shape (B, classes), jointly; the dummy's loss is the cross-entropy against

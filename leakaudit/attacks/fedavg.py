@@ -12,7 +12,7 @@ one full batch: Geiping et al.'s FedAvg case; the simulator's behaviour when a c
 exactly B examples).
 
 Input: like every attack, the gradient ``g = -dW / (client_lr L)`` (what the naive attacks
-match; SPEC-attacks.md, "What the attack sees"), from which the update ``dW`` is known up
+match; docs/attacks.md), from which the update ``dW`` is known up
 to the scale. Labels: inferred from ``g`` (the counts of
 :mod:`leakaudit.attacks.label_counts`; exact in the limit of small steps).
 

@@ -1,5 +1,4 @@
-"""iDLG: Zhao, Mopuri, Bilen, "iDLG: Improved Deep Leakage from Gradients", 2020
-(SPEC-attacks.md).
+"""iDLG: Zhao, Mopuri, Bilen, "iDLG: Improved Deep Leakage from Gradients", arXiv:2001.02610, 2020.
 
 Labels: inferred from the last linear layer's weight gradient before optimising
 (:func:`leakaudit.attacks.infer_labels`: exact for one example with non-negative activations

@@ -1,5 +1,5 @@
 """Inverting Gradients: Geiping, Bauermeister, Droege, Moeller, "Inverting Gradients - How
-easy is it to break privacy in federated learning?", NeurIPS 2020 (SPEC-attacks.md).
+easy is it to break privacy in federated learning?", NeurIPS 2020.
 
 Labels: inferred as in iDLG. Optimised: the dummy batch only, ``x ~ N(0, 1)`` then boxed.
 Objective: 1 - cosine similarity between the concatenated dummy and observed gradients (all

@@ -1,4 +1,4 @@
-"""Label inference from a shared gradient (iDLG, Zhao, Mopuri, Bilen 2020; SPEC-attacks.md).
+"""Label inference from a shared gradient (iDLG, Zhao, Mopuri, Bilen 2020).
 
 Under the mean cross-entropy, the gradient of the last linear layer's weight row of class
 ``c`` is ``(1/B) sum_i (p_ic - y_ic) a_i`` where ``a_i`` is the layer's input for example

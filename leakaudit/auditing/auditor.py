@@ -1,6 +1,6 @@
 """The one-call audit: train under each defense, tap the leak points, attack, score, report.
 
-Data flows one way (SPEC-attacks "The audit"):
+Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
 Per defense two simulations: a *training* run (the profile's federated setting) gives test

@@ -82,7 +82,7 @@ def attack(spec: AttackSpec) -> attacks_mod.Reconstruction:
 
 
 def score(job: CellJob, rec: attacks_mod.Reconstruction, seconds: float) -> dict[str, Any]:
-    """The SPEC's columns for one cell, from the reconstruction and the truth."""
+    """The metric columns for one cell (docs/glossary.md), from the reconstruction and the truth."""
     truth = job.truth.inputs
     metrics.score_history(rec.history, truth.detach().to("cpu", torch.float64))
     rec_x = rec.inputs[metrics.match(rec.inputs, truth)]

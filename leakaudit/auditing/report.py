@@ -1,7 +1,8 @@
 """The audit report: first the summary (defense x leak point: resilient or how it leaks, with
-accuracy and the claimed and sound eps), then per defense x leak point x attack the SPEC's
-columns, and per defense why claimed and sound eps differ; Markdown, CSV, LaTeX, JSON and a
-PNG grid (``matplotlib.figure.Figure``: the caller's matplotlib backend is never touched)."""
+accuracy and the claimed and sound eps), then per defense x leak point x attack the metric
+columns (docs/glossary.md), and per defense why claimed and sound eps differ; Markdown,
+CSV, LaTeX, JSON and a PNG grid (``matplotlib.figure.Figure``: the caller's matplotlib
+backend is never touched)."""
 
 from __future__ import annotations
 

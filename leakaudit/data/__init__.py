@@ -1,4 +1,4 @@
-"""Data sets and federated partitions (SPEC-defenses.md, "Federated simulator"):
+"""Data sets and federated partitions (docs/simulation.md):
 :mod:`.dataset` (the type), :mod:`.loaders` (by name), :mod:`.partition` (among clients).
 
 ``load(name)`` returns a :class:`Dataset` of float32 tensors: images ``(N, C, H, W)`` in

@@ -1,7 +1,7 @@
 """cos-adaptive-laplace: client-level Laplace noise with a per-round budget scaled by an
 adjustment coefficient (cosine similarity, data-size ratio, a loss/accuracy/round score).
 
-Source. The defense table (SPEC-defenses.md) describes it only in part: "per-round privacy
+Source. Our defense table (docs/defenses.md) has only a one-line description: "per-round privacy
 budget scaled by an adjustment coefficient from the cosine similarity between the previous
 global model and the local model, the client/data-size ratios and a score of loss, accuracy
 and round; L1-clipped update plus Laplace(Delta/eps') noise". We did not find the paper, so

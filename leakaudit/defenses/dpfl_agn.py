@@ -8,8 +8,8 @@ gradient to standard Adam (Kingma & Ba 2015, Alg. 1; ``leakaudit.optim.Adam``). 
 pseudo-code mixes beta1 and beta2 and drops the power t in the bias corrections 1 - beta^t:
 an erratum we do not repeat.
 
-Noise decay (SPEC-accounting section 6): after each round the server compares its validation
-loss with the previous round's; when it improved by less than mu (mu = 0.001),
+Noise decay: after each round the server compares its validation loss with the previous
+round's; when it improved by less than mu (mu = 0.001),
 sigma <- max(sigma_min, rho * sigma) for the next round
 (:class:`accounting.schedules.ThresholdDecay`). The paper also calls the factor 0.001, which
 would erase the noise after one decay; rho stays a parameter, default 0.9.

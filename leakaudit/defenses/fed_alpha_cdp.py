@@ -1,6 +1,6 @@
 """fed-alpha-cdp: Fed-CDP with per-layer clipping and the batch's "l2-max" sensitivity
 (Wei & Liu 2021, "Gradient leakage attack resilient deep learning"), and its decaying-noise
-variants fed-alpha-cdp-{linear,staircase,exp,cyclic} (SPEC-accounting section 6).
+variants fed-alpha-cdp-{linear,staircase,exp,cyclic} (``accounting.schedules``).
 
 Each local iteration: clip every layer (parameter tensor) of every per-example gradient to
 L2 norm C; S = the largest clipped per-layer norm in the batch (S <= C); add N(0, sigma_t^2
