@@ -21,3 +21,15 @@ def require(module: str, extra: str) -> ModuleType:
                         f"(pip install 'leakaudit[{extra}]'): {exc}", pytrace=False)
     return pytest.importorskip(module, reason=f"needs the {extra!r} extra: "
                                               f"pip install 'leakaudit[{extra}]'")
+
+
+def effective_steps(ledger) -> list[tuple[float, float, int]]:
+    """(q, multiplier, count) of the add/remove Poisson pair each sound step is charged as
+    (the ledger applies its relation's sensitivity: 2C replace-one, C zero-out)."""
+    from accounting.relations import gaussian_upper
+
+    out = []
+    for e in ledger.events:
+        q, s = gaussian_upper(e.q, e.sigma, e.sampling, e.relation)
+        out.append((float(q), float(s), e.count))
+    return out

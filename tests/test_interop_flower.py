@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from _extras import require
+from _extras import effective_steps, require
 
 require("flwr", "flower")
 
@@ -63,14 +63,14 @@ def test_fixed_clipping_ledgers_claimed_every_round_sound_with_participation():
         (ev,) = claimed[c].events
         assert (ev.q, ev.sigma, ev.count) == (2 / N, Z, 3)
     # replace-one (the default): a client's clipped update moves the sum by 2C: z/2
-    assert [(e.q, e.sigma, e.count) for e in sound[0].events] == [(1.0, Z / 2, 3)]
-    assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z / 2, 1)]
+    assert [(e.q, e.sigma, e.count) for e in sound[0].events] == [(1.0, Z, 3)]
+    assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z, 1)]
     assert sound[1].steps == 0 and sound[1].epsilon(1e-5) == 0.0
     assert sound[0].epsilon(1e-5) > sound[4].epsilon(1e-5) > 0
     zero = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="zero-out")
     assert [(e.q, e.sigma, e.count) for e in zero.sound[0].events] == [(1.0, Z, 3)]
     add = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="add-remove")
-    assert [e.sigma for e in add.sound[0].events] == [Z / 2]  # fixed K: a swap, as replace
+    assert [e.sigma for e in add.sound[0].events] == [Z]  # fixed K: a swap, as replace
 
 
 def test_relation_is_stated_and_the_readme_figure_is_10_not_4_38():
@@ -107,10 +107,10 @@ def test_sound_ledger_of_a_client_in_every_round_is_flowers_own_accountant():
 
     acc = flower(NeighboringRelation.ADD_OR_REMOVE_ONE, SamplingMethod.NO_AMPLIFICATION, Z)
     _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds, neighbouring="zero-out")
-    on_flowers_orders = PrivacyLedger(orders=acc._orders).merge(sound[0])
+    on_flowers_orders = PrivacyLedger(sound[0].relation, orders=acc._orders).merge(sound[0])
     assert on_flowers_orders.epsilon(delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-6)
     _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds)
-    ours = PrivacyLedger(orders=acc._orders).merge(sound[0]).epsilon(delta)
+    ours = PrivacyLedger(sound[0].relation, orders=acc._orders).merge(sound[0]).epsilon(delta)
     replace = NeighboringRelation.REPLACE_ONE, SamplingMethod.WITHOUT_REPLACEMENT
     assert ours == pytest.approx(flower(*replace, Z / 2).get_epsilon(delta), rel=1e-6)
     assert flower(*replace, Z).get_epsilon(delta) < ours / 2
@@ -127,7 +127,7 @@ def test_central_ledgers_check_equal_weights_and_the_reply_count():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a Captured is checked: no warning
         claimed, sound = lf.ledgers(dp, _captured([3.0, 3.0]), num_clients=N, rounds=1)
-    assert [e.sigma for e in sound[0].events] == [Z / 2] and sound[5].steps == 0
+    assert [e.sigma for e in sound[0].events] == [Z] and sound[5].steps == 0
     with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 4.0\] "
                                          r"\('num-examples'\).*assumes equal"):
         lf.ledgers(dp, _captured([1.0, 4.0]), num_clients=N, rounds=1)
@@ -152,8 +152,8 @@ def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
     (ev,) = claimed[3].events
     assert (ev.eps, ev.delta, ev.count) == (1.0, 1e-6, 2)
     std = 1.0 * math.sqrt(2 * math.log(1.25 / 1e-6)) / 1.0
-    (g,) = sound[3].events
-    assert g.sigma == pytest.approx(std / (2 * C)) and g.count == 2 and g.q == 1.0
+    ((q, s, count),) = effective_steps(sound[3])
+    assert s == pytest.approx(std / (2 * C)) and count == 2 and q == 1.0
     # sensitivity C is half the clipped update's true sensitivity 2C: one round's real
     # (exact, analytic) eps is above the claimed 1.0
     assert accounting.gaussian_step_epsilon(std / (2 * C), 1e-6, "analytic") > 1.0
@@ -174,7 +174,8 @@ def test_adaptive_clipping_claims_the_requested_multiplier():
         claimed, sound = lf.ledgers(dp, {0: [1]}, num_clients=N, rounds=1)
     assert claimed[0].events[0].sigma == pytest.approx(1.2)
     # the update's Gaussian at z_Delta/2 (replace-one); a 0/1 bit moves the count by 1
-    assert [e.sigma for e in sound[0].events] == pytest.approx([dp.noise_multiplier / 2, 2.0])
+    assert [s for _, s, _ in effective_steps(sound[0])] == pytest.approx(
+        [dp.noise_multiplier / 2, 2.0])
     assert dp.noise_multiplier > 1.2  # Flower moved part of the noise to the count
 
 
@@ -286,7 +287,7 @@ def test_client_taps_record_the_weights_the_ledgers_check(task_identity, tmp_pat
     with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 3.0\]"):
         lf.ledgers(dp, lf.load(tmp_path / "unequal"), num_clients=N, rounds=1)
     pair = lf.ledgers(dp, lf.load(tmp_path / "equal"), num_clients=N, rounds=1)
-    assert [e.sigma for e in pair.sound[3].events] == [Z / 2]
+    assert [e.sigma for e in pair.sound[3].events] == [Z]
 
 
 # ------------------------------------------------------------------------------ simulation
@@ -366,7 +367,7 @@ def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     assert rec.weights == (1.0,) * NODES and rec.weight_key == "num-examples"
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), 1.0, 5.0, NODES)
     pair = lf.ledgers(dp, flower_run, num_clients=NODES, rounds=1)  # checked: equal, K
-    assert [e.sigma for e in pair.sound[0].events] == [0.5]
+    assert [s for _, s, _ in effective_steps(pair.sound[0])] == [0.5]
     ds = data.load("digits")
     for o, t in zip(obs1, truth1):
         assert torch.equal(t.inputs, ds.x_train[o.client:o.client + 1])

@@ -52,6 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from accounting.relations import gaussian_sensitivity
+
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
@@ -589,10 +591,12 @@ def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: i
     for c in claimed:
         claimed[c].step(q=q, sigma=z_claim, count=rounds,
                         note=f"{name}: DP-FedAvg, q=K/N every round")
-        sound[c].step(q=1.0, sigma=z, count=taken[c],
+        # the ledger charges the relation's sensitivity (2C, or C zero-out) itself: z -> {z}
+        sound[c].step(q=1.0, sigma=z_update, count=taken[c], sampling="fixed-size",
                       note=f"{name}: rounds aggregated, no amplification, {relation}")
         if adaptive:  # a 0/1 bit moves the count by 1 under every relation
-            sound[c].step(q=1.0, sigma=count_std, count=taken[c],
+            bit = count_std * gaussian_sensitivity("fixed-size", relation)
+            sound[c].step(q=1.0, sigma=bit, count=taken[c], sampling="fixed-size",
                           note=f"{name}: clipped-count bit, sensitivity 1")
     why = (f"claimed: DP-FedAvg's convention, every client every round a Poisson-sampled "
            f"Gaussian step (q = K/N = {q:g}, multiplier {z_claim:g}, add-remove). Flower draws "
@@ -615,7 +619,8 @@ def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> s
     for c in claimed:
         claimed[c].dp_step(dp.epsilon, dp.delta, count=taken[c],
                            note="LocalDpMod: (eps, delta) per round taken part")
-        sound[c].step(q=1.0, sigma=z, count=taken[c],
+        sound[c].step(q=1.0, sigma=std / dp.clipping_norm, count=taken[c],
+                      sampling="fixed-size",
                       note=f"LocalDpMod: Gaussian std {std:.4g} on an update of L2 "
                            f"sensitivity {span} ({relation})")
     return (f"claimed: LocalDpMod's (eps, delta) = ({dp.epsilon:g}, {dp.delta:g}) per round, "

@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
+from ._ledgers import LedgerPair, check_relation, new_ledger
 
 __all__ = ["Tap", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
 
@@ -495,9 +495,8 @@ def _passes(sound: PrivacyLedger, history: list, sampler: _Sampler, relation: st
         raise ValueError(f"epochs={epochs} passes of {per_pass} batches cannot hold the "
                          f"{steps} optimizer steps Opacus recorded")
     runs = _pass_sigmas(history, per_pass, epochs)
-    # TODO(accounting): sound.step(q=..., sigma=..., count=..., sampling="shuffle")
-    for sigma, k in runs:
-        sound.step(q=1.0, sigma=multiplier(sigma, relation), count=k,
+    for sigma, k in runs:  # the ledger charges the relation's sensitivity (2C, or C zero-out)
+        sound.step(q=1.0, sigma=sigma, count=k, sampling="shuffle",
                    note=f"{relation}: one step per pass over the loader, no amplification")
     passes = sum(k for _, k in runs)
     q = ", ".join(sorted({f"{q:g}" for _, q, c in history if c}))
@@ -521,7 +520,7 @@ def _every_step(sound: PrivacyLedger, history: list, sampler: _Sampler,
                 f"times one example enters a step, so eps is infinite")
     b = sampler.batch
     for sigma, _, count in history:
-        sound.step(q=1.0, sigma=multiplier(sigma, relation, b), count=count,
+        sound.step(q=1.0, sigma=sigma / b, count=count, sampling="fixed-size",
                    note=f"{relation}: up to {b} copies in every step")
     why = ("removing an example shifts which examples fill every later batch"
            if sampler.kind == "shuffle" else
