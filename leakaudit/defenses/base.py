@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from ..optim import SGD, Adam
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "FixedSizeBatchLedger",
-           "default_batch_sampling", "client_level_step", "RELATIONS"]
+           "default_batch_sampling", "client_level_step", "RELATIONS", "AllocationLedger",
+           "allocation_steps"]
 
 #: neighbouring relations a sound ledger can state (as ``accounting.relations``)
 RELATIONS = ("add-remove", "replace-one", "zero-out")
@@ -122,7 +123,9 @@ class ClientContext:
     client: int
     local_step: int
     n_examples: int
-    batch_size: int
+    #: the EXPECTED batch size, what a noisy sum is divided by (min(B, n_c); n_c / t under
+    #: random allocation, possibly fractional), never the realised one
+    batch_size: float
     lr: float
     generator: torch.Generator = field(repr=False)
     round_ctx: RoundContext = field(repr=False)
@@ -159,6 +162,75 @@ class FixedSizeBatchLedger:
             raise ValueError("sigma (noise multiplier >= 0) is required")
         self._ledger.step(q=1.0, sigma=sigma / 2.0, count=count,
                           note=f"{note} [fixed-size batch: replace-one, sensitivity 2C, q=1]")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._ledger, name)
+
+
+def allocation_steps(n_examples: int, batch_size: int) -> int:
+    """t, the local steps of one epoch of random allocation: round(n_c / B), at least 1
+    (expected batch n_c / t, about B)."""
+    return max(1, int(round(n_examples / batch_size)))
+
+
+class AllocationLedger:
+    """A client's sound ledger as seen by a defense when its examples are dealt into the local
+    steps by random allocation ("balls in bins", Feldman & Shenfeld 2025): in each epoch of
+    t steps every example lands in exactly one step, uniformly at random and independently of
+    the others.
+
+    The defenses record each noisy batch release as a Poisson step; this view collects the
+    releases of the client's local steps in a round and, at :meth:`flush`, records them as
+    ``epochs`` epochs of random allocation, ``ledger.allocate(sigma, steps=t, selected=1,
+    epochs=E)``, when every batch dealt made exactly one release, all with the same sigma.
+    Without ``allocate`` on the ledger (the accounting's random-allocation event), the sound
+    no-amplification fallback: under add/remove of one example only the one step it lands in
+    changes (the others' bins are independent of it), so an epoch costs ONE Gaussian
+    release with multiplier sigma (q = 1), by joint quasi-convexity over the allocation.
+    Any other pattern, and every release after the local steps: q = 1, no amplification.
+    """
+
+    def __init__(self, ledger: PrivacyLedger, steps_per_epoch: int) -> None:
+        self._ledger = ledger
+        self.steps_per_epoch = int(steps_per_epoch)
+        self._buffer: list[tuple[float, int]] = []
+        self._local = True
+
+    def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
+             noise_multiplier: float | None = None, sample_rate: float | None = None,
+             note: str = "") -> None:
+        sigma = noise_multiplier if sigma is None else sigma
+        if sigma is None:
+            raise ValueError("sigma (noise multiplier >= 0) is required")
+        if self._local:
+            self._buffer.append((float(sigma), int(count)))
+        else:
+            self._ledger.step(q=1.0, sigma=sigma, count=count,
+                              note=f"{note} [random allocation, after the local steps: q=1]")
+
+    def flush(self, draws: int) -> None:
+        """Record the round's local-step releases (call once, after the local steps;
+        ``draws``: the batches dealt, one per step of the allocation)."""
+        buffer, self._buffer, self._local = self._buffer, [], False
+        if not buffer:
+            return
+        sigmas = {s for s, _ in buffer}
+        calls = sum(c for _, c in buffer)
+        if len(sigmas) == 1 and calls == draws:
+            sigma = sigmas.pop()
+            epochs = -(-draws // self.steps_per_epoch)   # a partial epoch counts as a whole one
+            note = f"random allocation: {draws} batches, {self.steps_per_epoch} per epoch"
+            if hasattr(self._ledger, "allocate"):
+                self._ledger.allocate(sigma=sigma, steps=self.steps_per_epoch, selected=1,
+                                      epochs=epochs, note=note)
+            else:
+                # TODO(issue 18): ``PrivacyLedger.allocate`` (branch alloc) supersedes this
+                self._ledger.step(q=1.0, sigma=sigma, count=epochs,
+                                  note=f"{note} [one step per example per epoch, q=1]")
+            return
+        for sigma, count in buffer:
+            self._ledger.step(q=1.0, sigma=sigma, count=count,
+                              note="random allocation [no amplification, q=1]")
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._ledger, name)

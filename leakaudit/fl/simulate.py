@@ -45,7 +45,12 @@ from .. import models as models_mod
 from ..data import Dataset
 from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses import get as get_defense
-from ..defenses.base import FixedSizeBatchLedger, default_batch_sampling
+from ..defenses.base import (
+    AllocationLedger,
+    FixedSizeBatchLedger,
+    allocation_steps,
+    default_batch_sampling,
+)
 from ..grads import LocalBatch, NonFiniteGradientError, cross_entropy, finite, flush_denormals
 from ..optim import make_optimizer
 from .config import FLConfig
@@ -99,7 +104,11 @@ def simulate(
             options in ``partition_kwargs``) or explicit index lists, one per client.
         taps: leak points to record (:class:`Tap`).
         val_fraction: share of the training data the server keeps as validation set.
-        batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c); None:
+        batch_sampling: "shuffle" (fixed size min(B, n_c)), "poisson" (rate B/n_c) or
+            "balls-in-bins" (random allocation: each epoch of t = round(n_c / B) local steps
+            deals every example into one step uniformly at random; accounted by
+            ``AllocationLedger``: ``ledger.allocate(sigma, steps=t, selected=1, epochs=E)``,
+            or one Gaussian step per epoch without it); None:
             "poisson" where the defense's sound ledger assumes it (instance-level per-example
             DP), else "shuffle". With "shuffle" the per-example releases are accounted soundly
             for fixed-size batches (``FixedSizeBatchLedger``: q = 1, sigma/2).
@@ -262,10 +271,11 @@ class _Simulation:
         local = {n: v.clone() for n, v in self.params.items()}
         opt = make_optimizer(self.optimizer, float(cfg.lr))
         used: list[np.ndarray] = []
+        sound = self._sound_view(c)
         ctx = ClientContext(round=r, client=c, local_step=0, n_examples=n_c,
-                            batch_size=min(cfg.batch_size, n_c), lr=float(cfg.lr),
+                            batch_size=self._expected_batch(n_c), lr=float(cfg.lr),
                             generator=self.noise, round_ctx=round_ctx,
-                            claimed=self.claimed[c], sound=self._sound_view(c))
+                            claimed=self.claimed[c], sound=sound)
         draw = self.sampler(r, c, used)
         for step in range(cfg.local_steps):
             ctx.local_step = step
@@ -279,6 +289,8 @@ class _Simulation:
                     f"NaN/inf in the gradient of client {c} in round {r}, local step {step}")
             if rec.wants(2, r, pos, step):
                 rec.batch_gradient(r, c, step, g, before, cfg.lr, batch.x, batch.y)
+        if isinstance(sound, AllocationLedger):
+            sound.flush(draws=len(used))
         update = [local[n] - self.params[n] for n in self.names]
         update = self.defense.privatize_update(update, ctx)
         seen = np.unique(np.concatenate(used)) if used else np.empty(0, dtype=np.int64)
@@ -294,11 +306,21 @@ class _Simulation:
                        *truth)
         return update
 
+    def _expected_batch(self, n_c: int) -> float:
+        """The batch size the defenses normalise by: min(B, n_c), or n_c / t under random
+        allocation (t steps per epoch)."""
+        if self.cfg.batch_sampling == "balls-in-bins":
+            return n_c / allocation_steps(n_c, self.cfg.batch_size)
+        return min(self.cfg.batch_size, n_c)
+
     def _sound_view(self, c: int) -> Any:
-        """Client ``c``'s sound ledger; with fixed-size batches, the view that accounts them
-        soundly (the defenses' steps assume Poisson batches)."""
+        """Client ``c``'s sound ledger; with fixed-size batches or random allocation, the view
+        that accounts them soundly (the defenses' steps assume Poisson batches)."""
         if self.cfg.batch_sampling == "shuffle":
             return FixedSizeBatchLedger(self.sound[c])
+        if self.cfg.batch_sampling == "balls-in-bins":
+            n_c = len(self.parts[c])
+            return AllocationLedger(self.sound[c], allocation_steps(n_c, self.cfg.batch_size))
         return self.sound[c]
 
     def sampler(self, r: int, c: int, used: list[np.ndarray]):
@@ -306,9 +328,17 @@ class _Simulation:
         in ``used``)."""
         idx_all, cfg, ds = self.parts[c], self.cfg, self.ds
         n_c = len(idx_all)
+        t = allocation_steps(n_c, cfg.batch_size)
+        bins: list[np.ndarray] = []     # this epoch's step of each example (random allocation)
+        drawn = [0]
 
         def draw() -> LocalBatch:
-            if cfg.batch_sampling == "shuffle":
+            if cfg.batch_sampling == "balls-in-bins":
+                if drawn[0] % t == 0:
+                    bins[:] = [self.rng.integers(t, size=n_c)]
+                bidx = idx_all[bins[0] == drawn[0] % t]
+                drawn[0] += 1
+            elif cfg.batch_sampling == "shuffle":
                 bidx = idx_all[self.rng.choice(n_c, size=min(cfg.batch_size, n_c),
                                                replace=False)]
             else:
