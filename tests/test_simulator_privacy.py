@@ -38,11 +38,12 @@ BACKGROUND, PER_CLIENT = 4, 2      # background clients and their examples
 CANARY_SCALE = 50.0                # the canary's gradient is far above every clip bound
 
 
-def _dataset(canary: str) -> tuple[Dataset, list[list[int]]]:
-    """Background examples of norm ~1, then the canary example: x = CANARY_SCALE e_0 ("in"),
-    x = 0 ("zero": zero gradient for a bias-free model), or none ("out")."""
+def _dataset(canary: str, companions: int = 0) -> tuple[Dataset, list[list[int]]]:
+    """Background examples of norm ~1, then the canary client: the canary example
+    x = CANARY_SCALE e_0 ("in"), x = 0 ("zero": zero gradient for a bias-free model), or no
+    canary client ("out"); with ``companions`` background examples of its own."""
     g = torch.Generator().manual_seed(123)
-    n = BACKGROUND * PER_CLIENT
+    n = BACKGROUND * PER_CLIENT + companions
     x = torch.randn(n, FEATURES, generator=g) / math.sqrt(FEATURES)
     y = torch.randint(0, CLASSES, (n,), generator=g)
     parts = [list(range(i * PER_CLIENT, (i + 1) * PER_CLIENT)) for i in range(BACKGROUND)]
@@ -51,7 +52,7 @@ def _dataset(canary: str) -> tuple[Dataset, list[list[int]]]:
         if canary == "in":
             extra[0, 0] = CANARY_SCALE
         x, y = torch.cat([x, extra]), torch.cat([y, torch.zeros(1, dtype=torch.int64)])
-        parts.append([n])
+        parts.append(list(range(BACKGROUND * PER_CLIENT, n + 1)))
     ds = Dataset(name="tiny", x_train=x, y_train=y, x_test=x[:2].clone(), y_test=y[:2].clone(),
                  num_classes=CLASSES, input_shape=(FEATURES,), kind="tabular", source="test")
     return ds, parts
@@ -74,24 +75,25 @@ def _direction() -> torch.Tensor:
     return -g / g.norm()
 
 
-def _run(defense, canary: str, seed: int, sampling: dict):
-    ds, parts = _dataset(canary)
+def _run(defense, canary: str, seed: int, sampling: dict, companions: int = 0):
+    ds, parts = _dataset(canary, companions)
     kw = dict(sampling)
     # the fixed denominator is a public constant of the algorithm: the SAME in both worlds
     # (the out-world's default q N, K, or N for every client)
     kw.setdefault("expected_weight", kw["client_fraction"] * BACKGROUND
                   if "client_fraction" in kw else kw.get("clients_per_round", BACKGROUND))
+    kw.setdefault("local_steps", 1)
+    kw.setdefault("batch_size", PER_CLIENT)
     return simulate(_model(), ds, copy.deepcopy(D.get(defense)),
-                    clients=len(parts), partition=parts, rounds=1, local_steps=1,
-                    batch_size=PER_CLIENT, lr=1.0, seed=seed, progress=False,
-                    val_fraction=0.25, **kw)
+                    clients=len(parts), partition=parts, rounds=1, lr=1.0, seed=seed,
+                    progress=False, val_fraction=0.25, **kw)
 
 
 def _statistics(run) -> dict[str, float]:
     w = run.model.weight.detach().reshape(-1)
     out = {"projection": float(w @ _direction()), "energy": float(w @ w)}
-    history = getattr(run.defense, "clip_history", None)
-    if history is not None and len(history) > 1:
+    history = getattr(run.defense, "clip_history", None)   # quantile-clip's published clip
+    if isinstance(history, list) and len(history) > 1:
         out["clip"] = float(history[1])
     return out
 
@@ -104,15 +106,15 @@ def _worlds(name) -> tuple[str, str]:
     return "zero", "in"
 
 
-def play(name: str, sampling: dict, trials: int, seed: int, alpha: float = 0.05
-         ) -> tuple[float, float, dict[str, float]]:
+def play(name, sampling: dict, trials: int, seed: int, alpha: float = 0.05,
+         companions: int = 0) -> tuple[float, float, dict[str, float]]:
     """(measured eps lower bound, largest sound eps printed, per-statistic bounds)."""
     world_out, world_in = _worlds(name)
     runs: dict[str, list] = {w: [] for w in (world_out, world_in)}
     printed: dict[str, float] = {}      # the sound eps Run prints, once per distinct ledger
     for t in range(trials):
         for w in runs:
-            run = _run(name, w, 1_000_003 * seed + t, sampling)
+            run = _run(name, w, 1_000_003 * seed + t, sampling, companions)
             runs[w].append(_statistics(run))
             if w == world_in:
                 key = repr([[e.to_dict() for e in lg.events] for lg in run.sound])
@@ -219,3 +221,46 @@ def test_the_game_finds_a_leak_where_there_is_one():
     d = D.FedSDP(clip=4.0, sigma=0.3, where="server")
     measured, sound, _ = play(d, SAMPLINGS["poisson"], trials=150, seed=0)
     assert 1.5 < measured <= sound
+
+
+# ----------------------------------------------------------------- random allocation
+def test_balls_in_bins_deals_every_example_into_exactly_one_step_per_epoch():
+    from leakaudit.fl.simulate import _Simulation, FLConfig
+    ds, parts = _dataset("in", companions=6)          # canary client: 7 examples
+    cfg = FLConfig.make(clients=len(parts), partition=parts, local_steps=6, batch_size=2,
+                        batch_sampling="balls-in-bins", progress=False, val_fraction=0.0)
+    sim = _Simulation(_model(), ds, D.get("fed-cdp"), cfg)
+    used: list = []
+    draw = sim.sampler(0, BACKGROUND, used)
+    for _ in range(6):                                # t = round(7 / 2) = 4: 1.5 epochs
+        draw()
+    first = np.concatenate(used[:4])
+    assert sorted(first.tolist()) == parts[BACKGROUND]      # each exactly once in epoch 1
+    assert len(np.unique(np.concatenate(used[4:]))) == sum(len(u) for u in used[4:])
+
+
+def test_balls_in_bins_is_accounted_as_random_allocation():
+    run = _run("fed-cdp", "in", 0, dict(local_steps=6, batch_size=2,
+                                        batch_sampling="balls-in-bins"), companions=6)
+    canary = run.sound[BACKGROUND]
+    events = canary.events
+    if hasattr(canary, "allocate"):
+        assert len(events) == 1 and getattr(events[0], "epochs", None) == 2
+    else:   # fallback until PrivacyLedger.allocate lands: one Gaussian step per epoch, q = 1
+        (event,) = events
+        assert (event.q, event.sigma, event.count) == (1.0, 6.0, 2)
+    # tighter than the fixed-size (shuffle) accounting of the same six local steps
+    shuffle = _run("fed-cdp", "in", 0, dict(local_steps=6, batch_size=2,
+                                            batch_sampling="shuffle"), companions=6)
+    assert run.epsilon(DELTA) < shuffle.epsilon(DELTA)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling", ["fixed", "poisson"])
+def test_balls_in_bins_measured_eps_stays_below_the_sound_eps(sampling):
+    # the canary client holds the canary (or a zero example) and one companion; B = 1,
+    # L = 2: t = 2 steps, one epoch, the canary in one of them
+    kw = dict(SAMPLINGS[sampling], local_steps=2, batch_size=1, batch_sampling="balls-in-bins")
+    measured, sound, per = play(LOW_NOISE["fed-cdp(sigma=1)"](), kw, trials=150, seed=5,
+                                companions=1)
+    assert measured <= sound, (sampling, per, sound)
