@@ -225,7 +225,7 @@ def test_the_game_finds_a_leak_where_there_is_one():
 
 # ----------------------------------------------------------------- random allocation
 def test_balls_in_bins_deals_every_example_into_exactly_one_step_per_epoch():
-    from leakaudit.fl.simulate import _Simulation, FLConfig
+    from leakaudit.fl.simulate import FLConfig, _Simulation
     ds, parts = _dataset("in", companions=6)          # canary client: 7 examples
     cfg = FLConfig.make(clients=len(parts), partition=parts, local_steps=6, batch_size=2,
                         batch_sampling="balls-in-bins", progress=False, val_fraction=0.0)
