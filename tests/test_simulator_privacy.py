@@ -13,127 +13,52 @@ on eps at delta, which must not exceed the sound eps that ``Run.epsilon`` prints
 
 The defenses whose sound eps is infinite are checked for their reason instead (measured <=
 inf holds trivially). Instance-level defenses are audited with the canary EXAMPLE zeroed out
-inside a canary client that always takes part (the client sizes, public in their
+inside the canary client, present in both worlds (the client sizes, public in their
 convention, stay the same).
 """
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from leakaudit import defenses as D
-from leakaudit.data import Dataset
 from leakaudit.empirical import stats
-from leakaudit.fl import simulate
+from leakaudit.fl.canary import CanaryGame
 
 DELTA = 1e-5
-FEATURES, CLASSES = 256, 4         # a bias-free linear model: 1024 parameters
-BACKGROUND, PER_CLIENT = 4, 2      # background clients and their examples
-CANARY_SCALE = 50.0                # the canary's gradient is far above every clip bound
+GAME = CanaryGame()                # 4 background clients of 2 examples, 1024 parameters
+BACKGROUND = GAME.background
 
 
-def _dataset(canary: str, companions: int = 0) -> tuple[Dataset, list[list[int]]]:
-    """Background examples of norm ~1, then the canary client: the canary example
-    x = CANARY_SCALE e_0 ("in"), x = 0 ("zero": zero gradient for a bias-free model), or no
-    canary client ("out"); with ``companions`` background examples of its own."""
-    g = torch.Generator().manual_seed(123)
-    n = BACKGROUND * PER_CLIENT + companions
-    x = torch.randn(n, FEATURES, generator=g) / math.sqrt(FEATURES)
-    y = torch.randint(0, CLASSES, (n,), generator=g)
-    parts = [list(range(i * PER_CLIENT, (i + 1) * PER_CLIENT)) for i in range(BACKGROUND)]
-    if canary != "out":
-        extra = torch.zeros(1, FEATURES)
-        if canary == "in":
-            extra[0, 0] = CANARY_SCALE
-        x, y = torch.cat([x, extra]), torch.cat([y, torch.zeros(1, dtype=torch.int64)])
-        parts.append(list(range(BACKGROUND * PER_CLIENT, n + 1)))
-    ds = Dataset(name="tiny", x_train=x, y_train=y, x_test=x[:2].clone(), y_test=y[:2].clone(),
-                 num_classes=CLASSES, input_shape=(FEATURES,), kind="tabular", source="test")
-    return ds, parts
+def _run(defense, world: str, seed: int, sampling: dict, companions: int = 0):
+    game = GAME if not companions else CanaryGame(companions=companions)
+    return game.run(defense, world, seed, **sampling)
 
 
-def _model() -> nn.Module:
-    model = nn.Linear(FEATURES, CLASSES, bias=False)
-    with torch.no_grad():
-        model.weight.zero_()
-    return model
-
-
-def _direction() -> torch.Tensor:
-    """The canary's update direction at w = 0 (minus its gradient), unit norm."""
-    x = torch.zeros(FEATURES)
-    x[0] = CANARY_SCALE
-    p = torch.full((CLASSES,), 1.0 / CLASSES)
-    p[0] -= 1.0
-    g = torch.outer(p, x).reshape(-1)
-    return -g / g.norm()
-
-
-def _run(defense, canary: str, seed: int, sampling: dict, companions: int = 0):
-    ds, parts = _dataset(canary, companions)
-    kw = dict(sampling)
-    # the fixed denominator is a public constant of the algorithm: the SAME in both worlds
-    # (the out-world's default q N, K, or N for every client)
-    kw.setdefault("expected_weight", kw["client_fraction"] * BACKGROUND
-                  if "client_fraction" in kw else kw.get("clients_per_round", BACKGROUND))
-    kw.setdefault("local_steps", 1)
-    kw.setdefault("batch_size", PER_CLIENT)
-    return simulate(_model(), ds, copy.deepcopy(D.get(defense)),
-                    clients=len(parts), partition=parts, rounds=1, lr=1.0, seed=seed,
-                    progress=False, val_fraction=0.25, **kw)
-
-
-def _statistics(run) -> dict[str, float]:
-    w = run.model.weight.detach().reshape(-1)
-    out = {"projection": float(w @ _direction()), "energy": float(w @ w)}
-    history = getattr(run.defense, "clip_history", None)   # quantile-clip's published clip
-    if isinstance(history, list) and len(history) > 1:
-        out["clip"] = float(history[1])
-    return out
-
-
-def _worlds(name) -> tuple[str, str]:
-    """(canary-out world, canary-in world) for the relation the sound ledger states."""
-    d = D.get(name)
-    if d.level == "client" and getattr(d, "relation", "add-remove") == "add-remove":
-        return "out", "in"
-    return "zero", "in"
+def eps_lower(out: np.ndarray, into: np.ndarray, alpha: float) -> float:
+    """Threshold chosen on the first half of the runs, Clopper-Pearson bound on the rest."""
+    half = out.size // 2
+    n = out.size - half
+    rule = stats.choose_threshold(out[:half], into[:half], alpha, DELTA, "eps", (n, n))
+    fp, fn = stats.error_counts(out[half:], into[half:], rule)
+    return stats.eps_lower_bound(stats.clopper_pearson_upper(fp, n, alpha / 2),
+                                 stats.clopper_pearson_upper(fn, n, alpha / 2), DELTA)
 
 
 def play(name, sampling: dict, trials: int, seed: int, alpha: float = 0.05,
          companions: int = 0) -> tuple[float, float, dict[str, float]]:
-    """(measured eps lower bound, largest sound eps printed, per-statistic bounds)."""
-    world_out, world_in = _worlds(name)
-    runs: dict[str, list] = {w: [] for w in (world_out, world_in)}
-    printed: dict[str, float] = {}      # the sound eps Run prints, once per distinct ledger
-    for t in range(trials):
-        for w in runs:
-            run = _run(name, w, 1_000_003 * seed + t, sampling, companions)
-            runs[w].append(_statistics(run))
-            if w == world_in:
-                key = repr([[e.to_dict() for e in lg.events] for lg in run.sound])
-                if key not in printed:
-                    printed[key] = run.epsilon(DELTA, "sound")
-    sound = max(printed.values())
-    keys = list(runs[world_in][0])
-    a = alpha / len(keys)                       # Bonferroni over the statistics
-    half = trials // 2
-    per = {}
-    for k in keys:
-        out = np.array([r[k] for r in runs[world_out]])
-        into = np.array([r[k] for r in runs[world_in]])
-        rule = stats.choose_threshold(out[:half], into[:half], a, DELTA, "eps",
-                                      (trials - half, trials - half))
-        fp, fn = stats.error_counts(out[half:], into[half:], rule)
-        n = trials - half
-        per[k] = stats.eps_lower_bound(stats.clopper_pearson_upper(fp, n, a / 2),
-                                       stats.clopper_pearson_upper(fn, n, a / 2), DELTA)
+    """(measured eps lower bound, largest sound eps printed, per-statistic bounds);
+    Bonferroni over the statistics."""
+    game = GAME if not companions else CanaryGame(companions=companions)
+    runs, sound = game.play(name, trials, seed, DELTA, **sampling)
+    out_runs, in_runs = runs.values()
+    keys = list(in_runs[0])
+    per = {k: eps_lower(np.array([r[k] for r in out_runs]), np.array([r[k] for r in in_runs]),
+                        alpha / len(keys)) for k in keys}
     return max(per.values()), sound, per
 
 
@@ -216,20 +141,22 @@ def test_low_noise_measured_eps_stays_below_the_sound_eps(label, sampling):
 
 
 def test_the_game_finds_a_leak_where_there_is_one():
-    # the game has power: a low-noise fed-sdp round with a canary far above the clip is told
-    # apart with a bound well above 1 (sound eps there is about 18)
+    # the game has power: a low-noise fed-sdp round (every client takes part; the canary's
+    # projection shifts by 3.3 noise sd) is told apart with a bound of about 1.9 from 75
+    # held-out runs per side (sound eps there is about 50)
     d = D.FedSDP(clip=4.0, sigma=0.3, where="server")
-    measured, sound, _ = play(d, SAMPLINGS["poisson"], trials=150, seed=0)
+    measured, sound, _ = play(d, SAMPLINGS["all"], trials=150, seed=0)
     assert 1.5 < measured <= sound
 
 
 # ----------------------------------------------------------------- random allocation
 def test_balls_in_bins_deals_every_example_into_exactly_one_step_per_epoch():
     from leakaudit.fl.simulate import FLConfig, _Simulation
-    ds, parts = _dataset("in", companions=6)          # canary client: 7 examples
+    game = CanaryGame(companions=6)
+    ds, parts = game.dataset("in")                    # canary client: 7 examples
     cfg = FLConfig.make(clients=len(parts), partition=parts, local_steps=6, batch_size=2,
                         batch_sampling="balls-in-bins", progress=False, val_fraction=0.0)
-    sim = _Simulation(_model(), ds, D.get("fed-cdp"), cfg)
+    sim = _Simulation(game.model(), ds, D.get("fed-cdp"), cfg)
     used: list = []
     draw = sim.sampler(0, BACKGROUND, used)
     for _ in range(6):                                # t = round(7 / 2) = 4: 1.5 epochs
