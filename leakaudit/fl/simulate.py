@@ -18,7 +18,10 @@ no amplification, the server knows who took part) or each independently with pro
 (``Defense.fixed_denominator``) aggregate as DP-FedAvg (McMahan et al. 2018, Alg. 1):
 weights min(1, n_c / weight_cap) (1 without a cap), the sum divided by a FIXED denominator
 (``expected_weight``, default q N or K), never by the realised total weight; the others use
-FedAvg's weighted mean over the realised participants. Each local iteration includes every
+FedAvg's weighted mean over the realised participants (sound for instance-level ledgers:
+who takes part does not depend on the data, and client sizes are treated as public, as
+q = B/n_c already does; for client-level Laplace defenses under the relation they state,
+zero-out / replace-one). Each local iteration includes every
 example independently with probability B/n_c ("poisson", accounted with q = B/n_c; the
 default for per-example DP defenses, whose ledgers assume it) or draws a batch of
 min(B, n_c) examples without replacement ("shuffle", the default otherwise; per-example
