@@ -94,18 +94,62 @@ def test_one_draw_per_client_and_clip_adapts(monkeypatch):
 
 
 def test_noise_std_of_the_update():
-    d = QuantileClip(clip=2.0, noise_multiplier=0.5, sigma_b=1.0)
-    out = d.sanitize_update([torch.zeros(200_000)], ctx())
+    # each of the m sampled clients carries a 1/sqrt(m) share: the sum has the full
+    # N(0, (sigma_Delta C)^2) whatever m
     expected = update_noise_multiplier(0.5, 1.0) * 2.0
-    assert float(out[0].std()) == pytest.approx(expected, rel=0.02)
+    for m in (1, 4):
+        d = QuantileClip(clip=2.0, noise_multiplier=0.5, sigma_b=1.0)
+        c = ctx(clients=4, k=m)
+        outs = [d.sanitize_update([torch.zeros(200_000)], c)[0] for _ in range(m)]
+        assert float(outs[0].std()) == pytest.approx(expected / math.sqrt(m), rel=0.02)
+        assert float(sum(outs).std()) == pytest.approx(expected, rel=0.02)
+
+
+def test_centred_bits_over_a_fixed_denominator():
+    # Andrew et al. 2021 / tensorflow-privacy: b~ = (sum (b_i - 1/2) + noise) / D + 1/2, D
+    # the expected number of participants, never the realised count
+    d = QuantileClip(clip=1.0, noise_multiplier=1e-3, sigma_b=1.0)   # count noise ~ 0
+    d.sigma_b = 1e-9
+    c = ctx(clients=8, k=2)          # fixed-size, K = 2 of 8: D = 2
+    for _ in range(2):
+        d.sanitize_update([torch.zeros(5)], c)   # norm 0 <= C: unclipped
+    d.sanitize_sum([torch.zeros(5)], 2, c.round_ctx, c.generator)
+    assert float(d.noisy_fraction()) == pytest.approx(1.0)
+    # Poisson with q = 0.5 of 8: D = 4; two unclipped and one clipped report
+    d.start(1)
+    rc = D.RoundContext(round=0, rounds=1, clients=8, clients_per_round=4, local_steps=1,
+                        batch_size=8, client_sizes=(100,) * 8, participants=(0, 1, 2),
+                        client_fraction=0.5)
+    c = D.ClientContext(round=0, client=0, local_step=0, n_examples=100, batch_size=8,
+                        lr=0.1, generator=torch.Generator().manual_seed(0), round_ctx=rc,
+                        claimed=A.PrivacyLedger(), sound=A.PrivacyLedger())
+    for norm in (0.0, 0.5, 3.0):
+        d.sanitize_update([torch.full((1,), norm)], c)
+    d.sanitize_sum([torch.zeros(1)], 3, rc, c.generator)
+    assert float(d.noisy_fraction()) == pytest.approx((0.5 + 0.5 - 0.5) / 4 + 0.5)
+    # nobody sampled: the count is pure noise around 1/2, the update noise whole
+    d.start(1)
+    d.sigma_b = 1.0
+    out = d.sanitize_sum([torch.zeros(100_000)], 0, rc, c.generator)
+    assert float(out[0].std()) == pytest.approx(d.sigma_delta * d.clip, rel=0.02)
+
+
+@pytest.mark.parametrize("fraction, multiplier", [(0.5, 1.0), (None, 0.5)])
+def test_sound_step_follows_the_client_sampling(fraction, multiplier):
+    # Poisson: (q, z), add/remove; fixed-size: no amplification, replace-one, z/2 at q = 1
+    rc = D.RoundContext(round=0, rounds=1, clients=4, clients_per_round=2, local_steps=1,
+                        batch_size=8, client_sizes=(100,) * 4, participants=(0, 1),
+                        claimed=[A.PrivacyLedger() for _ in range(4)],
+                        sound=[A.PrivacyLedger() for _ in range(4)], client_fraction=fraction)
+    QuantileClip(noise_multiplier=1.0, sigma_b=2.0).claimed_round(rc)
+    (event,) = rc.sound[3].events
+    assert event.sigma == multiplier and event.q == (fraction or 1.0)
 
 
 def test_release_count_all_clients(release_counter):
     """With clients_per_round = all clients every client is sanitised once per round, and
-    every client's ledger gets one step per round (client-level accounting records the
-    sampled-Gaussian step for all N clients, q = K/N), so draws == ledger steps. With K < N
-    the ledgers hold N steps per round against K draws: the q = K/N amplification accounts
-    for the clients that were not drawn."""
+    every client's ledger gets one step per round (client-level accounting records a step
+    for all N clients), so draws == ledger steps."""
     run = simulate(defense=QuantileClip(), clients_per_round=3, **TINY)
     n = release_counter.draws["gaussian"]
     assert n == 3 * 3

@@ -164,10 +164,26 @@ def test_fed_sdp_clips_update_and_adds_client_level_noise():
             assert out_c is upd  # leaves the client raw
         else:
             assert float(out_c[0].norm()) == pytest.approx(1.0, rel=1e-6)
+    # m = 2 sampled clients: each carries a 1/sqrt(2) share of N(0, (sigma C)^2), the sum
+    # of the two shares the whole of it; a round without participants gets it whole
     d = D.get("fed-sdp-server", clip=0.5, sigma=2.0)
-    out = d.sanitize_update([torch.zeros(300, 100)], ctx())
-    _noise_std_check(out[0], 1.0)
+    c = ctx()
+    shares = [d.sanitize_update([torch.zeros(300, 100)], c)[0] for _ in range(2)]
+    _noise_std_check(shares[0], 1.0 / math.sqrt(2))
+    _noise_std_check(shares[0] + shares[1], 1.0)
+    empty = d.sanitize_sum([torch.zeros(300, 100)], 0, c.round_ctx, c.generator)
+    _noise_std_check(empty[0], 1.0)
+    assert d.sanitize_sum(shares[:1], 1, c.round_ctx, c.generator)[0] is shares[0]
+    # fixed-size client sampling (K = 2 of 10): no amplification, replace-one, sigma/2
     c = ctx(clients=10, k=2)
+    d.claimed_round(c.round_ctx)
+    for lg in c.round_ctx.sound:
+        assert lg.events == (A.SampledGaussian(1.0, 1.0, 1, lg.events[0].note),)
+    for lg in c.round_ctx.claimed:
+        assert lg.events == (A.SampledGaussian(0.2, 2.0, 1, lg.events[0].note),)
+    # Poisson client sampling with q = 0.2: amplified, add/remove, sigma
+    c = ctx(clients=10, k=2)
+    c.round_ctx.client_fraction = 0.2
     d.claimed_round(c.round_ctx)
     for lg in c.round_ctx.sound:
         assert lg.events == (A.SampledGaussian(0.2, 2.0, 1, lg.events[0].note),)

@@ -209,3 +209,66 @@ def test_an_update_says_how_many_examples_are_behind_it_without_the_truth():
     assert update.examples_behind == 2 == run.truth(update).inputs.shape[0]
     step = run.observations_at(2)[0]
     assert step.examples_behind == 1 == step.batch_size
+
+
+# ----------------------------------------------------------------- client sampling (issue 18)
+def test_clients_per_round_is_a_count_and_client_fraction_a_rate(digits):
+    with pytest.raises(ValueError, match="client_fraction"):
+        fl.simulate(None, digits, "none", clients=4, clients_per_round=0.5, progress=False)
+    with pytest.raises(ValueError, match="clients_per_round must be an int"):
+        fl.simulate(None, digits, "none", clients=4, clients_per_round=1.0, progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        fl.simulate(None, digits, "none", clients=4, clients_per_round=2, client_fraction=0.5,
+                    progress=False)
+    for bad in (0.0, 1.5, -0.1, "half", True):
+        with pytest.raises(ValueError, match="client_fraction"):
+            fl.simulate(None, digits, "none", clients=4, client_fraction=bad, progress=False)
+    with pytest.raises(ValueError, match="expected_weight"):
+        fl.simulate(None, digits, "fed-sdp-server", clients=4, expected_weight=0.0,
+                    progress=False)
+    cfg = fl.FLConfig.make(clients=4)            # default: every client, fixed-size
+    assert (cfg.clients_per_round, cfg.client_sampling, cfg.denominator) == (4, "fixed-size", 4)
+    cfg = fl.FLConfig.make(clients=10, client_fraction=0.3)
+    assert (cfg.client_sampling, cfg.client_rate, cfg.denominator) == ("poisson", 0.3, 3.0)
+
+
+def test_poisson_client_sampling_draws_a_random_count(digits):
+    run = fl.simulate(None, digits, "none", clients=6, client_fraction=0.5, rounds=12,
+                      local_steps=1, batch_size=8, progress=False, eval_every=12)
+    counts = {len(u) for u in run.uploads}
+    assert len(counts) > 1 and run.settings["client_sampling"] == "poisson"
+    fixed = fl.simulate(None, digits, "none", clients=6, clients_per_round=2, rounds=4,
+                        local_steps=1, batch_size=8, progress=False, eval_every=4)
+    assert {len(u) for u in fixed.uploads} == {2}
+
+
+def test_client_level_dp_divides_by_the_fixed_denominator(digits):
+    # one client, clipped to C, no noise: the model moves by C / D, not by C (the realised
+    # weighted mean), whatever the client's data size
+    for d in (2.0, 8.0):
+        run = fl.simulate(None, digits, defenses.get("fed-sdp-server", clip=0.01, sigma=0.0),
+                          clients=1, client_fraction=1.0, expected_weight=d, rounds=1,
+                          local_steps=1, batch_size=8, progress=False, seed=0)
+        start = fl.simulate(None, digits, "none", clients=1, rounds=1, lr=1e-12,
+                            progress=False, seed=0)
+        moved = torch.cat([(a - b).reshape(-1) for a, b in zip(weights(run), weights(start))])
+        assert float(moved.norm()) == pytest.approx(0.01 / d, rel=1e-3)
+
+
+def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
+    import accounting as A
+    run = fl.simulate(None, digits, "fed-sdp-server", clients=4, client_fraction=0.5,
+                      rounds=2, local_steps=1, batch_size=8, progress=False)
+    tight = max(A.tightest_epsilon(lg, 1e-5) for lg in run.sound)
+    assert run.epsilon(1e-5, "sound") == pytest.approx(tight)
+    assert run.epsilon(1e-5, "sound", method="rdp") >= tight
+    assert run.relation == "add-remove"
+    text = run.describe_epsilon(1e-5)
+    assert "delta = 1e-05" in text and "add-remove" in text and "poisson" in text
+    fixed = fl.simulate(None, digits, "fed-sdp-server", clients=4, clients_per_round=2,
+                        rounds=2, local_steps=1, batch_size=8, progress=False)
+    assert fixed.relation == "replace-one"
+    # no amplification from fixed-size client sampling: two Gaussian steps at sigma / 2
+    both = A.PrivacyLedger()
+    both.step(q=1.0, sigma=3.0, count=2)
+    assert fixed.epsilon(1e-5) == pytest.approx(A.tightest_epsilon(both, 1e-5))

@@ -145,7 +145,7 @@ class AdapDPFL(Defense):
                    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         if ctx.client not in self.clips:
             self.clips[ctx.client] = max(self.min_clip, initial_clip(
-                batch, params, self.scale, ctx.batch_size, ctx.generator))
+                batch, params, self.scale, max(1, int(round(ctx.batch_size))), ctx.generator))
         if ctx.local_step == 0:
             self.clip_history.setdefault(ctx.client, {})[ctx.round] = self.clips[ctx.client]
         return super().local_step(params, batch, optimizer, ctx)

@@ -37,7 +37,11 @@ if TYPE_CHECKING:
     from ..optim import SGD, Adam
 
 __all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "FixedSizeBatchLedger",
-           "default_batch_sampling"]
+           "default_batch_sampling", "client_level_step", "RELATIONS", "AllocationLedger",
+           "allocation_steps"]
+
+#: neighbouring relations a sound ledger can state (as ``accounting.relations``)
+RELATIONS = ("add-remove", "replace-one", "zero-out")
 
 SITES = ("example", "client", "server")
 
@@ -56,15 +60,59 @@ class RoundContext:
     participants: tuple[int, ...]
     claimed: list[PrivacyLedger] = field(repr=False, default_factory=list)
     sound: list[PrivacyLedger] = field(repr=False, default_factory=list)
+    #: q of Poisson client sampling; None: K = ``clients_per_round`` of N drawn without
+    #: replacement (fixed-size)
+    client_fraction: float | None = None
+    #: the fixed denominator D of client-level DP aggregation (None: q N or K)
+    denominator: float | None = None
+
+    @property
+    def expected_weight(self) -> float:
+        """D, the fixed denominator: the expected number of participants unless set."""
+        if self.denominator is not None:
+            return self.denominator
+        return self.client_rate * self.clients
 
     @property
     def total_examples(self) -> int:
         return sum(self.client_sizes)
 
     @property
+    def client_sampling(self) -> str:
+        """"poisson" (each client with probability ``client_fraction``) or "fixed-size"."""
+        return "poisson" if self.client_fraction is not None else "fixed-size"
+
+    @property
     def client_rate(self) -> float:
-        """q of client sampling, K/N (fixed-size sampling accounted as Poisson)."""
+        """q of client sampling: the Poisson rate, or K/N (the claimed conventions read it)."""
+        if self.client_fraction is not None:
+            return self.client_fraction
         return self.clients_per_round / self.clients
+
+    @property
+    def reporting(self) -> int:
+        """m, the number of clients sampled this round (known to the server and told to
+        the clients before they send: a count of the sampling, not of the data)."""
+        return len(self.participants)
+
+
+def client_level_step(ledger: PrivacyLedger, ctx: RoundContext, sigma: float,
+                      note: str) -> None:
+    """One round of a client-level Gaussian release of the aggregate, accounted soundly for
+    the client sampling that runs (McMahan et al. 2018, Alg. 1 and Thm 1).
+
+    Poisson client sampling with rate q and a fixed denominator: the sum of the clipped
+    updates has sensitivity C under add/remove of a client; a Poisson-sampled Gaussian step
+    (q, sigma). Fixed-size sampling (K of N): the server knows who took part, so no
+    amplification is claimed; adding a client to the population displaces at most one
+    sampled client (couple the K-subsets with and without it), i.e. replace-one, L2
+    sensitivity 2C: a Gaussian step with multiplier sigma/2 and q = 1.
+    """
+    if ctx.client_sampling == "poisson":
+        ledger.step(q=ctx.client_rate, sigma=sigma, note=f"{note} [Poisson clients q]")
+    else:
+        ledger.step(q=1.0, sigma=sigma / 2.0,
+                    note=f"{note} [fixed-size clients: replace-one, sensitivity 2C, q=1]")
 
 
 @dataclass
@@ -75,7 +123,9 @@ class ClientContext:
     client: int
     local_step: int
     n_examples: int
-    batch_size: int
+    #: the EXPECTED batch size, what a noisy sum is divided by (min(B, n_c); n_c / t under
+    #: random allocation, possibly fractional), never the realised one
+    batch_size: float
     lr: float
     generator: torch.Generator = field(repr=False)
     round_ctx: RoundContext = field(repr=False)
@@ -117,6 +167,75 @@ class FixedSizeBatchLedger:
         return getattr(self._ledger, name)
 
 
+def allocation_steps(n_examples: int, batch_size: int) -> int:
+    """t, the local steps of one epoch of random allocation: round(n_c / B), at least 1
+    (expected batch n_c / t, about B)."""
+    return max(1, int(round(n_examples / batch_size)))
+
+
+class AllocationLedger:
+    """A client's sound ledger as seen by a defense when its examples are dealt into the local
+    steps by random allocation ("balls in bins", Feldman & Shenfeld 2025): in each epoch of
+    t steps every example lands in exactly one step, uniformly at random and independently of
+    the others.
+
+    The defenses record each noisy batch release as a Poisson step; this view collects the
+    releases of the client's local steps in a round and, at :meth:`flush`, records them as
+    ``epochs`` epochs of random allocation, ``ledger.allocate(sigma, steps=t, selected=1,
+    epochs=E)``, when every batch dealt made exactly one release, all with the same sigma.
+    Without ``allocate`` on the ledger (the accounting's random-allocation event), the sound
+    no-amplification fallback: under add/remove of one example only the one step it lands in
+    changes (the others' bins are independent of it), so an epoch costs ONE Gaussian
+    release with multiplier sigma (q = 1), by joint quasi-convexity over the allocation.
+    Any other pattern, and every release after the local steps: q = 1, no amplification.
+    """
+
+    def __init__(self, ledger: PrivacyLedger, steps_per_epoch: int) -> None:
+        self._ledger = ledger
+        self.steps_per_epoch = int(steps_per_epoch)
+        self._buffer: list[tuple[float, int]] = []
+        self._local = True
+
+    def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
+             noise_multiplier: float | None = None, sample_rate: float | None = None,
+             note: str = "") -> None:
+        sigma = noise_multiplier if sigma is None else sigma
+        if sigma is None:
+            raise ValueError("sigma (noise multiplier >= 0) is required")
+        if self._local:
+            self._buffer.append((float(sigma), int(count)))
+        else:
+            self._ledger.step(q=1.0, sigma=sigma, count=count,
+                              note=f"{note} [random allocation, after the local steps: q=1]")
+
+    def flush(self, draws: int) -> None:
+        """Record the round's local-step releases (call once, after the local steps;
+        ``draws``: the batches dealt, one per step of the allocation)."""
+        buffer, self._buffer, self._local = self._buffer, [], False
+        if not buffer:
+            return
+        sigmas = {s for s, _ in buffer}
+        calls = sum(c for _, c in buffer)
+        if len(sigmas) == 1 and calls == draws:
+            sigma = sigmas.pop()
+            epochs = -(-draws // self.steps_per_epoch)   # a partial epoch counts as a whole one
+            note = f"random allocation: {draws} batches, {self.steps_per_epoch} per epoch"
+            if hasattr(self._ledger, "allocate"):
+                self._ledger.allocate(sigma=sigma, steps=self.steps_per_epoch, selected=1,
+                                      epochs=epochs, note=note)
+            else:
+                # TODO(issue 18): ``PrivacyLedger.allocate`` (branch alloc) supersedes this
+                self._ledger.step(q=1.0, sigma=sigma, count=epochs,
+                                  note=f"{note} [one step per example per epoch, q=1]")
+            return
+        for sigma, count in buffer:
+            self._ledger.step(q=1.0, sigma=sigma, count=count,
+                              note="random allocation [no amplification, q=1]")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._ledger, name)
+
+
 def default_batch_sampling(defense: Defense) -> str:
     """"poisson" where the defense's sound ledger assumes Poisson batches (per-example DP at
     the instance level), else "shuffle" (fixed size: what the attacks' views assume)."""
@@ -134,6 +253,16 @@ class Defense:
     level: ClassVar[str] = "none"
     #: FedAvg weighted by client data size (False: unweighted mean of updates)
     weighted_aggregation: ClassVar[bool] = True
+    #: client-level DP aggregation (McMahan et al. 2018, Alg. 1): weights capped at 1, the
+    #: sum divided by a FIXED denominator (the expected total weight), noise whose total
+    #: does not depend on how many clients took part (``sanitize_sum``). The realised
+    #: weighted mean of FedAvg is used otherwise.
+    fixed_denominator: ClassVar[bool] = False
+    #: the neighbouring relation the sound ledger states: "add-remove" (of one example for
+    #: instance-level defenses, of one client for client-level ones), "zero-out" (the
+    #: unit's data replaced by a zero contribution, the unit still takes part) or
+    #: "replace-one"
+    relation: ClassVar[str] = "add-remove"
     #: local optimizer the defense prescribes ("sgd", "adam"); None: the simulator's choice
     optimizer: ClassVar[str | None] = None
     #: Rényi orders of the per-client ledgers (None: accounting's default grid)
@@ -166,6 +295,12 @@ class Defense:
                         ctx: ClientContext) -> list[torch.Tensor]:
         """Server-side processing of one client's update before aggregation."""
         return update
+
+    def sanitize_sum(self, total: list[torch.Tensor], uploads: int, ctx: RoundContext,
+                     generator: torch.Generator) -> list[torch.Tensor]:
+        """Server-side processing of the (weighted) sum of the updates of a round, before it
+        is divided by the denominator; ``uploads`` updates are in it (default: unchanged)."""
+        return total
 
     def start(self, rounds: int) -> None:
         """Called once before training with the number of rounds (schedules fix sigma_t)."""

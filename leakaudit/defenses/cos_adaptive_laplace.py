@@ -26,8 +26,11 @@ Ours (reconstructed):
   the losses it needs exist. Larger coef = larger eps' = less noise as training converges.
 * ``similarity="public"``: s_cos from the last two GLOBAL models instead (w_{t-1}, w_t, both
   public); 0.5 (cos = 0) in round 0 where there is no previous global model.
-* neighbouring relation: add/remove one client's update (the client's release against the
-  zero vector), so the L1 sensitivity of the clipped update is Delta (replacement: 2 Delta).
+* neighbouring relation: zero-out, one client's update against the zero vector (the client
+  still takes part), so the L1 sensitivity of the clipped update is Delta (replacement:
+  2 Delta). Not add/remove of a client from the population: every participant adds its own
+  Laplace noise and the simulator's FedAvg divides by the realised total weight, so the
+  number of noise terms in the aggregate tells whether a client took part (issue 18).
 
 Accounting (client level).
 * claimed: one pure eps'_t-DP Laplace release per participation (scale b = Delta / eps'_t,
@@ -86,6 +89,11 @@ class CosAdaptiveLaplace(Defense):
     name = "cos-adaptive-laplace"
     sites = frozenset({"client"})
     level = "client"
+    #: each participant's upload carries its own Laplace noise and FedAvg takes the mean over
+    #: the realised participants, so the number of noise terms tells whether a client took
+    #: part: the guarantee is for the client's DATA given its participation (its update
+    #: against the zero update), not for its presence in the population
+    relation = "zero-out"
 
     def __init__(self, eps_round: float = 1000.0, clip: float = 300.0, c_min: float = 0.5,
                  c_max: float = 1.5, weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),

@@ -27,7 +27,9 @@ Accounting (client level when ``laplace_eps`` is set; no guarantee otherwise).
 * sound (noise, tau=None): the selection is data-independent, so the release is the
   Laplace mechanism on c truncated values: L1 sensitivity 2 gamma c under replacement of the
   client's data (gamma c under add/remove; we use replacement, as the paper does), scale b,
-  eps = 2 gamma c / b = laplace_eps per upload: sound = claimed.
+  eps = 2 gamma c / b = laplace_eps per upload: sound = claimed. Relation: replace-one (the
+  client's data replaced, the client still uploads); not add/remove of a client, whose
+  presence the number of noisy uploads in the realised FedAvg mean reveals.
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ class DSSGD(Defense):
 
     name = "dssgd"
     sites = frozenset({"client"})
+    #: the Laplace noise is per upload and the aggregate a mean over the realised
+    #: participants, so the guarantee is for a client's data given that it takes part
+    #: (replacement of its data, as the paper), not for its presence in the population
+    relation = "replace-one"
 
     def __init__(self, share: float = 0.1, tau: float | None = 0.0,
                  gamma: float | None = None, laplace_eps: float | None = None) -> None:

@@ -12,31 +12,48 @@ from .._validate import check_fraction, check_int, check_number, check_probabili
 from ..optim import OPTIMIZERS
 from .observe import Tap
 
-__all__ = ["FLConfig", "BATCH_SAMPLING"]
+__all__ = ["FLConfig", "BATCH_SAMPLING", "CLIENT_SAMPLING"]
 
-#: how a local batch is drawn: fixed size min(B, n_c) without replacement, or each example
-#: independently with probability B/n_c
-BATCH_SAMPLING = ("shuffle", "poisson")
+#: how a local batch is drawn: fixed size min(B, n_c) without replacement, each example
+#: independently with probability B/n_c, or each example dealt into one of the L local steps
+#: uniformly at random (random allocation, "balls in bins": every example in exactly one
+#: step per round)
+BATCH_SAMPLING = ("shuffle", "poisson", "balls-in-bins")
+
+
+#: how the clients of a round are drawn: K of N without replacement ("fixed-size"; K = N is
+#: every client) or each client independently with probability q ("poisson")
+CLIENT_SAMPLING = ("fixed-size", "poisson")
 
 
 def clients_per_round_count(clients_per_round: object, clients: int) -> int:
-    """K as a count: a count, or a fraction of N in (0, 1] (1.0 means every client)."""
+    """K as a count in [1, N] (None: every client). A float is refused: a rate is
+    ``client_fraction`` (Poisson sampling), never a fraction of N turned into a count."""
+    if clients_per_round is None:
+        return clients
+    if isinstance(clients_per_round, (float, np.floating)):
+        raise ValueError(f"clients_per_round must be an int (a count K), got the float "
+                         f"{clients_per_round!r}; for Poisson client sampling with rate q "
+                         f"pass client_fraction=q instead (clients_per_round=1.0 used to mean "
+                         f"every client: omit it or pass clients_per_round=clients)")
     if isinstance(clients_per_round, bool) or not isinstance(clients_per_round,
-                                                               (int, float, np.integer)):
-        raise ValueError(f"clients_per_round must be a count or a fraction, "
+                                                               (int, np.integer)):
+        raise ValueError(f"clients_per_round must be an int (a count K), "
                          f"got {clients_per_round!r}")
-    if isinstance(clients_per_round, float) and not float(clients_per_round).is_integer():
-        if not 0.0 < clients_per_round <= 1.0:
-            raise ValueError(f"clients_per_round as a fraction must be in (0, 1], "
-                             f"got {clients_per_round!r}")
-        k = max(1, int(round(clients_per_round * clients)))
-    elif isinstance(clients_per_round, float) and clients_per_round == 1.0:
-        k = clients
-    else:
-        k = int(clients_per_round)
+    k = int(clients_per_round)
     if k < 1 or k > clients:
         raise ValueError(f"clients_per_round must be between 1 and clients={clients}, got {k}")
     return k
+
+
+def check_client_fraction(client_fraction: object) -> float:
+    """q of Poisson client sampling, in (0, 1]."""
+    if isinstance(client_fraction, bool) or not isinstance(
+            client_fraction, (int, float, np.integer, np.floating)) \
+            or not 0.0 < float(client_fraction) <= 1.0:
+        raise ValueError(f"client_fraction must be a rate q in (0, 1] (Poisson client "
+                         f"sampling), got {client_fraction!r}")
+    return float(client_fraction)
 
 
 @dataclass(frozen=True)
@@ -44,11 +61,20 @@ class FLConfig:
     """Every setting of :func:`leakaudit.fl.simulate` but the model, data and defense.
 
     Build it with :meth:`make`, which checks every argument (ValueError naming it).
-    ``clients_per_round`` is K as a count.
+    ``clients_per_round`` is K as a count (fixed-size client sampling); with
+    ``client_fraction`` = q set, each client takes part independently with probability q
+    (Poisson client sampling) and ``clients_per_round`` is unused (its expected value
+    round(q N) is kept for display only).
     """
 
     clients: int = 10
     clients_per_round: int = 10
+    client_fraction: float | None = None
+    #: the fixed denominator of client-level DP aggregation (McMahan et al. 2018, the
+    #: expected total weight qW): a public constant of the algorithm, default q N or K
+    expected_weight: float | None = None
+    #: client-level DP aggregation weights min(1, n_c / weight_cap) (None: every weight 1)
+    weight_cap: float | None = None
     rounds: int = 10
     local_steps: int = 1
     batch_size: int = 32
@@ -64,8 +90,32 @@ class FLConfig:
     eval_every: int = 1
     track_epsilon: float | None = None
 
+    @property
+    def client_sampling(self) -> str:
+        """"poisson" (rate ``client_fraction``) or "fixed-size" (K = ``clients_per_round``)."""
+        return "poisson" if self.client_fraction is not None else "fixed-size"
+
+    @property
+    def client_rate(self) -> float:
+        """q of client sampling: the Poisson rate, or K/N for fixed-size sampling."""
+        if self.client_fraction is not None:
+            return self.client_fraction
+        return self.clients_per_round / self.clients
+
+    @property
+    def denominator(self) -> float:
+        """The fixed denominator of client-level DP aggregation: ``expected_weight``, else
+        the expected number of participants (q N, or K), every weight being at most 1."""
+        if self.expected_weight is not None:
+            return self.expected_weight
+        if self.client_fraction is not None:
+            return self.client_fraction * self.clients
+        return float(self.clients_per_round)
+
     @classmethod
-    def make(cls, *, clients: int = 10, clients_per_round: int | float = 1.0,
+    def make(cls, *, clients: int = 10, clients_per_round: int | None = None,
+             client_fraction: float | None = None, expected_weight: float | None = None,
+             weight_cap: float | None = None,
              rounds: int = 10, local_steps: int = 1, batch_size: int = 32, lr: float = 0.1,
              optimizer: str = "sgd", partition: str | Sequence[Sequence[int]] = "iid",
              partition_kwargs: dict[str, Any] | None = None, taps: Sequence[Tap] = (),
@@ -80,23 +130,36 @@ class FLConfig:
         eval_every = check_int("eval_every", eval_every, 1)
         seed = check_int("seed", seed, 0)
         k = clients_per_round_count(clients_per_round, clients)
+        if client_fraction is not None:
+            if clients_per_round is not None:
+                raise ValueError("give clients_per_round (a count K, fixed-size sampling) or "
+                                 "client_fraction (a rate q, Poisson sampling), not both")
+            client_fraction = check_client_fraction(client_fraction)
+            k = max(1, int(round(client_fraction * clients)))
+        if expected_weight is not None:
+            expected_weight = check_number("expected_weight", expected_weight, minimum=0.0,
+                                           open_min=True)
+        if weight_cap is not None:
+            weight_cap = check_number("weight_cap", weight_cap, minimum=0.0, open_min=True)
         lr = check_number("lr", lr, minimum=0.0, open_min=True)
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
         if batch_sampling not in BATCH_SAMPLING:
-            raise ValueError(f"batch_sampling must be 'shuffle' or 'poisson', "
+            raise ValueError(f"batch_sampling must be one of {BATCH_SAMPLING}, "
                              f"got {batch_sampling!r}")
         if track_epsilon is not None:
             check_probability("track_epsilon", track_epsilon,
                               what="a delta in (0, 1) or None")
         check_fraction("val_fraction", val_fraction)
-        taps = _checked_taps(taps, rounds, local_steps, k)
+        taps = _checked_taps(taps, rounds, local_steps,
+                             clients if client_fraction is not None else k)
         if not isinstance(partition, str):
             partition = tuple(tuple(int(i) for i in p) for p in partition)
             if len(partition) != clients:
                 raise ValueError(f"partition has {len(partition)} index lists for "
                                  f"clients={clients}")
-        return cls(clients=clients, clients_per_round=k, rounds=rounds,
+        return cls(clients=clients, clients_per_round=k, client_fraction=client_fraction,
+                   expected_weight=expected_weight, weight_cap=weight_cap, rounds=rounds,
                    local_steps=local_steps, batch_size=batch_size, lr=lr,
                    optimizer=optimizer, partition=partition,
                    partition_kwargs=tuple(sorted((partition_kwargs or {}).items())),

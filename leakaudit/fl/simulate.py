@@ -11,8 +11,17 @@ Randomness: one ``numpy.random.Generator`` (validation split, partition, client 
 batches) and one ``torch.Generator`` (the defense's noise), both seeded from ``seed``; no
 global RNG state.
 
-Sampling conventions (stated, as the accounting assumes them): K clients are drawn without
-replacement each round and accounted with q = K/N; each local iteration includes every
+Sampling conventions (stated, as the accounting assumes them): clients are drawn either K of
+N without replacement (``clients_per_round``, "fixed-size": client-level ledgers then claim
+no amplification, the server knows who took part) or each independently with probability q
+(``client_fraction``, "poisson": amplified by q). Defenses with a client-level DP ledger
+(``Defense.fixed_denominator``) aggregate as DP-FedAvg (McMahan et al. 2018, Alg. 1):
+weights min(1, n_c / weight_cap) (1 without a cap), the sum divided by a FIXED denominator
+(``expected_weight``, default q N or K), never by the realised total weight; the others use
+FedAvg's weighted mean over the realised participants (sound for instance-level ledgers:
+who takes part does not depend on the data, and client sizes are treated as public, as
+q = B/n_c already does; for client-level Laplace defenses under the relation they state,
+zero-out / replace-one). Each local iteration includes every
 example independently with probability B/n_c ("poisson", accounted with q = B/n_c; the
 default for per-example DP defenses, whose ledgers assume it) or draws a batch of
 min(B, n_c) examples without replacement ("shuffle", the default otherwise; per-example
@@ -39,7 +48,12 @@ from .. import models as models_mod
 from ..data import Dataset
 from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses import get as get_defense
-from ..defenses.base import FixedSizeBatchLedger, default_batch_sampling
+from ..defenses.base import (
+    AllocationLedger,
+    FixedSizeBatchLedger,
+    allocation_steps,
+    default_batch_sampling,
+)
 from ..grads import LocalBatch, NonFiniteGradientError, cross_entropy, finite, flush_denormals
 from ..optim import make_optimizer
 from .config import FLConfig
@@ -55,7 +69,10 @@ def simulate(
     defense: Defense | str = "none",
     *,
     clients: int = 10,
-    clients_per_round: int | float = 1.0,
+    clients_per_round: int | None = None,
+    client_fraction: float | None = None,
+    expected_weight: float | None = None,
+    weight_cap: float | None = None,
     rounds: int = 10,
     local_steps: int = 1,
     batch_size: int = 32,
@@ -78,14 +95,23 @@ def simulate(
             ``leakaudit.models.default_for(dataset)``. It is copied, never mutated.
         dataset: a name for :func:`leakaudit.data.load` or a ``Dataset``.
         defense: a :class:`Defense` or a registered name (:func:`leakaudit.defenses.get`).
-        clients: N; clients_per_round: K as a count, or a fraction of N in (0, 1].
+        clients: N; clients_per_round: K, a count (fixed-size client sampling; None: every
+            client); client_fraction: q, each client takes part with probability q (Poisson
+            client sampling; give one of the two). A float K is refused.
+        expected_weight: the fixed denominator of client-level DP aggregation (default q N,
+            or K): a public constant of the algorithm; weight_cap: client-level DP weights
+            min(1, n_c / weight_cap) (None: 1 each).
         rounds: T; local_steps: L local iterations of batch size B per round.
         lr: local learning rate; optimizer: "sgd" or "adam" (fresh state every round).
         partition: "iid", "shards", "classes", "dirichlet" (see ``leakaudit.data.partition``,
             options in ``partition_kwargs``) or explicit index lists, one per client.
         taps: leak points to record (:class:`Tap`).
         val_fraction: share of the training data the server keeps as validation set.
-        batch_sampling: "shuffle" (fixed size min(B, n_c)) or "poisson" (rate B/n_c); None:
+        batch_sampling: "shuffle" (fixed size min(B, n_c)), "poisson" (rate B/n_c) or
+            "balls-in-bins" (random allocation: each epoch of t = round(n_c / B) local steps
+            deals every example into one step uniformly at random; accounted by
+            ``AllocationLedger``: ``ledger.allocate(sigma, steps=t, selected=1, epochs=E)``,
+            or one Gaussian step per epoch without it); None:
             "poisson" where the defense's sound ledger assumes it (instance-level per-example
             DP), else "shuffle". With "shuffle" the per-example releases are accounted soundly
             for fixed-size batches (``FixedSizeBatchLedger``: q = 1, sigma/2).
@@ -96,7 +122,8 @@ def simulate(
     if batch_sampling is None and isinstance(defense, (str, Defense)):
         batch_sampling = default_batch_sampling(get_defense(defense))
     cfg = FLConfig.make(
-        clients=clients, clients_per_round=clients_per_round, rounds=rounds,
+        clients=clients, clients_per_round=clients_per_round, client_fraction=client_fraction,
+        expected_weight=expected_weight, weight_cap=weight_cap, rounds=rounds,
         local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=optimizer,
         partition=partition, partition_kwargs=partition_kwargs, taps=taps, seed=seed,
         progress=progress, val_fraction=val_fraction, batch_sampling=batch_sampling,
@@ -189,19 +216,37 @@ class _Simulation:
         self.defense.start(cfg.rounds)
         for r in tqdm(range(cfg.rounds), disable=not cfg.progress,
                       desc=f"FL {self.defense.name}"):
-            participants = tuple(int(c) for c in self.rng.choice(
-                cfg.clients, size=cfg.clients_per_round, replace=False))
+            participants = self.sample_clients()
             round_ctx = RoundContext(
                 round=r, rounds=cfg.rounds, clients=cfg.clients,
                 clients_per_round=cfg.clients_per_round, local_steps=cfg.local_steps,
                 batch_size=cfg.batch_size, client_sizes=self.sizes, participants=participants,
-                claimed=self.claimed, sound=self.sound)
+                claimed=self.claimed, sound=self.sound, client_fraction=cfg.client_fraction,
+                denominator=cfg.denominator)
             self.round(r, participants, round_ctx)
         with torch.no_grad():
             for n, p in self.model.named_parameters():
                 if n in self.params:
                     p.copy_(self.params[n])
         return self.result()
+
+    def sample_clients(self) -> tuple[int, ...]:
+        """This round's participants: Poisson (each with probability q) or K of N."""
+        cfg = self.cfg
+        if cfg.client_fraction is not None:
+            chosen = np.flatnonzero(self.rng.random(cfg.clients) < cfg.client_fraction)
+            return tuple(int(c) for c in chosen)
+        return tuple(int(c) for c in self.rng.choice(cfg.clients, size=cfg.clients_per_round,
+                                                     replace=False))
+
+    def weight(self, c: int) -> float:
+        """Client ``c``'s aggregation weight: capped (<= 1) for client-level DP aggregation,
+        its data size for FedAvg's weighted mean, 1 for an unweighted mean."""
+        n_c = len(self.parts[c])
+        if self.defense.fixed_denominator:
+            cap = self.cfg.weight_cap
+            return 1.0 if cap is None else min(1.0, n_c / cap)
+        return float(n_c) if self.defense.weighted_aggregation else 1.0
 
     def round(self, r: int, participants: tuple[int, ...], round_ctx: RoundContext) -> None:
         """Train the participants that upload, aggregate their updates, evaluate."""
@@ -211,10 +256,9 @@ class _Simulation:
                 continue
             uploaded.append(c)
             updates.append(self.client(r, pos, c, round_ctx))
-            n_c = len(self.parts[c])
-            weights.append(float(n_c) if self.defense.weighted_aggregation else 1.0)
+            weights.append(self.weight(c))
         self.history["uploads"].append(tuple(uploaded))
-        self.aggregate(updates, weights)
+        self.aggregate(updates, weights, round_ctx)
         self.defense.claimed_round(round_ctx)
         _, vloss = evaluate(self.model, self.params, self.buffers,
                             self.ds.x_train[self.val_idx], self.ds.y_train[self.val_idx])
@@ -230,10 +274,11 @@ class _Simulation:
         local = {n: v.clone() for n, v in self.params.items()}
         opt = make_optimizer(self.optimizer, float(cfg.lr))
         used: list[np.ndarray] = []
+        sound = self._sound_view(c)
         ctx = ClientContext(round=r, client=c, local_step=0, n_examples=n_c,
-                            batch_size=min(cfg.batch_size, n_c), lr=float(cfg.lr),
+                            batch_size=self._expected_batch(n_c), lr=float(cfg.lr),
                             generator=self.noise, round_ctx=round_ctx,
-                            claimed=self.claimed[c], sound=self._sound_view(c))
+                            claimed=self.claimed[c], sound=sound)
         draw = self.sampler(r, c, used)
         for step in range(cfg.local_steps):
             ctx.local_step = step
@@ -247,6 +292,8 @@ class _Simulation:
                     f"NaN/inf in the gradient of client {c} in round {r}, local step {step}")
             if rec.wants(2, r, pos, step):
                 rec.batch_gradient(r, c, step, g, before, cfg.lr, batch.x, batch.y)
+        if isinstance(sound, AllocationLedger):
+            sound.flush(draws=len(used))
         update = [local[n] - self.params[n] for n in self.names]
         update = self.defense.privatize_update(update, ctx)
         seen = np.unique(np.concatenate(used)) if used else np.empty(0, dtype=np.int64)
@@ -262,11 +309,21 @@ class _Simulation:
                        *truth)
         return update
 
+    def _expected_batch(self, n_c: int) -> float:
+        """The batch size the defenses normalise by: min(B, n_c), or n_c / t under random
+        allocation (t steps per epoch)."""
+        if self.cfg.batch_sampling == "balls-in-bins":
+            return n_c / allocation_steps(n_c, self.cfg.batch_size)
+        return min(self.cfg.batch_size, n_c)
+
     def _sound_view(self, c: int) -> Any:
-        """Client ``c``'s sound ledger; with fixed-size batches, the view that accounts them
-        soundly (the defenses' steps assume Poisson batches)."""
+        """Client ``c``'s sound ledger; with fixed-size batches or random allocation, the view
+        that accounts them soundly (the defenses' steps assume Poisson batches)."""
         if self.cfg.batch_sampling == "shuffle":
             return FixedSizeBatchLedger(self.sound[c])
+        if self.cfg.batch_sampling == "balls-in-bins":
+            n_c = len(self.parts[c])
+            return AllocationLedger(self.sound[c], allocation_steps(n_c, self.cfg.batch_size))
         return self.sound[c]
 
     def sampler(self, r: int, c: int, used: list[np.ndarray]):
@@ -274,9 +331,17 @@ class _Simulation:
         in ``used``)."""
         idx_all, cfg, ds = self.parts[c], self.cfg, self.ds
         n_c = len(idx_all)
+        t = allocation_steps(n_c, cfg.batch_size)
+        bins: list[np.ndarray] = []     # this epoch's step of each example (random allocation)
+        drawn = [0]
 
         def draw() -> LocalBatch:
-            if cfg.batch_sampling == "shuffle":
+            if cfg.batch_sampling == "balls-in-bins":
+                if drawn[0] % t == 0:
+                    bins[:] = [self.rng.integers(t, size=n_c)]
+                bidx = idx_all[bins[0] == drawn[0] % t]
+                drawn[0] += 1
+            elif cfg.batch_sampling == "shuffle":
                 bidx = idx_all[self.rng.choice(n_c, size=min(cfg.batch_size, n_c),
                                                replace=False)]
             else:
@@ -288,8 +353,21 @@ class _Simulation:
 
         return draw
 
-    def aggregate(self, updates: list[list[torch.Tensor]], weights: list[float]) -> None:
-        """FedAvg: the weighted mean of the updates (no upload: the model stays)."""
+    def aggregate(self, updates: list[list[torch.Tensor]], weights: list[float],
+                  round_ctx: RoundContext) -> None:
+        """Client-level DP aggregation (``fixed_denominator``): the defense's
+        ``sanitize_sum`` of sum_k w_k u_k, divided by the fixed denominator D, even in a round
+        without uploads. Otherwise FedAvg: the weighted mean of the updates (no upload: the
+        model stays)."""
+        if self.defense.fixed_denominator:
+            total = [torch.zeros_like(self.params[n]) for n in self.names]
+            for w, u in zip(weights, updates):
+                total = [t + w * x for t, x in zip(total, u)]
+            total = self.defense.sanitize_sum(total, len(updates), round_ctx, self.noise)
+            d = self.cfg.denominator
+            for i, n in enumerate(self.names):
+                self.params[n] = self.params[n] + total[i] / d
+            return
         total = sum(weights)
         if not updates:
             return
@@ -311,6 +389,11 @@ class _Simulation:
     def result(self) -> Run:
         cfg, h = self.cfg, self.history
         settings = dict(clients=cfg.clients, clients_per_round=cfg.clients_per_round,
+                        client_fraction=cfg.client_fraction,
+                        client_sampling=cfg.client_sampling,
+                        relation=self.defense.relation,
+                        denominator=cfg.denominator if self.defense.fixed_denominator
+                        else None,
                         rounds=cfg.rounds, local_steps=cfg.local_steps,
                         batch_size=cfg.batch_size, lr=cfg.lr, optimizer=self.optimizer,
                         partition=cfg.partition if isinstance(cfg.partition, str)
