@@ -177,8 +177,11 @@ def test_fed_sdp_clips_update_and_adds_client_level_noise():
     # fixed-size client sampling (K = 2 of 10): no amplification, replace-one, sigma/2
     c = ctx(clients=10, k=2)
     d.claimed_round(c.round_ctx)
-    for lg in c.round_ctx.sound:
-        assert lg.events == (A.SampledGaussian(1.0, 1.0, 1, lg.events[0].note),)
+    for lg in c.round_ctx.sound:  # sigma 2 drawn; a fixed-size draw is charged 2C: sigma/2
+        assert lg.events == (A.SampledGaussian(1.0, 2.0, 1, lg.events[0].note,
+                                               sampling="fixed-size"),)
+        assert A.tightest_epsilon(lg, 1e-5) == pytest.approx(
+            A.tightest_epsilon(_one_gaussian(1.0), 1e-5))
     for lg in c.round_ctx.claimed:
         assert lg.events == (A.SampledGaussian(0.2, 2.0, 1, lg.events[0].note),)
     # Poisson client sampling with q = 0.2: amplified, add/remove, sigma
@@ -242,3 +245,9 @@ def test_sound_ledger_holds_exactly_the_noise_draws_of_the_baselines(name, kwarg
     releases = held["other"] if alpha else held["gaussian"]
     assert release_counter.draws["gaussian"] == releases > 0
     assert held["laplace"] == 0 and held["gaussian" if alpha else "other"] == 0
+
+
+def _one_gaussian(sigma: float) -> A.PrivacyLedger:
+    ledger = A.PrivacyLedger()
+    ledger.step(q=1.0, sigma=sigma)
+    return ledger

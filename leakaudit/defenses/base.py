@@ -111,8 +111,9 @@ def client_level_step(ledger: PrivacyLedger, ctx: RoundContext, sigma: float,
     if ctx.client_sampling == "poisson":
         ledger.step(q=ctx.client_rate, sigma=sigma, note=f"{note} [Poisson clients q]")
     else:
-        ledger.step(q=1.0, sigma=sigma / 2.0,
-                    note=f"{note} [fixed-size clients: replace-one, sensitivity 2C, q=1]")
+        # the ledger charges a fixed-size draw sensitivity 2C (multiplier sigma/2, q = 1)
+        ledger.step(q=1.0, sigma=sigma, sampling="fixed-size",
+                    note=f"{note} [fixed-size clients: a client displaces one, 2C, q=1]")
 
 
 @dataclass
@@ -160,8 +161,9 @@ class FixedSizeBatchLedger:
         sigma = noise_multiplier if sigma is None else sigma
         if sigma is None:
             raise ValueError("sigma (noise multiplier >= 0) is required")
-        self._ledger.step(q=1.0, sigma=sigma / 2.0, count=count,
-                          note=f"{note} [fixed-size batch: replace-one, sensitivity 2C, q=1]")
+        # the ledger charges a fixed-size batch sensitivity 2C (multiplier sigma/2, q = 1)
+        self._ledger.step(q=1.0, sigma=sigma, count=count, sampling="fixed-size",
+                          note=f"{note} [fixed-size batch: sensitivity 2C, q=1]")
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._ledger, name)

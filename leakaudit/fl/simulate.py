@@ -190,6 +190,16 @@ def split(ds: Dataset, cfg: FLConfig, rng: np.random.Generator
     return val_idx, parts
 
 
+def sound_relation(defense: Defense, cfg: FLConfig) -> str:
+    """The neighbouring relation the sound ledgers state: the defense's own, except that a
+    client-level DP-FedAvg release under fixed-size client sampling is accounted under
+    replace-one (the server knows the K who took part: no amplification, sensitivity 2C)."""
+    if (defense.relation == "add-remove" and defense.level == "client"
+            and defense.fixed_denominator and cfg.client_sampling == "fixed-size"):
+        return "replace-one"
+    return defense.relation
+
+
 class _Simulation:
     """The state of one run and its steps: sample, train each client, aggregate, evaluate."""
 
@@ -204,7 +214,8 @@ class _Simulation:
         self.names = list(self.params)
         self.sizes = tuple(len(p) for p in self.parts)
         self.claimed = [PrivacyLedger(orders=defense.orders) for _ in range(cfg.clients)]
-        self.sound = [PrivacyLedger(orders=defense.orders) for _ in range(cfg.clients)]
+        self.sound = [PrivacyLedger(relation=sound_relation(defense, cfg), orders=defense.orders)
+                      for _ in range(cfg.clients)]
         self.optimizer = defense.optimizer or cfg.optimizer
         self.per_example = "example" in defense.sites
         self.recorder = Recorder(cfg.taps, defense.name, optimizer=self.optimizer)
