@@ -142,8 +142,11 @@ def test_sound_step_follows_the_client_sampling(fraction, multiplier):
                         claimed=[A.PrivacyLedger() for _ in range(4)],
                         sound=[A.PrivacyLedger() for _ in range(4)], client_fraction=fraction)
     QuantileClip(noise_multiplier=1.0, sigma_b=2.0).claimed_round(rc)
+    from accounting.relations import gaussian_upper
+
     (event,) = rc.sound[3].events
-    assert event.sigma == multiplier and event.q == (fraction or 1.0)
+    q, sigma = gaussian_upper(event.q, event.sigma, event.sampling, event.relation)
+    assert float(sigma) == multiplier and float(q) == (fraction or 1.0)
 
 
 def test_release_count_all_clients(release_counter):
