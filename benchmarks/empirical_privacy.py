@@ -52,9 +52,13 @@ class RealisedBatchCDP(Defense):
     name = "realised-batch-cdp"
     sites = frozenset({"example"})
     level = "instance"
+    batched_trials = False   # noise drawn with torch.randn: one run per trial
 
     def __init__(self, clip: float = 4.0, sigma: float = 6.0) -> None:
         self.clip, self.sigma = clip, sigma
+
+    def audit_bound(self) -> float:
+        return self.clip
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)

@@ -18,10 +18,15 @@ of small norm (``background_scale`` times the clip bound, random directions) and
 canary, one coordinate at the clip bound in every parameter tensor (so it sits on the bound
 for flat, per-layer and L1 clipping alike).
 
-Each trial runs the defense's own code. For the shipped defenses whose noise is additive and
-drawn through ``defenses._ops`` the trials of a chunk share one call, with every noise draw
-carrying a leading trial dimension (``_ops.trials``); any other defense (a user's own, one
-with data-dependent random choices) runs once per trial on a fresh copy.
+Each trial runs the defense's own code. What the game needs from a defense it asks the
+:class:`~leakaudit.defenses.Defense` protocol (never a concrete class): ``audit_bound`` (the
+clip the canaries are placed against), ``audit_setup`` (a first-round state),
+``audit_batched`` (noise additive and drawn through :mod:`leakaudit.defenses.ops`: the trials
+of a chunk share one call, every noise draw carrying a leading trial dimension,
+``ops.trials``) and ``audit_side_ledgers``. A defense that does not declare
+``audit_batched`` runs once per trial, with a warning; one that declares it but does not
+batch is an error. Trials of a chunk run on ONE copy brought back to a first-round state
+before each (state a defense wrongly keeps across releases, such as reused noise, shows).
 
 Two numbers per run are kept: the projection of the release on the canary direction (mean
 channel) and the energy of the release around a reference (the mean of separate canary-out
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,18 +47,8 @@ import torch
 
 from accounting import PrivacyLedger
 
-from ..defenses import Defense, _ops
-from ..defenses.adaclip import AdaClip
-from ..defenses.adadp import AdaDP
-from ..defenses.adap_dp_fl import AdapDPFL
-from ..defenses.base import ClientContext, RoundContext
-from ..defenses.cos_adaptive_laplace import CosAdaptiveLaplace
-from ..defenses.dpfl_agn import DPFLAGN
-from ..defenses.fed_alpha_cdp import FedAlphaCDP
-from ..defenses.fed_cdp import FedCDP
-from ..defenses.fed_sdp import FedSDP
-from ..defenses.quantile_clip import QuantileClip
-from ..defenses.random_noise import RandomNoise
+from ..defenses import ops
+from ..defenses.base import ClientContext, Defense, RoundContext
 from ..grads import torch_threads
 from ..optim import make_optimizer
 
@@ -66,9 +62,6 @@ LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5
 POINTS = (0, 1, 2)
 #: the sites whose processing a release at each point has gone through
 _UPSTREAM = {2: {"example"}, 1: {"example", "client"}, 0: {"example", "client", "server"}}
-#: shipped defenses whose noise enters only additively through ``_ops`` (safe to batch)
-_VECTOR_SAFE: tuple[type, ...] = (FedCDP, FedAlphaCDP, AdapDPFL, DPFLAGN, AdaClip, FedSDP,
-                                  RandomNoise, CosAdaptiveLaplace, QuantileClip)
 
 
 def releases_at(defense: Defense, point: int) -> bool:
@@ -85,14 +78,12 @@ def adjacency(defense: Defense, point: int) -> str:
 
 
 def canary_bound(defense: Defense) -> float:
-    """The clip bound the canary sits on (1.0 for defenses without a numeric clip)."""
-    if isinstance(defense, AdaClip):   # clipped in the transformed space (g - m) / b, b_0
-        return defense.clip * defense.init_clip
-    for attr in ("clip", "gamma"):
-        value = getattr(defense, attr, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return 1.0
+    """The clip bound the canary sits on, as the defense declares it (``audit_bound``)."""
+    bound = float(defense.audit_bound())
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"defense {defense.name!r}: audit_bound() must be a number > 0, "
+                         f"got {bound!r}")
+    return bound
 
 
 @dataclass(frozen=True)
@@ -124,7 +115,7 @@ def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...]
     """Background gradients of norm ``background_scale * C`` and the Dirac canary at C."""
     bound = canary_bound(defense)
     raw = [torch.randn((background, *s), generator=generator) for s in shapes]
-    norms = _ops.flat_norms(raw)
+    norms = ops.flat_norms(raw)
     scale = (background_scale * bound / norms).view(-1)
     bg = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in raw]
     canary = []
@@ -193,11 +184,7 @@ def _contexts(setup: GameSetup, generator: torch.Generator
 
 def _prepare(defense: Defense, setup: GameSetup, params: dict[str, torch.Tensor]) -> None:
     """Bring a fresh defense to the state of a first round (white box where needed)."""
-    defense.start(1)
-    if isinstance(defense, AdapDPFL):
-        defense.clips[0] = canary_bound(defense)   # C_t known to the auditor
-    if hasattr(defense, "observe_global"):
-        defense.observe_global(0, list(params.values()))
+    defense.audit_setup(list(params.values()), canary_bound(defense))
 
 
 def _release(defense: Defense, setup: GameSetup, canary_in: bool,
@@ -233,34 +220,43 @@ def _flatten(out: list[torch.Tensor], n: int | None) -> torch.Tensor:
 
 
 def _vectorised(template: Defense, setup: GameSetup, canary_in: bool, n: int,
-                generator: torch.Generator) -> torch.Tensor | None:
-    """n trials in one call (noise with a leading trial dimension), or None if not possible."""
+                generator: torch.Generator) -> torch.Tensor:
+    """n trials in one call (every noise draw with a leading trial dimension)."""
     defense = copy.deepcopy(template)
     ctx, _ = _contexts(setup, generator)
-    try:
-        with _ops.trials(n):
-            out = _release(defense, setup, canary_in, ctx)
-    except (RuntimeError, ValueError):
-        return None
+    with ops.trials(n):
+        out = _release(defense, setup, canary_in, ctx)
     if any(tuple(t.shape) != (n, *c.shape) for t, c in zip(out, setup.canary)):
-        return None
+        raise RuntimeError(
+            f"defense {template.name!r} declares audit_batched (noise drawn through "
+            f"leakaudit.defenses.ops with a leading trial dimension) but its release has "
+            f"shapes {[tuple(t.shape) for t in out]}, not ({n}, *shape): draw every noise "
+            "term through ops.gaussian_like / ops.laplace_like, or declare it False")
     return _flatten(out, n)
 
 
 def _looped(template: Defense, setup: GameSetup, canary_in: bool, n: int,
             generator: torch.Generator) -> torch.Tensor:
+    """n trials one by one on ONE copy, brought to a first-round state before each."""
+    defense = copy.deepcopy(template)
     rows = []
     for _ in range(n):
-        defense = copy.deepcopy(template)
         ctx, _ = _contexts(setup, generator)
         rows.append(_flatten(_release(defense, setup, canary_in, ctx), None))
     return torch.cat(rows)
 
 
 def vectorisable(defense: Defense, point: int) -> bool:
-    """Shipped defenses whose noise is additive and drawn through ``_ops`` (adadp at point 2
-    only: its learning-rate rule would mix trials over several steps)."""
-    return type(defense) in _VECTOR_SAFE or (type(defense) is AdaDP and point == 2)
+    """Whether the defense declares its release at ``point`` batchable (``audit_batched``);
+    undeclared: False, with a warning (a new defense must say, not silently go slow)."""
+    declared = defense.audit_batched(point)
+    if declared is None:
+        warnings.warn(f"defense {defense.name!r} does not declare audit_batched(point): the "
+                      "empirical audit runs one trial per call (slow); declare True if its "
+                      "noise is additive and drawn only through leakaudit.defenses.ops, "
+                      "else False", stacklevel=3)
+        return False
+    return bool(declared)
 
 
 def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk: int,
@@ -269,9 +265,8 @@ def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk
     done = 0
     while done < n:
         m = min(chunk, n - done)
-        rows = _vectorised(template, setup, canary_in, m, generator) if vectorise else None
-        if rows is None:
-            rows = _looped(template, setup, canary_in, m, generator)
+        rows = _vectorised(template, setup, canary_in, m, generator) if vectorise else \
+            _looped(template, setup, canary_in, m, generator)
         done += m
         yield rows
 
@@ -292,10 +287,7 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
     with torch_threads(1):
         _release(defense, setup, True, ctx)
     defense.claimed_round(round_ctx)
-    extra: dict[str, Any] = {}
-    public = getattr(defense, "if_public", None)
-    if isinstance(public, dict) and 0 in public:
-        extra["if_public"] = public[0]
+    extra: dict[str, Any] = dict(defense.audit_side_ledgers(0))
     return Probe(claimed=round_ctx.claimed[0], sound=round_ctx.sound[0], extra=extra)
 
 
