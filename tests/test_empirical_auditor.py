@@ -109,7 +109,7 @@ def test_ledger_mu_reads_compositions_of_gaussians_only():
 def test_a_general_claim_is_tested_along_its_curve_not_at_one_delta():
     led = PrivacyLedger()
     led.step(q=0.5, sigma=1.0)          # sampled: no mu-GDP form, a whole (eps, delta) curve
-    curve = api._curve(led, 1e-5)
+    curve = api._curve(led, 1e-5, led.epsilon(1e-5))
     eps_at = dict(curve)
     point = (0.2, 0.3)
     # invisible at the row's delta ...

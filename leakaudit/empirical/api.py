@@ -24,6 +24,7 @@ The game is described in :mod:`leakaudit.empirical.game`; the bounds in
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -156,9 +157,12 @@ def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delt
     return {t: v[1] for t, v in best.items()}, scores
 
 
-def _curve(ledger: PrivacyLedger, delta: float) -> list[tuple[float, float]]:
-    """(delta, eps(delta)) points of a ledger's privacy curve."""
-    return [(d, release_epsilon(ledger, d)) for d in sorted({delta, *CURVE_DELTAS})]
+def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
+    """(delta, eps(delta)) points of a ledger's privacy curve: ``eps`` (the tightest) at the
+    row's delta, RDP at the others (an upper bound on the ledger's eps there, so a point
+    outside its region is outside the tight one too; PLD costs seconds per delta)."""
+    return sorted({(delta, eps), *((d, ledger.epsilon(d)) for d in CURVE_DELTAS
+                                   if d != delta)})
 
 
 def _outside(points: list[tuple[float, float]], curve: list[tuple[float, float]]
@@ -181,7 +185,7 @@ def _verdict(ledger: PrivacyLedger, eps: float, eps_lower: float, mu_lower: floa
     if mu is not None and mu_lower > mu:
         return True, "mu", mu
     if mu is None and curve_points and math.isfinite(eps):
-        where = _outside(curve_points, _curve(ledger, delta))
+        where = _outside(curve_points, _curve(ledger, delta, eps))
         if where:
             return True, f"curve ({where})", mu
     return False, "", mu
@@ -228,6 +232,7 @@ def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
         raise ValueError(f"point {point}: defense {defense.name!r} releases nothing it "
                          f"protects there (sites {sorted(defense.sites)})")
     generator = torch.Generator().manual_seed(int(seed))
+    defense = copy.deepcopy(defense)   # one working copy for every run (never the caller's)
     shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
     setup = game.make_setup(defense, point, shapes_t, background, background_scale,
                             local_steps, generator)

@@ -30,8 +30,9 @@ clip the canaries are placed against), ``audit_setup`` (a first-round state),
 of a chunk share one call, every noise draw carrying a leading trial dimension,
 ``ops.trials``) and ``audit_side_ledgers``. A defense that does not declare
 ``audit_batched`` runs once per trial, with a warning; one that declares it but does not
-batch is an error. Trials of a chunk run on ONE copy brought back to a first-round state
-before each (state a defense wrongly keeps across releases, such as reused noise, shows).
+batch is an error. Unbatched trials all run on ONE working copy (the caller's), brought back
+to a first-round state before each (state a defense wrongly keeps across releases, such as
+noise drawn once and reused, then shows).
 
 Statistics of each run (:func:`statistics`), around a reference (mean and per-coordinate
 standard deviation of separate canary-out runs): the projection on the canary direction
@@ -279,10 +280,11 @@ def _vectorised(template: Defense, setup: GameSetup, canary_in: bool, n: int,
     return _flatten(out, n)
 
 
-def _looped(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+def _looped(defense: Defense, setup: GameSetup, canary_in: bool, n: int,
             generator: torch.Generator) -> torch.Tensor:
-    """n trials one by one on ONE copy, brought to a first-round state before each."""
-    defense = copy.deepcopy(template)
+    """n trials one by one on ``defense`` itself, brought to a first-round state before each
+    (the caller passes a working copy: state kept across releases, such as noise drawn once
+    and reused, then shows across all runs of an audit)."""
     rows = []
     for _ in range(n):
         ctx, _ = _contexts(setup, generator)
