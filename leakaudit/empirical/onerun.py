@@ -246,7 +246,7 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     audit (``trials``, ``statistic``, ...), or a defense that releases nothing it protects
     at the per-example gradient (a client-level defense acting at the client or server).
     """
-    from .. import fl   # the simulator: only this entry point needs it
+    from .. import fl  # the simulator: only this entry point needs it
     from .._validate import check_int, check_probability
 
     check_int("canaries", canaries, 2)
