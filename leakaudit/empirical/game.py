@@ -397,16 +397,18 @@ def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
 def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
                reference: Reference | None, generator: torch.Generator, chunk: int = 512,
                vectorise: bool = True, threads: int = 1) -> Trials:
-    """The statistics of n runs (none without a reference) and their sums (for a reference)."""
+    """The statistics of n runs around ``reference``, or (without one) only the sum and sum
+    of squares of the runs, to make a reference."""
     found: dict[str, list[np.ndarray]] = {}
     total = torch.zeros_like(setup.direction, dtype=torch.float64)
     total_sq = torch.zeros_like(total)
     with torch_threads(threads):
         for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
             rows = rows.float()
-            total += rows.sum(dim=0, dtype=torch.float64)
-            total_sq += rows.double().pow(2).sum(dim=0)
-            if reference is not None:
+            if reference is None:   # the sums only make a reference
+                total += rows.sum(dim=0, dtype=torch.float64)
+                total_sq += rows.double().pow(2).sum(dim=0)
+            else:
                 for k, v in statistics(rows, setup, reference).items():
                     found.setdefault(k, []).append(v)
     return Trials({k: np.concatenate(v) for k, v in found.items()}, total, total_sq)
