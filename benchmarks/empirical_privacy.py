@@ -9,13 +9,14 @@ and prints the claimed and sound eps of exactly that release (q = 1) next to the
 Clopper-Pearson lower bound (95 %, delta = 1e-5). A sound eps below the measured bound is a
 wrong ledger; a claimed eps below it is a false claim.
 
-Four more sections: tightness (fed-cdp, C = 1, sigma = 1, one step: a Gaussian mechanism
+Five more sections: tightness (fed-cdp, C = 1, sigma = 1, one step: a Gaussian mechanism
 with mu = 1, eps = 4.38; 10,000 held-out runs per side), exposure (a user's DP-SGD dividing
 by the realised batch size, next to the shipped fed-cdp), the simulator's aggregate (the
 global model after one round with a canary client in and out, every defense with a finite
 sound eps and both client samplings, next to fed-sdp as it was before issue 18;
-``leakaudit.fl.canary``), and speed (20,000 runs per side of one LeNet-sized fed-cdp
-release).
+``leakaudit.fl.canary``), speed (a whole audit of one LeNet-sized fed-cdp release at
+20,000 runs per side, every canary and statistic) and the mutation suite (each broken
+mechanism of ``leakaudit.empirical.mutants`` at its budget).
 
 Usage::
 
@@ -43,9 +44,10 @@ from leakaudit.defenses import ClientContext, Defense, RoundContext
 from leakaudit.empirical import PrivacyReport, audit_release, game, privacy_audit, stats
 
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(trials=500, tight_trials=10_000, speed_trials=20_000),
-    "full": dict(trials=10_000, tight_trials=10_000, speed_trials=20_000),
-    "tiny": dict(trials=100, tight_trials=200, speed_trials=200),
+    "quick": dict(trials=500, tight_trials=10_000, speed_trials=20_000, mutant_seeds=(0,)),
+    "full": dict(trials=10_000, tight_trials=10_000, speed_trials=20_000,
+                 mutant_seeds=(0, 1, 2)),
+    "tiny": dict(trials=100, tight_trials=200, speed_trials=200, mutant_seeds=(0,)),
 }
 
 
@@ -55,9 +57,13 @@ class RealisedBatchCDP(Defense):
     name = "realised-batch-cdp"
     sites = frozenset({"example"})
     level = "instance"
+    batched_trials = False   # noise drawn with torch.randn: one run per trial
 
     def __init__(self, clip: float = 4.0, sigma: float = 6.0) -> None:
         self.clip, self.sigma = clip, sigma
+
+    def audit_bound(self) -> float:
+        return self.clip
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         flat = torch.cat([g.reshape(g.shape[0], -1) for g in grads], dim=1)
@@ -211,19 +217,50 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
 
 
 def speed(trials: int, seed: int, out: Report) -> None:
-    d = D.get("fed-cdp")
-    gen = torch.Generator().manual_seed(seed)
-    setup = game.make_setup(d, 2, game.LENET_SHAPES, 32, 0.05, 1, gen)
-    rows = []
-    for threads in (1,):  # the game's setting (small tensors: one thread avoids contention)
-        t0 = time.perf_counter()
-        for side in (False, True):
-            game.run_trials(d, setup, side, trials, None, gen, threads=threads)
-        rows.append([str(threads), f"{trials:,}", f"{time.perf_counter() - t0:.1f}"])
-    out.line("## Speed: one LeNet-sized fed-cdp release (13,426 values), "
-             "canary in and out, noise drawn for 512 runs per call")
+    """Wall time of one whole audit_release of a LeNet-sized fed-cdp release: every canary
+    (dirac, large, large@k for 8 tensors) and statistic, ``trials`` held-out runs per side."""
+    import os
+
+    load = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    r = audit_release(D.get("fed-cdp"), 2, trials, seed=seed)
+    wall = time.perf_counter() - t0
+    out.line("## Speed: one LeNet-sized fed-cdp release (13,426 values), all canaries and "
+             "statistics, noise drawn for 512 runs per call")
     out.line()
-    out.table(["torch threads", "runs per side", "seconds (both sides)"], rows)
+    out.table(["runs per side", "canaries", "seconds (whole audit)", "torch threads",
+               "load average (1 min)"],
+              [[f"{trials:,}", str(len(r["selection"])), f"{wall:.1f}",
+                str(torch.get_num_threads()), f"{load:.1f}"]])
+
+
+def mutants(seeds: Sequence[int], out: Report, budget: int | None = None) -> None:
+    """The mutation suite: each mutant at its budget on every seed; the catch rate."""
+    import warnings
+
+    from leakaudit.empirical.mutants import MUTANTS, SHAPES
+
+    out.line("## Mutation suite (leakaudit/empirical/mutants, point 2, clip 1, sigma 2 "
+             f"unless stated, seeds {', '.join(map(str, seeds))})")
+    out.line()
+    rows, caught, total = [], 0, 0
+    for name, m in MUTANTS.items():
+        n = budget or m.budget
+        flags, winners = [], set()
+        for s in seeds:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                r = audit_release(m.factory(), 2, n, seed=s, shapes=SHAPES, background=8)
+            flags.append(r["sound_violated"])
+            winners.add(f"{r['canary']}/{r['statistic']} ({r['violated_by'].split(' ')[0]})")
+        caught += sum(flags)
+        total += len(flags)
+        rows.append([name, m.bug, f"{n:,}", f"{sum(flags)}/{len(flags)}",
+                     ", ".join(sorted(winners))])
+    out.table(["mutant", "bug", "held-out runs per side", "flagged", "canary/statistic (test)"],
+              rows)
+    out.line(f"Catch rate: {caught}/{total}.")
+    out.line()
 
 
 def main(argv: Sequence[str] | None = None) -> PrivacyReport:
@@ -237,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> PrivacyReport:
                     help="write empirical_privacy.{md,csv,json,png} here")
     ap.add_argument("--results", default=None, help="resumable JSON-lines results file")
     ap.add_argument("--skip", default="",
-                    help="sections to skip: tight,exposure,aggregate,speed")
+                    help="sections to skip: tight,exposure,aggregate,speed,mutants")
     args = ap.parse_args(argv)
     prof = dict(PROFILES[args.profile])
     trials = args.trials or prof["trials"]
@@ -258,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> PrivacyReport:
         simulator_game(names, max(100, min(trials, 500)), args.seed, out)
     if "speed" not in skip:
         speed(prof["speed_trials"], args.seed, out)
+    if "mutants" not in skip:
+        mutants(prof["mutant_seeds"], out, budget=100 if args.profile == "tiny" else None)
     if args.out:
         paths = report.save(args.out, stem="empirical_privacy")
         paths["md"].write_text(out.text())  # the whole printed page, not the table alone

@@ -19,7 +19,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["audit", "audit_observations", "AuditReport", "privacy_audit", "PrivacyReport",
-           "__version__"]
+           "privacy_audit_training", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
         from .auditing import AuditReport
 
         return AuditReport
-    if name in ("privacy_audit", "PrivacyReport"):
+    if name in ("privacy_audit", "PrivacyReport", "privacy_audit_training"):
         from . import empirical
 
         return getattr(empirical, name)

@@ -103,6 +103,12 @@ class AdaClip(Defense):
     def noise_multiplier(self, round_index: int) -> float:
         return self.sigma
 
+    def audit_batched(self, point: int) -> bool | None:
+        return point == 2   # over several steps its scale b sums over coordinates
+
+    def audit_bound(self) -> float:
+        return self.clip * self.init_clip   # clipped in (g - m) / b with b_0 = init_clip
+
     def start(self, rounds: int) -> None:
         self.state = {}
 

@@ -121,6 +121,12 @@ class AdaDP(Defense):
         """Forget the per-client learning rates of a previous run."""
         self.eta = {}
 
+    def audit_bound(self) -> float:
+        return float(self.clip)
+
+    def audit_batched(self, point: int) -> bool | None:
+        return point == 2 and self.private   # over several steps its lr rule mixes trials
+
     def noise_multiplier(self, round_index: int) -> float:
         return self.sigma if self.private else 0.0
 

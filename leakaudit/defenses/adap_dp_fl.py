@@ -107,6 +107,13 @@ class AdapDPFL(Defense):
         self.stopped: dict[int, int] = {}
         self._last_norms: dict[int, torch.Tensor] = {}
 
+    def audit_batched(self, point: int) -> bool | None:
+        return point == 2   # the clip statistic (point 1) is read as one number
+
+    def audit_setup(self, params: list[torch.Tensor], bound: float) -> None:
+        self.start(1)
+        self.clips[0] = bound   # C_t known to a white-box auditor
+
     def noise_multiplier(self, round_index: int) -> float:
         history = self._decay.history
         return history[round_index] if round_index < len(history) else self._decay.sigma

@@ -20,6 +20,18 @@ Privacy: every data-dependent release is recorded twice, in the per-client ledge
 :class:`ClientContext` (``claimed``: what the defense's paper would count; ``sound``: every
 release at its true sensitivity). ``claimed_round`` is called once per round for the paper's
 own per-round convention. ``claimed_vs_sound`` says in one line why the two differ.
+
+What the empirical privacy audit (:mod:`leakaudit.empirical`) needs, declared by the defense
+itself (the audit knows no defense by name):
+
+* :meth:`audit_bound`: the norm bound its canaries are placed against (the clip C);
+* :meth:`audit_batched`: whether the noise enters additively and is drawn only through
+  :mod:`leakaudit.defenses.ops` with no data-dependent random choice, so many trials of a
+  release can share one call (every noise draw gets a leading trial dimension inside
+  ``ops.trials(n)``); ``None`` (not declared) runs one trial per call and says so;
+* :meth:`audit_setup`: bring this object to the state of a first round;
+* :meth:`audit_side_ledgers`: ledgers of a release under stated extra assumptions (e.g.
+  "if_public"), reported next to the sound one.
 """
 
 from __future__ import annotations
@@ -321,6 +333,30 @@ class Defense:
     def claimed_vs_sound(self) -> str:
         """One line: why claimed and sound eps differ ('' when they do not)."""
         return ""
+
+    # ------------------------------------------------------------ the empirical audit
+    #: see :meth:`audit_batched` (a class-level declaration for the common case)
+    batched_trials: ClassVar[bool | None] = None
+
+    def audit_bound(self) -> float:
+        """The norm bound the audit's canaries are placed against (the clip; 1.0 if none)."""
+        return 1.0
+
+    def audit_batched(self, point: int) -> bool | None:
+        """Can the release at leak ``point`` run many trials in one call? True: its noise is
+        additive, drawn only through ``ops.gaussian_like`` / ``ops.laplace_like``, and no
+        data-dependent choice mixes trials. None: not declared (one trial per call, with a
+        warning). Default: :attr:`batched_trials`."""
+        return self.batched_trials
+
+    def audit_setup(self, params: list[torch.Tensor], bound: float) -> None:
+        """Bring this defense to the state of a first round whose global model is ``params``
+        (a white-box auditor may also fix adaptive state, e.g. a clip, to ``bound``)."""
+        self.start(1)
+
+    def audit_side_ledgers(self, client: int) -> dict[str, PrivacyLedger]:
+        """Ledgers of ``client``'s releases under stated extra assumptions (label: ledger)."""
+        return {}
 
     def describe(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.params().items())

@@ -94,6 +94,7 @@ class CosAdaptiveLaplace(Defense):
     #: part: the guarantee is for the client's DATA given its participation (its update
     #: against the zero update), not for its presence in the population
     relation = "zero-out"
+    batched_trials = True
 
     def __init__(self, eps_round: float = 1000.0, clip: float = 300.0, c_min: float = 0.5,
                  c_max: float = 1.5, weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
@@ -134,6 +135,13 @@ class CosAdaptiveLaplace(Defense):
     def start(self, rounds: int) -> None:
         self._round, self._global, self._prev_global = -1, None, None
         self._val_losses = []
+
+    def audit_bound(self) -> float:
+        return float(self.clip)
+
+    def audit_setup(self, params: list[torch.Tensor], bound: float) -> None:
+        self.start(1)
+        self.observe_global(0, params)
 
     def observe_global(self, round_index: int, tensors: list[torch.Tensor]) -> None:
         """The global model of round ``round_index`` (first time a round is seen)."""

@@ -49,6 +49,7 @@ class DPFLAGN(Defense):
     sites = frozenset({"example"})
     level = "instance"
     optimizer = "adam"
+    batched_trials = True
 
     def __init__(self, clip: float | str = 4.0, sigma: float = 2.0, rho: float = 0.9,
                  mu: float = 0.001, sigma_min: float = 1.0) -> None:
@@ -72,6 +73,9 @@ class DPFLAGN(Defense):
     def params(self) -> dict[str, object]:
         return {"clip": self.clip, "sigma": self.sigma, "rho": self.rho, "mu": self.mu,
                 "sigma_min": self.sigma_min}
+
+    def audit_bound(self) -> float:
+        return 1.0 if isinstance(self.clip, str) else float(self.clip)
 
     def start(self, rounds: int) -> None:
         """A fresh decay (sigma back to sigma_0) for a new run."""

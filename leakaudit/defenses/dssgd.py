@@ -52,6 +52,7 @@ class DSSGD(Defense):
     #: participants, so the guarantee is for a client's data given that it takes part
     #: (replacement of its data, as the paper), not for its presence in the population
     relation = "replace-one"
+    batched_trials = False   # a random choice of coordinates per upload: one run per trial
 
     def __init__(self, share: float = 0.1, tau: float | None = 0.0,
                  gamma: float | None = None, laplace_eps: float | None = None) -> None:
@@ -73,6 +74,9 @@ class DSSGD(Defense):
     def params(self) -> dict[str, object]:
         return {"share": self.share, "tau": self.tau, "gamma": self.gamma,
                 "laplace_eps": self.laplace_eps}
+
+    def audit_bound(self) -> float:
+        return 1.0 if self.gamma is None else float(self.gamma)
 
     def max_shared(self, d: int) -> int:
         """c: the most coordinates one upload of a d-coordinate update can share."""

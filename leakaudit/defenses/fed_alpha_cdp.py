@@ -71,6 +71,9 @@ class FedAlphaCDP(FedCDP):
             out.update(decay=self.decay, sigma_end=self.sigma_end)
         return out
 
+    def audit_side_ledgers(self, client: int) -> dict[str, PrivacyLedger]:
+        return {"if_public": self.if_public[client]} if client in self.if_public else {}
+
     def start(self, rounds: int) -> None:
         """Fix the per-round schedule sigma_0..sigma_{T-1} for a run of ``rounds`` rounds."""
         self.if_public = {}

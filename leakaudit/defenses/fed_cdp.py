@@ -36,6 +36,7 @@ class FedCDP(Defense):
     name = "fed-cdp"
     sites = frozenset({"example"})
     level = "instance"
+    batched_trials = True
 
     def __init__(self, clip: float = 4.0, sigma: float = 6.0) -> None:
         self.clip = check_positive("clip", clip)
@@ -43,6 +44,9 @@ class FedCDP(Defense):
 
     def params(self) -> dict[str, object]:
         return {"clip": self.clip, "sigma": self.sigma}
+
+    def audit_bound(self) -> float:
+        return float(self.clip)
 
     def noise_multiplier(self, round_index: int) -> float:
         return self.sigma

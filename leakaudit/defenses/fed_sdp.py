@@ -40,6 +40,7 @@ class FedSDP(Defense):
 
     level = "client"
     fixed_denominator = True
+    batched_trials = True
 
     def __init__(self, clip: float = 4.0, sigma: float = 6.0, where: str = "server") -> None:
         if where not in ("server", "client"):
@@ -58,6 +59,9 @@ class FedSDP(Defense):
 
     def params(self) -> dict[str, object]:
         return {"clip": self.clip, "sigma": self.sigma}
+
+    def audit_bound(self) -> float:
+        return float(self.clip)
 
     def noise_multiplier(self, round_index: int) -> float:
         return self.sigma

@@ -13,6 +13,7 @@ class NoDefense(Defense):
     name = "none"
     sites = frozenset()
     level = "none"
+    batched_trials = False   # deterministic: one run per trial
 
     def privatize_update(self, update: list[torch.Tensor],
                          ctx: ClientContext) -> list[torch.Tensor]:

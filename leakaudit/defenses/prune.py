@@ -16,6 +16,7 @@ class Prune(Defense):
     name = "prune"
     sites = frozenset({"client"})
     level = "none"
+    batched_trials = False   # deterministic: one run per trial
 
     def __init__(self, rate: float = 0.1) -> None:
         self.rate = check_fraction("rate", rate)

@@ -68,6 +68,7 @@ class QuantileClip(Defense):
     sites = frozenset({"server"})
     level = "client"
     fixed_denominator = True
+    batched_trials = False   # the noisy count is read as one number
 
     def __init__(self, clip: float = 1.0, noise_multiplier: float = 1.0, sigma_b: float = 2.0,
                  target_quantile: float = 0.5, clip_lr: float = 0.2) -> None:
@@ -90,6 +91,9 @@ class QuantileClip(Defense):
     def noise_multiplier(self, round_index: int) -> float:
         """The combined multiplier z of one round's release (update and count)."""
         return self.z
+
+    def audit_bound(self) -> float:
+        return float(self.initial_clip)
 
     def start(self, rounds: int) -> None:
         self.clip = self.initial_clip

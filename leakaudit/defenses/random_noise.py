@@ -18,6 +18,7 @@ class RandomNoise(Defense):
     name = "random-noise"
     sites = frozenset({"client"})
     level = "none"
+    batched_trials = True
 
     def __init__(self, variance: float = 0.01) -> None:
         self.variance = check_nonneg("variance", variance)

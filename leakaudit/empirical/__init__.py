@@ -8,7 +8,8 @@ Clopper-Pearson lower bound on eps, next to the claimed and sound eps of that re
 from __future__ import annotations
 
 from .api import STATISTICS, audit_release, privacy_audit, release_epsilon
+from .onerun import privacy_audit_training
 from .report import COLUMNS, PrivacyReport
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "PrivacyReport", "COLUMNS",
-           "STATISTICS"]
+           "STATISTICS", "privacy_audit_training"]

@@ -3,21 +3,28 @@
 The game is described in :mod:`leakaudit.empirical.game`; the bounds in
 :mod:`leakaudit.empirical.stats`. Per (defense, point):
 
-1. the release is run once with the canary to read the defense's own ledgers of exactly that
-   release (q = 1): eps_claimed, eps_sound;
-2. ``reference`` canary-out runs give a reference mean for the energy statistic;
-3. a selection split (``select_fraction * trials`` further runs per side) chooses, for each
-   statistic, the threshold and direction that maximise the bound (one for eps, one for mu);
-4. ``trials`` held-out runs per side (the evaluation split) give Clopper-Pearson upper
-   bounds on FPR and FNR, one
-   sided at alpha/2 each, alpha = (1 - confidence) / (number of statistics) (Bonferroni over
-   the statistics: one test per statistic and bound on the held-out split);
-5. eps_lower and mu_lower are the best over the statistics; eps_lower_gdp converts mu_lower
-   through the Gaussian trade-off curve (valid only if the mechanism is mu-GDP).
+1. for each canary (:func:`game.canaries`: at the clip, 100 C spread, 100 C in one tensor at a
+   time), canary-out reference runs give the mean and per-coordinate deviation the
+   statistics are taken around (:func:`game.statistics`);
+2. a selection split (``select_fraction * trials`` runs per side and canary) scores every
+   (canary, statistic) by the bound its best threshold gives there; the best one is chosen
+   for eps and for mu (the report names the canary and statistic that won);
+3. the release is run once with the winning canary to read the defense's own ledgers of
+   exactly that release (q = 1): eps_claimed, eps_sound, and mu where a ledger is a
+   composition of Gaussians (mu-GDP);
+4. ``trials`` held-out runs per side test only the chosen rules: Clopper-Pearson upper
+   bounds on FPR and FNR, alpha/2 each, alpha = (1 - confidence) / (number of tests), the
+   tests being eps at delta, mu, and for a finite ledger that is not mu-GDP its trade-off
+   curve at several false-positive levels and deltas (:data:`CURVE_DELTAS`);
+5. a ledger is violated when eps_lower > eps, mu_lower > mu (mu-GDP ledgers) or a tested
+   point lies outside its (eps(delta), delta) region; ``violated_by`` says which.
+   eps_lower_gdp converts mu_lower through the Gaussian trade-off curve (valid only if the
+   mechanism is mu-GDP).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -26,6 +33,7 @@ import numpy as np
 import torch
 
 from accounting import PrivacyLedger, tightest_epsilon
+from accounting.events import GaussianSchedule, SampledGaussian
 
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
@@ -35,9 +43,9 @@ from ..records import ResultsFile
 from . import game, stats
 from .report import PrivacyReport
 
-__all__ = ["privacy_audit", "audit_release", "release_epsilon", "STATISTICS"]
+__all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
 
-STATISTICS = ("projection", "energy", "llr")
+STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate")
 
 
 def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
@@ -46,8 +54,33 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
     return tightest_epsilon(ledger, delta)
 
 
+def ledger_mu(ledger: PrivacyLedger) -> float | None:
+    """mu of a ledger that is a composition of Gaussian mechanisms without sampling (q = 1):
+    sqrt(sum count / sigma^2) (Dong, Roth, Su 2019, Cor. 3.3); None if it records anything
+    else (sampled steps, Laplace, (eps, delta) steps) or nothing."""
+    events = ledger.events
+    if not events:
+        return None
+    total = 0.0
+    for e in events:
+        if isinstance(e, SampledGaussian) and e.q >= 1.0:
+            sigmas = np.full(e.count, e.sigma)
+        elif isinstance(e, GaussianSchedule) and e.q >= 1.0:
+            sigmas = np.asarray(e.sigmas, float)
+        else:
+            return None
+        if np.any(sigmas <= 0):
+            return math.inf
+        total += float(np.sum(1.0 / sigmas ** 2))
+    return math.sqrt(total)
+
+
+#: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
+CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)
+
+
 def _check(trials: int, confidence: float, delta: float, statistics: Sequence[str],
-           point: int, select_fraction: float) -> None:
+           point: int, select_fraction: float, canaries: Sequence[str] | None = None) -> None:
     check_int("trials", trials, 100)
     check_probability("confidence", confidence)
     check_probability("delta", delta)
@@ -59,55 +92,103 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
         if s not in STATISTICS:
             raise ValueError(f"statistic must be among {STATISTICS}, got {s!r}")
     check_number("select_fraction", select_fraction, minimum=0.05, maximum=1.0)
+    if canaries is not None:
+        if isinstance(canaries, str) or not canaries:
+            raise ValueError(f"canaries must be a non-empty list of names, got {canaries!r}")
+        for c in canaries:
+            if c not in ("dirac", "large") and not str(c).startswith("large@"):
+                raise ValueError(f"canaries must be among dirac, large, large@<k>, got {c!r}")
 
 
-def _statistic_columns(template: Defense, setup: game.GameSetup, n_sel: int, n_eval: int,
-                       n_ref: int, generator: torch.Generator, vectorise: bool,
-                       wanted: Sequence[str], chunk: int) -> dict[str, tuple[np.ndarray, ...]]:
-    """(selection out, selection in, evaluation out, evaluation in) per statistic."""
-    *_, ref_sum = game.run_trials(template, setup, False, n_ref, None, generator, chunk,
-                                  vectorise)
-    ref = ref_sum / n_ref
-    runs = {}
-    for split, n in (("sel", n_sel), ("eval", n_eval)):
-        for side in (False, True):
-            runs[(split, side)] = game.run_trials(template, setup, side, n, ref, generator,
-                                                  chunk, vectorise)[:2]
-    dims = ref.numel()
-    fit = game.fit_llr(*runs[("sel", False)], *runs[("sel", True)], dims=dims)
-    cols: dict[str, tuple[np.ndarray, ...]] = {}
-    order = [("sel", False), ("sel", True), ("eval", False), ("eval", True)]
-    if "projection" in wanted:
-        cols["projection"] = tuple(runs[k][0] for k in order)
-    if "energy" in wanted:
-        cols["energy"] = tuple(runs[k][1] for k in order)
-    if "llr" in wanted:
-        cols["llr"] = tuple(game.log_likelihood_ratio(*runs[k], fit, dims) for k in order)
-    return cols
+class _Canary:
+    """One canary's game: its setup, reference, selection runs and (later) held-out runs."""
+
+    def __init__(self, template: Defense, setup: game.GameSetup, n_ref: int, n_sel: int,
+                 generator: torch.Generator, vectorise: bool, chunk: int,
+                 wanted: Sequence[str]) -> None:
+        self.template, self.setup, self.generator = template, setup, generator
+        self.vectorise, self.chunk, self.wanted = vectorise, chunk, wanted
+        ref = game.run_trials(template, setup, False, n_ref, None, generator, chunk, vectorise)
+        self.reference = game.Reference.from_sums(ref.total, ref.total_sq, n_ref)
+        self.sel = [self._stats(side, n_sel) for side in (False, True)]
+        dims = self.reference.mean.numel()
+        self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
+                                self.sel[1]["projection"], self.sel[1]["energy"], dims)
+        for s in self.sel:
+            s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit, dims)
+        self.eval: list[dict[str, np.ndarray]] | None = None
+
+    def _stats(self, side: bool, n: int) -> dict[str, np.ndarray]:
+        return dict(game.run_trials(self.template, self.setup, side, n, self.reference,
+                                    self.generator, self.chunk, self.vectorise).stats)
+
+    def held_out(self, n: int) -> list[dict[str, np.ndarray]]:
+        if self.eval is None:
+            self.eval = [self._stats(side, n) for side in (False, True)]
+            dims = self.reference.mean.numel()
+            for s in self.eval:
+                s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit,
+                                                     dims)
+        return self.eval
 
 
-def _bounds(cols: dict[str, tuple[np.ndarray, ...]], alpha: float, delta: float
-            ) -> dict[str, Any]:
-    """Best eps_lower and mu_lower over the statistics, each from its own held-out test."""
-    best: dict[str, Any] = {"eps_lower": 0.0, "statistic": None, "mu_lower": 0.0,
-                            "mu_statistic": None, "per_statistic": {}}
-    for name, (s_out, s_in, e_out, e_in) in cols.items():
-        n_eval = (e_out.size, e_in.size)
-        got = {}
-        for target in ("eps", "mu"):
-            rule = stats.choose_threshold(s_out, s_in, alpha, delta, target, n_eval)
-            fp, fn = stats.error_counts(e_out, e_in, rule)
-            fpr = stats.clopper_pearson_upper(fp, n_eval[0], alpha / 2)
-            fnr = stats.clopper_pearson_upper(fn, n_eval[1], alpha / 2)
-            got[target] = (stats.eps_lower_bound(fpr, fnr, delta) if target == "eps"
-                           else stats.gdp_mu_lower(fpr, fnr), fpr, fnr)
-        best["per_statistic"][name] = {"eps_lower": got["eps"][0], "mu_lower": got["mu"][0],
-                                       "fpr_ub": got["eps"][1], "fnr_ub": got["eps"][2]}
-        if got["eps"][0] > best["eps_lower"] or best["statistic"] is None:
-            best["eps_lower"], best["statistic"] = got["eps"][0], name
-        if got["mu"][0] > best["mu_lower"] or best["mu_statistic"] is None:
-            best["mu_lower"], best["mu_statistic"] = got["mu"][0], name
-    return best
+def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
+            n_eval: int) -> tuple[dict[str, tuple[str, str, stats.Threshold]], dict]:
+    """Per target, the (canary, statistic, threshold) with the best bound on the selection
+    split, and every candidate's selection score (for eps).
+
+    A candidate's score is the bound its normal fit expects on ``n_eval`` held-out runs where
+    both sides have a spread (smooth: the max over many candidates of their raw selection
+    scores would favour lucky ones), else its raw score on the selection split."""
+    best: dict[str, tuple[float, tuple[str, str, stats.Threshold]]] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for name, g in games.items():
+        for stat in wanted:
+            out, into = g.sel[0][stat], g.sel[1][stat]
+            for target in ("eps", "mu"):
+                rule = stats.choose_threshold(out, into, alpha, delta, target, (n_eval, n_eval))
+                fit = stats.normal_fit(out, into, (n_eval, n_eval), alpha, delta, target)
+                score = stats.score_rule(out, into, rule, alpha, delta, target) \
+                    if fit is None or not math.isfinite(fit[1]) else fit[1]
+                if target == "eps":
+                    scores.setdefault(name, {})[stat] = round(score, 4)
+                if target not in best or score > best[target][0]:
+                    best[target] = (score, (name, stat, rule))
+    return {t: v[1] for t, v in best.items()}, scores
+
+
+def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
+    """(delta, eps(delta)) points of a ledger's privacy curve: ``eps`` (the tightest) at the
+    row's delta, RDP at the others (an upper bound on the ledger's eps there, so a point
+    outside its region is outside the tight one too; PLD costs seconds per delta)."""
+    return sorted({(delta, eps), *((d, ledger.epsilon(d)) for d in CURVE_DELTAS
+                                   if d != delta)})
+
+
+def _outside(points: list[tuple[float, float]], curve: list[tuple[float, float]]
+             ) -> str | None:
+    """The first (FPR, FNR) upper-bound pair outside the (eps(delta), delta) region, named."""
+    for fpr, fnr in points:
+        for d, eps in curve:
+            if math.isfinite(eps) and stats.eps_lower_bound(fpr, fnr, d) > eps:
+                return f"FPR<={fpr:.3g}, FNR<={fnr:.3g} outside ({eps:.3g}, {d:g})-DP"
+    return None
+
+
+def _verdict(ledger: PrivacyLedger, eps: float, eps_lower: float, mu_lower: float,
+             curve_points: list[tuple[float, float]], delta: float
+             ) -> tuple[bool, str, float | None]:
+    """(violated, by which test, mu of the ledger if mu-GDP) for one ledger."""
+    mu = ledger_mu(ledger)
+    if eps_lower > eps:
+        return True, "eps", mu
+    if mu is not None and mu_lower > mu:
+        return True, "mu", mu
+    if mu is None and curve_points and math.isfinite(eps):
+        where = _outside(curve_points, _curve(ledger, delta, eps))
+        if where:
+            return True, f"curve ({where})", mu
+    return False, "", mu
 
 
 def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.Probe,
@@ -116,9 +197,11 @@ def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.
     why = probe.sound.why_infinite() if math.isinf(eps_sound) else None
     if why:
         parts.append(f"sound inf: {why}")
-    if "if_public" in probe.extra:
-        eps_pub = release_epsilon(probe.extra["if_public"], delta)
-        parts.append(f"sound only if S were public: eps {eps_pub:.3g}")
+    for label, ledger in probe.extra.items():
+        if isinstance(ledger, PrivacyLedger):
+            eps_side = release_epsilon(ledger, delta)
+            text = "sound only if S were public" if label == "if_public" else label
+            parts.append(f"{text}: eps {eps_side:.3g}")
     if eps_claimed != eps_sound and defense.claimed_vs_sound:
         parts.append(defense.claimed_vs_sound)
     return "; ".join(parts)
@@ -127,43 +210,93 @@ def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.
 def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
                   delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
                   statistic: str | Sequence[str] | None = None,
+                  canaries: Sequence[str] | None = None,
                   shapes: Sequence[Sequence[int]] = game.LENET_SHAPES, background: int = 32,
                   background_scale: float = 0.05, local_steps: int = 2,
                   select_fraction: float = 0.2, vectorise: bool | None = None,
                   chunk: int = 512) -> dict[str, Any]:
-    """Audit one release of ``defense`` at ``point``: one row of the report."""
+    """Audit one release of ``defense`` at ``point``: one row of the report.
+
+    Every canary (:func:`game.canaries`, or the named ``canaries``) plays the game on its own
+    reference and selection runs (``select_fraction * trials`` per side); the canary,
+    statistic and threshold with the largest bound on the selection split are chosen for
+    eps and for mu, and only they are tested on ``trials`` held-out runs per side, so the
+    choice costs no confidence. The confidence is split (Bonferroni) between the tests the
+    verdict uses: eps at ``delta``, mu, and, for a finite ledger that is not mu-GDP, its
+    whole curve at several false-positive levels (each level and delta corrected for).
+    """
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
-    _check(trials, confidence, delta, wanted, point, select_fraction)
+    _check(trials, confidence, delta, wanted, point, select_fraction, canaries)
     if not game.releases_at(defense, point):
         raise ValueError(f"point {point}: defense {defense.name!r} releases nothing it "
                          f"protects there (sites {sorted(defense.sites)})")
     generator = torch.Generator().manual_seed(int(seed))
-    setup = game.make_setup(defense, point, tuple(tuple(s) for s in shapes), background,
-                            background_scale, local_steps, generator)
-    template = defense
-    probe = game.probe(template, setup, generator)
-    eps_claimed = release_epsilon(probe.claimed, delta)
-    eps_sound = release_epsilon(probe.sound, delta)
+    defense = copy.deepcopy(defense)   # one working copy for every run (never the caller's)
+    shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
+    setup = game.make_setup(defense, point, shapes_t, background, background_scale,
+                            local_steps, generator)
+    pool = game.canaries(shapes_t, game.canary_bound(defense))
+    names = list(pool) if canaries is None else list(canaries)
+    for c in names:
+        if c not in pool:
+            raise ValueError(f"canaries: {c!r} is not among {sorted(pool)}")
     n_sel = max(20, int(round(select_fraction * trials)))
     n_ref = max(50, min(1000, trials // 10))
     vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
-    cols = _statistic_columns(template, setup, n_sel, trials, n_ref, generator, vec,
-                              wanted, chunk)
-    alpha = (1.0 - confidence) / len(wanted)
-    best = _bounds(cols, alpha, delta)
-    eps_lower = best["eps_lower"]
+    games = {c: _Canary(defense, game.with_canary(setup, c, pool[c]), n_ref, n_sel, generator,
+                        vec, chunk, wanted) for c in names}
+    winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
+    probe = game.probe(defense, games[winners["eps"][0]].setup, generator)
+    eps_claimed = release_epsilon(probe.claimed, delta)
+    eps_sound = release_epsilon(probe.sound, delta)
+    general = any(ledger_mu(led) is None and math.isfinite(release_epsilon(led, delta))
+                  for led in (probe.claimed, probe.sound))
+    total = 1.0 - confidence
+    # Bonferroni: eps gets 0.8 (its bound is decided in the tails, where few runs count), mu
+    # 0.2 (decided in the middle); a general ledger's curve takes a third from both
+    share = {"eps": 0.8 * total, "mu": 0.2 * total}
+    if general:
+        share = {k: v * 2.0 / 3.0 for k, v in share.items()}
+    got: dict[str, tuple[float, float, float]] = {}
+    for target, (name, stat, rule) in winners.items():
+        alpha = share[target]
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
+        fp, fn = stats.error_counts(e_out, e_in, rule)
+        fpr = stats.clopper_pearson_upper(fp, trials, alpha / 2)
+        fnr = stats.clopper_pearson_upper(fn, trials, alpha / 2)
+        got[target] = (stats.eps_lower_bound(fpr, fnr, delta) if target == "eps"
+                       else stats.gdp_mu_lower(fpr, fnr), fpr, fnr)
+    curve_points: list[tuple[float, float]] = []
+    if general:
+        name, stat, rule = winners["eps"]
+        sel_out = games[name].sel[0][stat]
+        rules = stats.curve_rules(sel_out, rule.sign)
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
+        a = total / 3.0 / max(1, len(rules)) / 2
+        for r in rules:
+            fp, fn = stats.error_counts(e_out, e_in, r)
+            curve_points.append((stats.clopper_pearson_upper(fp, trials, a),
+                                 stats.clopper_pearson_upper(fn, trials, a)))
+    eps_lower, mu_lower = got["eps"][0], got["mu"][0]
+    claim_v, claim_by, mu_claimed = _verdict(probe.claimed, eps_claimed, eps_lower, mu_lower,
+                                             curve_points, delta)
+    sound_v, sound_by, mu_sound = _verdict(probe.sound, eps_sound, eps_lower, mu_lower,
+                                           curve_points, delta)
     return {"defense": defense.name, "params": defense.describe(), "point": point,
-            "trials": trials, "statistic": best["statistic"], "eps_claimed": eps_claimed,
-            "eps_sound": eps_sound, "eps_lower": eps_lower, "mu_lower": best["mu_lower"],
-            "mu_statistic": best["mu_statistic"],
-            "eps_lower_gdp": stats.gdp_epsilon(best["mu_lower"], delta),
-            "claim_violated": bool(eps_lower > eps_claimed),
-            "sound_violated": bool(eps_lower > eps_sound),
+            "trials": trials, "canary": winners["eps"][0], "statistic": winners["eps"][1],
+            "eps_claimed": eps_claimed, "eps_sound": eps_sound, "eps_lower": eps_lower,
+            "mu_lower": mu_lower, "mu_canary": winners["mu"][0],
+            "mu_statistic": winners["mu"][1],
+            "mu_claimed": math.nan if mu_claimed is None else mu_claimed,
+            "mu_sound": math.nan if mu_sound is None else mu_sound,
+            "eps_lower_gdp": stats.gdp_epsilon(mu_lower, delta),
+            "claim_violated": claim_v, "sound_violated": sound_v,
+            "violated_by": sound_by or claim_by,
+            "fpr_ub": got["eps"][1], "fnr_ub": got["eps"][2],
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),
-            "per_statistic": best["per_statistic"], "seed": seed,
-            "confidence": confidence, "delta": delta}
+            "selection": selection, "seed": seed, "confidence": confidence, "delta": delta}
 
 
 def _resolve(spec: str | Defense, defense_params: dict[str, dict[str, Any]]) -> Defense:
@@ -200,8 +333,8 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
         results: a JSON-lines file; a rerun with the same arguments skips finished rows.
         skip_silent: leave out (defense, point) pairs where the defense releases nothing,
             instead of raising ValueError.
-        game_options: passed to :func:`audit_release` (background, background_scale,
-            local_steps, shapes, select_fraction, vectorise).
+        game_options: passed to :func:`audit_release` (canaries, background,
+            background_scale, local_steps, shapes, select_fraction, vectorise).
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
     points = [point] if isinstance(point, int) else list(point)
@@ -209,7 +342,8 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
     for p in points:
-        _check(trials, confidence, delta, wanted, p, game_options.get("select_fraction", 0.2))
+        _check(trials, confidence, delta, wanted, p, game_options.get("select_fraction", 0.2),
+               game_options.get("canaries"))
     if not specs:
         raise ValueError("defenses must name at least one defense")
     built = [_resolve(s, params) for s in specs]

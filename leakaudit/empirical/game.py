@@ -14,61 +14,68 @@ one more per-example gradient in every local batch, so the sampling rate of the 
 release is q = 1), and add/remove of ONE client for client-level defenses at points 1 and 0
 (the canary is the client's update, against the zero update of an absent client). The
 auditor chooses the worst case it can: a background of ``background`` per-example gradients
-of small norm (``background_scale`` times the clip bound, random directions) and a Dirac
-canary, one coordinate at the clip bound in every parameter tensor (so it sits on the bound
-for flat, per-layer and L1 clipping alike).
+of small norm (``background_scale`` times the clip bound C, random directions) and one of
+several canaries (:func:`canaries`), each testing a part of the mechanism:
 
-Each trial runs the defense's own code. For the shipped defenses whose noise is additive and
-drawn through ``defenses._ops`` the trials of a chunk share one call, with every noise draw
-carrying a leading trial dimension (``_ops.trials``); any other defense (a user's own, one
-with data-dependent random choices) runs once per trial on a fresh copy.
+* ``dirac``: one coordinate at C in every parameter tensor (on the bound for flat, per-layer
+  and L1 clipping alike);
+* ``large``: 100 C in all, spread over one coordinate of every tensor (an unclipped or
+  wrongly clipped tensor shows unbounded sensitivity);
+* ``large@k``: 100 C in tensor k only, one canary per tensor (a clip missing on one layer).
 
-Two numbers per run are kept: the projection of the release on the canary direction (mean
-channel) and the energy of the release around a reference (the mean of separate canary-out
-runs) orthogonal to the canary (variance channel).
+Each trial runs the defense's own code. What the game needs from a defense it asks the
+:class:`~leakaudit.defenses.Defense` protocol (never a concrete class): ``audit_bound`` (the
+clip the canaries are placed against), ``audit_setup`` (a first-round state),
+``audit_batched`` (noise additive and drawn through :mod:`leakaudit.defenses.ops`: the trials
+of a chunk share one call, every noise draw carrying a leading trial dimension,
+``ops.trials``) and ``audit_side_ledgers``. A defense that does not declare
+``audit_batched`` runs once per trial, with a warning; one that declares it but does not
+batch is an error. Unbatched trials all run on ONE working copy (the caller's), brought back
+to a first-round state before each (state a defense wrongly keeps across releases, such as
+noise drawn once and reused, then shows).
+
+Statistics of each run (:func:`statistics`), around a reference (mean and per-coordinate
+standard deviation of separate canary-out runs): the projection on the canary direction
+(mean channel), the energy orthogonal to it (variance channel: normalisers, sampling), the
+most extreme per-tensor standardised projection (``tensor``: a tensor without noise cannot
+hide among noisy ones) and the most extreme standardised coordinate (``coordinate``: as a
+Bonferroni-corrected -log10 p-value over the D coordinates looked at, monotone in max |z|).
+The log-likelihood ratio of the first two is fitted on the selection split (api).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from scipy import special
 
 from accounting import PrivacyLedger
 
-from ..defenses import Defense, _ops
-from ..defenses.adaclip import AdaClip
-from ..defenses.adadp import AdaDP
-from ..defenses.adap_dp_fl import AdapDPFL
-from ..defenses.base import ClientContext, RoundContext
-from ..defenses.cos_adaptive_laplace import CosAdaptiveLaplace
-from ..defenses.dpfl_agn import DPFLAGN
-from ..defenses.fed_alpha_cdp import FedAlphaCDP
-from ..defenses.fed_cdp import FedCDP
-from ..defenses.fed_sdp import FedSDP
-from ..defenses.quantile_clip import QuantileClip
-from ..defenses.random_noise import RandomNoise
+from ..defenses import ops
+from ..defenses.base import ClientContext, Defense, RoundContext
 from ..grads import torch_threads
 from ..optim import make_optimizer
 
 __all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
-           "make_setup", "Probe", "probe", "run_trials", "vectorisable", "fit_llr",
-           "log_likelihood_ratio"]
+           "make_setup", "canaries", "with_canary", "Probe", "probe", "run_trials", "Trials",
+           "Reference", "statistics", "vectorisable", "fit_llr", "log_likelihood_ratio",
+           "LARGE"]
 
 #: parameter shapes of the LeNet of the DLG papers (28x28x1 inputs, 10 classes): 13,426 values
 LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5), (12,),
                                              (12, 12, 5, 5), (12,), (10, 588), (10,))
 POINTS = (0, 1, 2)
+#: norm of the large canaries, in units of the clip bound
+LARGE = 100.0
 #: the sites whose processing a release at each point has gone through
 _UPSTREAM = {2: {"example"}, 1: {"example", "client"}, 0: {"example", "client", "server"}}
-#: shipped defenses whose noise enters only additively through ``_ops`` (safe to batch)
-_VECTOR_SAFE: tuple[type, ...] = (FedCDP, FedAlphaCDP, AdapDPFL, DPFLAGN, AdaClip, FedSDP,
-                                  RandomNoise, CosAdaptiveLaplace, QuantileClip)
 
 
 def releases_at(defense: Defense, point: int) -> bool:
@@ -85,14 +92,12 @@ def adjacency(defense: Defense, point: int) -> str:
 
 
 def canary_bound(defense: Defense) -> float:
-    """The clip bound the canary sits on (1.0 for defenses without a numeric clip)."""
-    if isinstance(defense, AdaClip):   # clipped in the transformed space (g - m) / b, b_0
-        return defense.clip * defense.init_clip
-    for attr in ("clip", "gamma"):
-        value = getattr(defense, attr, None)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return float(value)
-    return 1.0
+    """The clip bound the canary sits on, as the defense declares it (``audit_bound``)."""
+    bound = float(defense.audit_bound())
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"defense {defense.name!r}: audit_bound() must be a number > 0, "
+                         f"got {bound!r}")
+    return bound
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,7 @@ class GameSetup:
     canary: list[torch.Tensor]       # (*shape) per parameter tensor
     local_steps: int
     lr: float = 0.1
+    canary_name: str = "dirac"
 
     @property
     def direction(self) -> torch.Tensor:
@@ -113,9 +119,43 @@ class GameSetup:
         return flat / flat.norm()
 
     @property
+    def slices(self) -> list[slice]:
+        """Where each parameter tensor sits in a flattened release."""
+        out, start = [], 0
+        for c in self.canary:
+            out.append(slice(start, start + c.numel()))
+            start += c.numel()
+        return out
+
+    @property
     def batch_size(self) -> int:
         """Size of the canary-in batch (the expected batch at q = 1)."""
         return int(self.background[0].shape[0]) + 1
+
+
+def canaries(shapes: tuple[tuple[int, ...], ...], bound: float) -> dict[str, list[torch.Tensor]]:
+    """The canaries, by name: ``dirac`` (C in coordinate 0 of every tensor), ``large``
+    (LARGE * C in all, spread over coordinate 0 of every tensor) and ``large@k`` (LARGE * C in
+    coordinate 0 of tensor k only)."""
+    def dirac(values: list[float]) -> list[torch.Tensor]:
+        out = []
+        for s, v in zip(shapes, values):
+            c = torch.zeros(s)
+            c.view(-1)[0] = v
+            out.append(c)
+        return out
+    t = len(shapes)
+    found = {"dirac": dirac([bound] * t),
+             "large": dirac([LARGE * bound / math.sqrt(t)] * t)}
+    if t > 1:
+        for k in range(t):
+            found[f"large@{k}"] = dirac([LARGE * bound if i == k else 0.0 for i in range(t)])
+    return found
+
+
+def with_canary(setup: GameSetup, name: str, canary: list[torch.Tensor]) -> GameSetup:
+    """The same game (background, point) with another canary."""
+    return replace(setup, canary=canary, canary_name=name)
 
 
 def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...],
@@ -124,14 +164,10 @@ def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...]
     """Background gradients of norm ``background_scale * C`` and the Dirac canary at C."""
     bound = canary_bound(defense)
     raw = [torch.randn((background, *s), generator=generator) for s in shapes]
-    norms = _ops.flat_norms(raw)
+    norms = ops.flat_norms(raw)
     scale = (background_scale * bound / norms).view(-1)
     bg = [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in raw]
-    canary = []
-    for s in shapes:
-        c = torch.zeros(s)
-        c.view(-1)[0] = bound
-        canary.append(c)
+    canary = canaries(shapes, bound)["dirac"]
     steps = 1 if point == 2 else local_steps
     return GameSetup(point=point, adjacency=adjacency(defense, point), background=bg,
                      canary=canary, local_steps=steps)
@@ -193,11 +229,7 @@ def _contexts(setup: GameSetup, generator: torch.Generator
 
 def _prepare(defense: Defense, setup: GameSetup, params: dict[str, torch.Tensor]) -> None:
     """Bring a fresh defense to the state of a first round (white box where needed)."""
-    defense.start(1)
-    if isinstance(defense, AdapDPFL):
-        defense.clips[0] = canary_bound(defense)   # C_t known to the auditor
-    if hasattr(defense, "observe_global"):
-        defense.observe_global(0, list(params.values()))
+    defense.audit_setup(list(params.values()), canary_bound(defense))
 
 
 def _release(defense: Defense, setup: GameSetup, canary_in: bool,
@@ -233,34 +265,44 @@ def _flatten(out: list[torch.Tensor], n: int | None) -> torch.Tensor:
 
 
 def _vectorised(template: Defense, setup: GameSetup, canary_in: bool, n: int,
-                generator: torch.Generator) -> torch.Tensor | None:
-    """n trials in one call (noise with a leading trial dimension), or None if not possible."""
+                generator: torch.Generator) -> torch.Tensor:
+    """n trials in one call (every noise draw with a leading trial dimension)."""
     defense = copy.deepcopy(template)
     ctx, _ = _contexts(setup, generator)
-    try:
-        with _ops.trials(n):
-            out = _release(defense, setup, canary_in, ctx)
-    except (RuntimeError, ValueError):
-        return None
+    with ops.trials(n):
+        out = _release(defense, setup, canary_in, ctx)
     if any(tuple(t.shape) != (n, *c.shape) for t, c in zip(out, setup.canary)):
-        return None
+        raise RuntimeError(
+            f"defense {template.name!r} declares audit_batched (noise drawn through "
+            f"leakaudit.defenses.ops with a leading trial dimension) but its release has "
+            f"shapes {[tuple(t.shape) for t in out]}, not ({n}, *shape): draw every noise "
+            "term through ops.gaussian_like / ops.laplace_like, or declare it False")
     return _flatten(out, n)
 
 
-def _looped(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+def _looped(defense: Defense, setup: GameSetup, canary_in: bool, n: int,
             generator: torch.Generator) -> torch.Tensor:
+    """n trials one by one on ``defense`` itself, brought to a first-round state before each
+    (the caller passes a working copy: state kept across releases, such as noise drawn once
+    and reused, then shows across all runs of an audit)."""
     rows = []
     for _ in range(n):
-        defense = copy.deepcopy(template)
         ctx, _ = _contexts(setup, generator)
         rows.append(_flatten(_release(defense, setup, canary_in, ctx), None))
     return torch.cat(rows)
 
 
 def vectorisable(defense: Defense, point: int) -> bool:
-    """Shipped defenses whose noise is additive and drawn through ``_ops`` (adadp at point 2
-    only: its learning-rate rule would mix trials over several steps)."""
-    return type(defense) in _VECTOR_SAFE or (type(defense) is AdaDP and point == 2)
+    """Whether the defense declares its release at ``point`` batchable (``audit_batched``);
+    undeclared: False, with a warning (a new defense must say, not silently go slow)."""
+    declared = defense.audit_batched(point)
+    if declared is None:
+        warnings.warn(f"defense {defense.name!r} does not declare audit_batched(point): the "
+                      "empirical audit runs one trial per call (slow); declare True if its "
+                      "noise is additive and drawn only through leakaudit.defenses.ops, "
+                      "else False", stacklevel=3)
+        return False
+    return bool(declared)
 
 
 def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk: int,
@@ -269,9 +311,8 @@ def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk
     done = 0
     while done < n:
         m = min(chunk, n - done)
-        rows = _vectorised(template, setup, canary_in, m, generator) if vectorise else None
-        if rows is None:
-            rows = _looped(template, setup, canary_in, m, generator)
+        rows = _vectorised(template, setup, canary_in, m, generator) if vectorise else \
+            _looped(template, setup, canary_in, m, generator)
         done += m
         yield rows
 
@@ -292,35 +333,85 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
     with torch_threads(1):
         _release(defense, setup, True, ctx)
     defense.claimed_round(round_ctx)
-    extra: dict[str, Any] = {}
-    public = getattr(defense, "if_public", None)
-    if isinstance(public, dict) and 0 in public:
-        extra["if_public"] = public[0]
+    extra: dict[str, Any] = dict(defense.audit_side_ledgers(0))
     return Probe(claimed=round_ctx.claimed[0], sound=round_ctx.sound[0], extra=extra)
 
 
-def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
-               reference: torch.Tensor | None, generator: torch.Generator, chunk: int = 512,
-               vectorise: bool = True, threads: int = 1
-               ) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-    """(projection, energy) of n runs, and the sum of the releases (for a reference mean).
+@dataclass(frozen=True)
+class Reference:
+    """Mean and per-coordinate standard deviation of canary-out releases (float64)."""
 
-    energy = ||(y - reference) minus its canary component||^2 (0 without a reference).
+    mean: torch.Tensor
+    sd: torch.Tensor
+
+    @classmethod
+    def from_sums(cls, total: torch.Tensor, total_sq: torch.Tensor, n: int) -> Reference:
+        """From the sum and sum of squares of n runs; a zero deviation (a coordinate without
+        noise) is floored at 1e-6 of the typical scale, so its shift stands out."""
+        mean = total / n
+        var = (total_sq / n - mean ** 2).clamp(min=0.0) * n / max(n - 1, 1)
+        sd = var.sqrt()
+        scale = float(sd.pow(2).mean().sqrt() + mean.pow(2).mean().sqrt())
+        return cls(mean=mean, sd=sd.clamp(min=1e-6 * scale + 1e-30))
+
+
+class Trials(NamedTuple):
+    """Per-run statistics (name -> (n,) array) and the sum and sum of squares of the runs."""
+
+    stats: dict[str, np.ndarray]
+    total: torch.Tensor
+    total_sq: torch.Tensor
+
+
+def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
+               ) -> dict[str, np.ndarray]:
+    """projection, energy, tensor and coordinate statistics of (m, D) releases.
+
+    tensor: max over the tensors the canary touches of the standardised projection of the
+    release's part in that tensor on the canary's part (deviation from the reference's
+    per-coordinate deviations, coordinates treated as independent). coordinate: the most
+    extreme |z| over the D coordinates as -log10(D * 2 Phi(-|z|max)) (Bonferroni over D).
     """
     u = setup.direction
-    proj, energy, total = [], [], torch.zeros_like(u, dtype=torch.float64)
+    mean, sd = reference.mean.float(), reference.sd.float()
+    r = rows - mean
+    proj_r = r @ u
+    out = {"projection": (rows @ u).double().numpy(),
+           "energy": (r.pow(2).sum(dim=1, dtype=torch.float64) - proj_r.double().pow(2)).numpy()}
+    zs = []
+    for sl in setup.slices:
+        uk = u[sl]
+        norm = uk.norm()
+        if norm <= 0:
+            continue
+        uk = uk / norm
+        zs.append((r[:, sl] @ uk) / (uk.pow(2) * sd[sl].pow(2)).sum().sqrt())
+    out["tensor"] = torch.stack(zs, dim=1).max(dim=1).values.double().numpy()
+    zmax = (r.abs() / sd).max(dim=1).values.double().numpy()
+    d = rows.shape[1]
+    with np.errstate(all="ignore"):
+        out["coordinate"] = -(math.log(2.0 * d) + special.log_ndtr(-zmax)) / math.log(10.0)
+    return out
+
+
+def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
+               reference: Reference | None, generator: torch.Generator, chunk: int = 512,
+               vectorise: bool = True, threads: int = 1) -> Trials:
+    """The statistics of n runs around ``reference``, or (without one) only the sum and sum
+    of squares of the runs, to make a reference."""
+    found: dict[str, list[np.ndarray]] = {}
+    total = torch.zeros_like(setup.direction, dtype=torch.float64)
+    total_sq = torch.zeros_like(total)
     with torch_threads(threads):
         for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
             rows = rows.float()
-            proj.append((rows @ u).double().numpy())
-            total += rows.sum(dim=0, dtype=torch.float64)
-            if reference is None:
-                energy.append(np.zeros(rows.shape[0]))
+            if reference is None:   # the sums only make a reference
+                total += rows.sum(dim=0, dtype=torch.float64)
+                total_sq += rows.double().pow(2).sum(dim=0)
             else:
-                r = rows - reference.float()
-                energy.append((r.pow(2).sum(dim=1, dtype=torch.float64)
-                               - (r @ u).double().pow(2)).numpy())
-    return np.concatenate(proj), np.concatenate(energy), total
+                for k, v in statistics(rows, setup, reference).items():
+                    found.setdefault(k, []).append(v)
+    return Trials({k: np.concatenate(v) for k, v in found.items()}, total, total_sq)
 
 
 def log_likelihood_ratio(proj: np.ndarray, energy: np.ndarray, fit: dict[str, float],

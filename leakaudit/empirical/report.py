@@ -17,8 +17,9 @@ from .._jsonsafe import finite_json, number
 
 __all__ = ["PrivacyReport", "COLUMNS"]
 
-COLUMNS = ("defense", "point", "trials", "statistic", "eps_claimed", "eps_sound", "eps_lower",
-           "mu_lower", "eps_lower_gdp", "claim_violated", "sound_violated", "reason")
+COLUMNS = ("defense", "point", "trials", "canary", "statistic", "eps_claimed", "eps_sound",
+           "eps_lower", "mu_sound", "mu_lower", "eps_lower_gdp", "claim_violated",
+           "sound_violated", "violated_by", "reason")
 
 
 def _fmt(v: Any) -> str:

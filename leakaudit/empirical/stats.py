@@ -18,7 +18,11 @@ from scipy import special, stats
 from accounting.composition import analytic_gaussian_epsilons
 
 __all__ = ["clopper_pearson_upper", "clopper_pearson_lower", "eps_lower_bound",
-           "gdp_mu_lower", "gdp_epsilon", "Threshold", "choose_threshold", "error_counts"]
+           "gdp_mu_lower", "gdp_epsilon", "Threshold", "choose_threshold", "error_counts",
+           "score_rule", "normal_fit", "bounds_from_scores", "curve_rules", "MAX_CUTS"]
+
+#: at most this many candidate cuts per direction are scored (all of both tails kept)
+MAX_CUTS = 4000
 
 
 def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
@@ -115,6 +119,15 @@ def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: flo
 def _normal_fit_cut(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], alpha: float,
                     delta: float, target: str) -> Threshold | None:
     """The cut that maximises the expected bound on ``n_eval`` runs under a normal fit."""
+    found = normal_fit(out, into, n_eval, alpha, delta, target)
+    return None if found is None else found[0]
+
+
+def normal_fit(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], alpha: float,
+               delta: float, target: str) -> tuple[Threshold, float] | None:
+    """The cut that maximises the expected bound on ``n_eval`` runs under a normal fit of each
+    side, and that expected bound (None where a side has no spread: no fit)."""
+    out, into = finite(out), finite(into)
     m0, s0, m1, s1 = out.mean(), out.std(), into.mean(), into.std()
     if not np.isfinite([m0, s0, m1, s1]).all() or not (s0 > 0 and s1 > 0) or m0 == m1:
         return None
@@ -125,11 +138,14 @@ def _normal_fit_cut(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], 
     fn = n_eval[1] * stats.norm.cdf(sign * (cuts - m1) / s1)
     score = _objective(np.floor(fp), np.floor(fn), n_eval[0], n_eval[1], alpha, delta, target)
     score = np.nan_to_num(score, nan=-np.inf)
-    return Threshold(float(cuts[int(np.argmax(score))]), sign)
+    j = int(np.argmax(score))
+    return Threshold(float(cuts[j]), sign), float(score[j])
 
 
-def _empirical_score(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float,
-                     delta: float, target: str) -> float:
+def score_rule(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float,
+               delta: float, target: str) -> float:
+    """The bound (eps or mu, Clopper-Pearson at alpha/2 per rate) of ``rule`` on these runs
+    (may be negative for mu: no evidence)."""
     fp, fn = error_counts(out, into, rule)
     return float(_objective(np.array([fp]), np.array([fn]), out.size, into.size, alpha,
                             delta, target)[0])
@@ -148,6 +164,10 @@ def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: flo
     out, into = np.sort(finite(out)), np.sort(finite(into))
     values = np.unique(np.concatenate([out, into]))
     cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
+    if cuts.size > MAX_CUTS:   # both tails in full (a few runs decide there), a grid between
+        k = MAX_CUTS // 4
+        cuts = np.unique(np.concatenate([cuts[:k], cuts[-k:], cuts[
+            np.linspace(k, cuts.size - k - 1, MAX_CUTS - 2 * k).astype(int)]]))
     best, best_score = Threshold(float(cuts[0]), 1), -np.inf
     for sign in (1, -1):
         o, i = (out, into) if sign == 1 else (-out[::-1], -into[::-1])
@@ -162,7 +182,49 @@ def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: flo
             best = Threshold(float(c[j] * sign), sign)
     fitted = _normal_fit_cut(out, into, n_eval or (out.size, into.size), alpha, delta, target)
     if fitted is not None:
-        score = _empirical_score(out, into, fitted, alpha, delta, target)
+        score = score_rule(out, into, fitted, alpha, delta, target)
         if score >= 0.9 * best_score:
             return fitted
     return best
+
+
+def bounds_from_scores(out: np.ndarray, into: np.ndarray, *, confidence: float = 0.95,
+                       delta: float = 1e-5, select_fraction: float = 0.5, seed: int = 0
+                       ) -> dict[str, float]:
+    """eps and mu lower bounds from scores of canary-out and canary-in runs.
+
+    A random ``select_fraction`` of each side chooses the threshold and its direction (for
+    eps and for mu separately); the rest gives Clopper-Pearson bounds at (1 - confidence)/2
+    per target, split between the two rates. Each direction's GDP bound is clamped at 0: a
+    test that points the wrong way on the held-out runs, or scores with no signal, is no
+    evidence (jax_privacy's ``epsilon_from_gdp`` reported eps 3.5 on null scores before its
+    PR #270, from |mu|). Identical distributions give 0 with probability >= confidence;
+    reversed scores (canary-in lower) give the same bound as the mirrored ones.
+    """
+    out, into = finite(out), finite(into)
+    if out.size < 4 or into.size < 4:
+        raise ValueError("out and into need at least 4 scores each")
+    rng = np.random.default_rng(seed)
+    out, into = rng.permutation(out), rng.permutation(into)
+    k0, k1 = (max(1, int(round(select_fraction * a.size))) for a in (out, into))
+    alpha = (1.0 - confidence) / 2.0
+    n_eval = (out.size - k0, into.size - k1)
+    got: dict[str, float] = {}
+    for target in ("eps", "mu"):
+        rule = choose_threshold(out[:k0], into[:k1], alpha, delta, target, n_eval)
+        fp, fn = error_counts(out[k0:], into[k1:], rule)
+        fpr = clopper_pearson_upper(fp, n_eval[0], alpha / 2)
+        fnr = clopper_pearson_upper(fn, n_eval[1], alpha / 2)
+        got[f"{target}_lower"] = eps_lower_bound(fpr, fnr, delta) if target == "eps" \
+            else gdp_mu_lower(fpr, fnr)
+        got[f"{target}_direction"] = rule.sign
+    return got
+
+
+def curve_rules(out: np.ndarray, sign: int,
+                fprs: tuple[float, ...] = (0.3, 0.1, 0.03, 0.01, 0.003)) -> list[Threshold]:
+    """Thresholds at several false-positive levels of the selection runs (direction ``sign``),
+    to test a trade-off curve at several points (the caller corrects for how many)."""
+    o = sign * finite(out)
+    return [Threshold(float(sign * np.quantile(o, 1.0 - f)), sign) for f in fprs
+            if f * o.size >= 1.0]
