@@ -41,7 +41,7 @@ import torch
 import leakaudit.defenses as D
 from benchmarks._markdown import Report
 from leakaudit.defenses import ClientContext, Defense, RoundContext
-from leakaudit.empirical import PrivacyReport, audit_release, game, privacy_audit, stats
+from leakaudit.empirical import PrivacyReport, audit_release, privacy_audit, stats
 
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(trials=500, tight_trials=10_000, speed_trials=20_000, mutant_seeds=(0,)),
@@ -180,11 +180,11 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
     """The released global model after one round, a canary client in and out (issue 18)."""
     from leakaudit.fl.canary import CanaryGame, worlds
 
-    game = CanaryGame()
+    cg = CanaryGame()
     defenses: list[tuple[str, Defense]] = [("fed-sdp (before issue 18)", RealisedMeanSDP())]
     for name in names:
         d = D.get(name)
-        if math.isfinite(game.run(d, "in", 0).epsilon(1e-5)):
+        if math.isfinite(cg.run(d, "in", 0).epsilon(1e-5)):
             defenses.append((name, d))
     defenses.append(("fed-sdp-server(sigma=1)", D.FedSDP(clip=4.0, sigma=1.0)))
     defenses.append(("quantile-clip(z=0.5, sigma_b=0.5)",
@@ -194,7 +194,7 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
         for sampling, kw in _SAMPLINGS.items():
             if label.startswith("fed-sdp (before") and sampling != "every client":
                 continue
-            runs, sound = game.play(d, trials, seed, 1e-5, **kw)
+            runs, sound = cg.play(d, trials, seed, 1e-5, **kw)
             eps, stat = _game_bound(runs)
             world_out, _ = worlds(d)
             relation = "add-remove" if world_out == "out" else "zero-out"
@@ -202,8 +202,8 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
                          _f(eps > sound)])
     out.line("## The simulator's aggregate: a canary client, one round (issue 18)")
     out.line()
-    out.line(f"`leakaudit.fl.canary.CanaryGame`: {game.background} background clients of "
-             f"{game.per_client} examples and a canary client whose example's gradient is far "
+    out.line(f"`leakaudit.fl.canary.CanaryGame`: {cg.background} background clients of "
+             f"{cg.per_client} examples and a canary client whose example's gradient is far "
              "above the clip (a bias-free linear model, 1,024 parameters); the canary client "
              "added to the population (add-remove) or, where the ledger's relation is "
              "zero-out / instance level, present with a zero example; the released global "
