@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any
 
 import torch
 
@@ -37,17 +38,72 @@ from ._validate import check_int
 __all__ = ["FORMAT", "GroundTruth", "LedgerPair", "Observation", "Recorder", "ResultsFile",
            "Tap", "fingerprint"]
 
-L = TypeVar("L")
 
 
-class LedgerPair(NamedTuple, Generic[L]):
-    """The two accounts of one privacy claim, the one pair type every layer returns: what the
-    defense's paper claims and what its releases soundly cost. ``L`` is one
-    ``accounting.PrivacyLedger`` or a collection of them (per client). A tuple, so
-    ``claimed, sound = pair`` works."""
+class LedgerPair(tuple):
+    """``(claimed, sound)``: what a paper or framework claims and what the code that ran
+    allows; the one pair type every layer returns (the simulator's :class:`~leakaudit.fl.Run`,
+    the Opacus and Flower adapters).
 
-    claimed: L
-    sound: L
+    Unpacks as a pair (``claimed, sound = ledgers(...)``) and names its parts:
+
+    - ``claimed``, ``sound``: ledgers (or, for Flower, one ledger per client);
+    - ``relation`` / ``sampling``: the neighbouring relation and the sampling the sound
+      ledger accounts (``claimed_relation`` / ``claimed_sampling``: the claim's);
+    - ``reason``: why sound differs from claimed ("" where they are the same events).
+    """
+
+    relation: str
+    sampling: str
+    claimed_relation: str
+    claimed_sampling: str
+    reason: str
+
+    def __new__(cls, claimed: Any, sound: Any, *, relation: str = "", sampling: str = "",
+                claimed_relation: str = "", claimed_sampling: str = "",
+                reason: str = "") -> LedgerPair:
+        pair = super().__new__(cls, (claimed, sound))
+        pair.__dict__.update(relation=relation, sampling=sampling,
+                             claimed_relation=claimed_relation,
+                             claimed_sampling=claimed_sampling, reason=reason)
+        return pair
+
+    @property
+    def claimed(self) -> Any:
+        return self[0]
+
+    @property
+    def sound(self) -> Any:
+        return self[1]
+
+    def __getnewargs_ex__(self) -> tuple[tuple[Any, Any], dict[str, str]]:
+        return (self[0], self[1]), dict(self.__dict__)
+
+    def __repr__(self) -> str:
+        return (f"LedgerPair(claimed={self[0]!r}, sound={self[1]!r}, "
+                f"relation={self.relation!r}, sampling={self.sampling!r})")
+
+    def describe(self, delta: float, eps: Any = None) -> str:
+        """Claimed and sound eps at ``delta`` with their relation and sampling, and why.
+
+        ``eps(ledger, delta)`` computes each (default :func:`accounting.tightest_epsilon`);
+        for per-client dicts the largest over the clients is shown.
+        """
+        if eps is None:
+            from accounting import tightest_epsilon as eps
+        values = []
+        for part in self:
+            ledgers = part.values() if isinstance(part, dict) else [part]
+            values.append(max((eps(lg, delta) if lg.steps else 0.0 for lg in ledgers),
+                              default=0.0))
+        text = (f"claimed eps {_fmt(values[0])} ({self.claimed_sampling}, "
+                f"{self.claimed_relation}); sound eps {_fmt(values[1])} ({self.sampling}, "
+                f"{self.relation}); delta {delta:g}")
+        return text + (f"\n  why: {self.reason}" if self.reason else "")
+
+
+def _fmt(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.4g}"
 
 
 @dataclass(frozen=True)

@@ -272,3 +272,16 @@ def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
     both = A.PrivacyLedger()
     both.step(q=1.0, sigma=3.0, count=2)
     assert fixed.epsilon(1e-5) == pytest.approx(A.tightest_epsilon(both, 1e-5))
+
+
+def test_run_ledgers_are_the_one_pair_type(digits):
+    from leakaudit.records import LedgerPair
+
+    run = fl.simulate(None, digits, "fed-sdp-server", clients=4, clients_per_round=2,
+                      rounds=1, local_steps=1, batch_size=8, progress=False)
+    pair = run.ledgers
+    assert isinstance(pair, LedgerPair)
+    claimed, sound = pair
+    assert claimed is run.claimed and sound is run.sound
+    assert pair.relation == run.relation == "replace-one"
+    assert "replace-one" in pair.describe(1e-5) and "delta 1e-05" in pair.describe(1e-5)

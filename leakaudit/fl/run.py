@@ -12,7 +12,7 @@ from torch import nn
 from accounting import PrivacyLedger, parallel_epsilon, tightest_epsilon
 
 from ..defenses import Defense
-from .observe import GroundTruth, Observation
+from ..records import GroundTruth, LedgerPair, Observation
 
 __all__ = ["Run", "accuracy_within", "worst_epsilon"]
 
@@ -105,6 +105,15 @@ class Run:
                 and self.settings.get("client_sampling") == "fixed-size":
             return "replace-one"
         return relation
+
+    @property
+    def ledgers(self) -> LedgerPair:
+        """The per-client (claimed, sound) ledgers as the one pair type of the toolkit, with
+        the sound ledgers' relation and client sampling."""
+        return LedgerPair(self.claimed, self.sound, relation=self.relation,
+                          sampling=str(self.settings.get("client_sampling", "")),
+                          claimed_relation="add-remove",
+                          claimed_sampling=str(self.settings.get("client_sampling", "")))
 
     def describe_epsilon(self, delta: float = 1e-5) -> str:
         """"sound eps = X (delta = d, relation, <level> level, <sampling> clients)"."""
