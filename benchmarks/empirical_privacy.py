@@ -88,7 +88,7 @@ def sweep(names: Sequence[str], points: Sequence[int], trials: int, seed: int,
           results: str | None, out: Report) -> PrivacyReport:
     """All (defense, point) pairs where the defense releases something."""
     t0 = time.perf_counter()
-    report = privacy_audit(list(names), point=list(points), trials=trials, seed=seed,
+    report = privacy_audit(list(names), points=list(points), trials=trials, seed=seed,
                            results=results, skip_silent=True, progress=False)
     out.line(f"## Claimed vs sound vs measured ({trials:,} held-out runs per side, seed {seed}, "
              f"{time.perf_counter() - t0:.0f} s)")
@@ -126,7 +126,7 @@ def tightness(trials: int, seed: int, out: Report) -> None:
 def exposure(trials: int, seed: int, out: Report) -> None:
     out.line("## Exposure: a data-dependent normaliser (LeNet shapes, C = 4, sigma = 6)")
     out.line()
-    report = privacy_audit([RealisedBatchCDP(), "fed-cdp"], point=2, trials=trials, seed=seed)
+    report = privacy_audit([RealisedBatchCDP(), "fed-cdp"], points=2, trials=trials, seed=seed)
     out.table(["defense", "sound eps", "measured eps >=", "statistic", "sound violated"],
               [[r["defense"], _f(r["eps_sound"]), _f(r["eps_lower"]), r["statistic"],
                 _f(r["sound_violated"])] for r in report.rows()])

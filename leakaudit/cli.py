@@ -306,7 +306,7 @@ def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     params = _checked_defense_params(args)
     out = _out_dir(args.out)
     args.resume_file = out / "privacy_results.jsonl"
-    report = privacy_audit(args.defenses, point=args.points, trials=args.trials,
+    report = privacy_audit(args.defenses, points=args.points, trials=args.trials,
                            delta=args.delta, confidence=args.confidence, seed=args.seed,
                            defense_params=params, statistic=args.statistic,
                            progress=not args.no_progress, results=str(args.resume_file),

@@ -96,7 +96,7 @@ FINITE_SOUND = ["fed-cdp", "adap-dp-fl", "dpfl-agn", "adadp", "adaclip", "fed-sd
 @pytest.mark.parametrize("name", FINITE_SOUND)
 def test_valid_measured_eps_never_exceeds_a_finite_sound_eps(name, seed):
     d = D.get(name)
-    rows = privacy_audit([d], point=[0, 1, 2], trials=200, seed=seed, shapes=SMALL,
+    rows = privacy_audit([d], points=[0, 1, 2], trials=200, seed=seed, shapes=SMALL,
                          background=8, skip_silent=True).rows()
     assert rows
     for r in rows:
@@ -138,7 +138,7 @@ class RealisedBatchCDP(Defense):
 
 @pytest.mark.slow
 def test_exposes_false_claims_and_a_data_dependent_normaliser():
-    report = privacy_audit(["fed-alpha-cdp", "fed-cdp", RealisedBatchCDP()], point=2,
+    report = privacy_audit(["fed-alpha-cdp", "fed-cdp", RealisedBatchCDP()], points=2,
                            trials=600, seed=0, canaries=["dirac", "large"])
     rows = {r["defense"]: r for r in report.rows()}
     alpha = rows["fed-alpha-cdp"]
@@ -154,7 +154,7 @@ def test_exposes_false_claims_and_a_data_dependent_normaliser():
 @pytest.mark.parametrize("kwargs,arg", [
     (dict(trials=99), "trials"), (dict(confidence=1.0), "confidence"),
     (dict(confidence=0.0), "confidence"), (dict(statistic="median"), "statistic"),
-    (dict(point=3), "point"), (dict(delta=0.0), "delta")])
+    (dict(points=3), "point"), (dict(delta=0.0), "delta")])
 def test_bad_input_names_the_argument(kwargs, arg):
     with pytest.raises(ValueError, match=arg):
         privacy_audit(["fed-cdp"], **{"trials": 200, **kwargs})
@@ -165,13 +165,13 @@ def test_a_point_where_the_defense_releases_nothing_is_refused_before_work(monke
         raise AssertionError("work started")
     monkeypatch.setattr(game, "probe", boom)
     with pytest.raises(ValueError, match="point 2"):
-        privacy_audit(["fed-cdp", "fed-sdp-server"], point=2, trials=200)
+        privacy_audit(["fed-cdp", "fed-sdp-server"], points=2, trials=200)
 
 
 # ----------------------------------------------------------------------------- report
 def test_report_formats_and_resume(tmp_path):
     path = tmp_path / "res.jsonl"
-    kw = dict(point=2, trials=200, shapes=SMALL, background=8, results=str(path))
+    kw = dict(points=2, trials=200, shapes=SMALL, background=8, results=str(path))
     first = privacy_audit(["fed-cdp"], **kw)
     row = first.rows()[0]
     assert len(first.rows()) == 1 and row["defense"] == "fed-cdp" and row["trials"] == 200

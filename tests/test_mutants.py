@@ -73,7 +73,7 @@ FINITE_SOUND = ["fed-cdp", "adap-dp-fl", "dpfl-agn", "adadp", "adaclip", "fed-sd
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", FINITE_SOUND)
 def test_shipped_defenses_are_never_flagged_at_ten_thousand_runs(name, seed):
-    rows = privacy_audit([D.get(name)], point=[0, 1, 2], trials=10_000, seed=seed,
+    rows = privacy_audit([D.get(name)], points=[0, 1, 2], trials=10_000, seed=seed,
                          shapes=SHAPES, background=8, skip_silent=True).rows()
     for r in rows:
         assert not r["sound_violated"], (name, r["point"], r)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,7 +86,7 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
     check_probability("confidence", confidence)
     check_probability("delta", delta)
     if point not in game.POINTS:
-        raise ValueError(f"point must be one of {game.POINTS}, got {point!r}")
+        raise ValueError(f"points: each must be one of {game.POINTS}, got {point!r}")
     if not statistics:
         raise ValueError("statistic must name at least one statistic")
     for s in statistics:
@@ -312,11 +313,13 @@ def _restore(row: dict[str, Any]) -> dict[str, Any]:
     return {k: float(v) if v in ("inf", "-inf", "nan") else v for k, v in row.items()}
 
 
-def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int | Sequence[int] = 2,
-                  trials: int = 10_000, *, delta: float = 1e-5, confidence: float = 0.95,
+def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
+                  points: int | Sequence[int] = 2, trials: int = 10_000, delta: float = 1e-5,
+                  confidence: float = 0.95,
                   seed: int = 0, defense_params: dict[str, dict[str, Any]] | None = None,
                   statistic: str | Sequence[str] | None = None, progress: bool = False,
                   results: str | None = None, skip_silent: bool = False,
+                  point: int | Sequence[int] | None = None,
                   **game_options: Any) -> PrivacyReport:
     """Measured lower bounds on eps next to the claimed and sound eps of each defense.
 
@@ -324,7 +327,8 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
         defenses: registered names (the papers' parameters unless ``defense_params`` says
             otherwise) or :class:`~leakaudit.defenses.Defense` objects (a user's own subclass
             with its own ``privatize_batch`` works: it is run as training runs it).
-        point: the leak point(s) whose release is audited: 2, 1 or 0.
+        points: the leak point(s) whose release is audited: 2, 1 or 0 (the name of
+            :func:`leakaudit.audit` and of the CLI; ``point=`` is a deprecated alias).
         trials: held-out runs with the canary, and as many without (>= 100), on which the
             bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
             per side choose the thresholds, and up to 1,000 canary-out runs the reference.
@@ -337,7 +341,11 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, point: int 
             background_scale, local_steps, shapes, select_fraction, vectorise).
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
-    points = [point] if isinstance(point, int) else list(point)
+    if point is not None:
+        warnings.warn("privacy_audit(point=...) is deprecated: use points=", DeprecationWarning,
+                      stacklevel=2)
+        points = point
+    points = [points] if isinstance(points, int) else list(points)
     params = defense_params or {}
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
