@@ -14,7 +14,7 @@ STAMP_ALL := $(VENV)/.leakaudit-installed-all
 STAMP_DOCS := $(VENV)/.leakaudit-installed-docs
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup setup-all audit epsilon-demo test test-fast docs lint bench results clean
+.PHONY: setup setup-all audit epsilon-demo test test-fast test-sweeps docs lint bench results clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ test: setup-all
 # per property: under a minute on 2 cores.
 test-fast: setup-all
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not slow"
+
+# The statistical sweeps behind docs/results.md (every seed, 10,000 runs per side): slow
+test-sweeps: setup-all
+	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -m sweep --sweeps
 
 # The documentation site (docs/, API reference from the docstrings) into site/; a broken
 # link, page or reference fails the build.

@@ -104,3 +104,23 @@ def digits():
     from leakaudit import data
 
     return data.load("digits", seed=0)
+
+
+# ----------------------------------------------------------------------------- sweeps
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--sweeps", action="store_true", default=False,
+                     help="also run the statistical sweeps (many seeds x 10,000 runs per "
+                          "side; about an hour on 2 cores): `make test-sweeps`")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Tests marked ``sweep`` (the repeated-seed sweeps behind docs/results.md) are
+    deselected unless ``--sweeps`` is given: the suite keeps one seed of each of them."""
+    if config.getoption("--sweeps"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("sweep") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -1,6 +1,6 @@
 """The auditor's regression suite: every mutant flagged at its budget, correct code never.
 
-Fast: a few mutants at a small budget on one seed. Slow (``-m slow``): every mutant at the
+Fast: a few mutants at a small budget on one seed. Sweeps (``make test-sweeps``, ``--sweeps``; about an hour on 2 cores): every mutant at the
 budget the suite states, on three seeds; the correct user DP-SGD and the shipped defenses
 with a finite sound eps at 10,000 held-out runs per side on three seeds, never flagged.
 """
@@ -49,6 +49,7 @@ def test_the_correct_mechanism_is_not_flagged_at_a_small_budget():
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # minutes each: make test-sweeps (--sweeps)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_every_mutant_is_flagged_at_its_budget_on_every_seed(name, seed):
@@ -58,6 +59,7 @@ def test_every_mutant_is_flagged_at_its_budget_on_every_seed(name, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # minutes each: make test-sweeps (--sweeps)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", sorted(CORRECT))
 def test_correct_user_code_is_never_flagged_at_ten_thousand_runs(name, seed):
@@ -70,6 +72,7 @@ FINITE_SOUND = ["fed-cdp", "adap-dp-fl", "dpfl-agn", "adadp", "adaclip", "fed-sd
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # minutes each: make test-sweeps (--sweeps)
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("name", FINITE_SOUND)
 def test_shipped_defenses_are_never_flagged_at_ten_thousand_runs(name, seed):
