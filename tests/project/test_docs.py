@@ -5,7 +5,7 @@ fresh namespace). A block may be left out only with ``<!-- skip-test: reason -->
 just above it. Blocks slower than a few seconds are listed in ``SLOW`` and marked slow
 (``make test`` runs them, ``make test-fast`` does not). While a block runs, the audit's local
 process pool is replaced by this process (``ProcessEngine`` with one worker): the blocks show
-the default engine, and the engines give the same table by design (tests/test_engine.py).
+the default engine, and the engines give the same table by design (tests/leakaudit/auditing/test_engine.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 SKIP = re.compile(r"<!--\s*skip-test:\s*(\S.*?)\s*-->")

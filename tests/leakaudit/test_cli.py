@@ -168,7 +168,7 @@ def test_worker_processes_are_not_started_from_an_unguarded_script(tmp_path):
         "    engine.close()\n"
         "if __name__ == '__main__':\n"
         "    main()\n")
-    root = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[2])
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": root})
     assert run.returncode == 0, run.stderr
