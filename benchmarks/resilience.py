@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.line()
     t0 = time.perf_counter()
     audited = auditing.audit(
-        names, ds, attacks=attacks, points=points, examples=prof.get("examples"),
+        names, dataset=ds, attacks=attacks, points=points, examples=prof.get("examples"),
         rounds=prof.get("rounds"), seed=args.seed, profile=prof["audit_profile"],
         results=str(results), max_iterations=prof.get("max_iterations"),
         restarts=prof.get("restarts"), workers=args.workers, progress=args.progress,

@@ -18,10 +18,9 @@ import re
 import sys
 import tempfile
 from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
-
-from . import __version__
 
 ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
 DEFAULT_DEFENSES = ("none,fed-sdp-server,fed-sdp-client,fed-cdp,fed-alpha-cdp,prune,"
@@ -129,12 +128,20 @@ class _Deprecated(argparse.Action):
 
 
 # ---------------------------------------------------------------- parser
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml)."""
+    try:
+        return version("leakaudit")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(prog="leakaudit", formatter_class=fmt,
                                 description="Audit DP federated-learning defenses against "
                                 "gradient-leakage attacks.")
-    p.add_argument("--version", action="version", version=f"leakaudit {__version__}")
+    p.add_argument("--version", action="version", version=f"leakaudit {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("audit", formatter_class=fmt,
                        help="train, tap the leak points, attack, print the table")

@@ -93,7 +93,8 @@ class LedgerPair(tuple):
             from accounting import tightest_epsilon as eps
         values = []
         for part in self:
-            ledgers = part.values() if isinstance(part, dict) else [part]
+            ledgers = (part.values() if isinstance(part, dict) else part
+                       if isinstance(part, (list, tuple)) else [part])
             values.append(max((eps(lg, delta) if lg.steps else 0.0 for lg in ledgers),
                               default=0.0))
         text = (f"claimed eps {_fmt(values[0])} ({self.claimed_sampling}, "

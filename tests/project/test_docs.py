@@ -5,7 +5,8 @@ fresh namespace). A block may be left out only with ``<!-- skip-test: reason -->
 just above it. Blocks slower than a few seconds are listed in ``SLOW`` and marked slow
 (``make test`` runs them, ``make test-fast`` does not). While a block runs, the audit's local
 process pool is replaced by this process (``ProcessEngine`` with one worker): the blocks show
-the default engine, and the engines give the same table by design (tests/leakaudit/auditing/test_engine.py).
+the default engine, and the engines give the same table by design
+(tests/leakaudit/auditing/test_engine.py).
 """
 
 from __future__ import annotations

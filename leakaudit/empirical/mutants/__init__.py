@@ -4,9 +4,9 @@ Each mutant is a small :class:`~leakaudit.defenses.Defense` that records a DP-SG
 (clip C = 1, noise multiplier ``sigma``) but breaks one part of DP-SGD the way user code does.
 :data:`MUTANTS` maps a name to (factory, one-line bug, budget): the held-out runs per side at
 which :func:`leakaudit.empirical.audit_release` must flag it ``sound_violated`` on every
-seed (tests/leakaudit/empirical/test_mutants.py, benchmarks/empirical_privacy.py). Correct implementations of
-the same mechanism (:data:`CORRECT`) must never be flagged. Add a mutant for every bug the
-auditor once missed.
+seed (tests/leakaudit/empirical/test_mutants.py, benchmarks/empirical_privacy.py).
+Correct implementations of the same mechanism (:data:`CORRECT`) must never be flagged.
+Add a mutant for every bug the auditor once missed.
 
 The mutants do not declare ``audit_batched`` (users do not): the audit runs them one trial
 per call, on one copy brought back to a first-round state before each trial.

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from _extras import effective_steps
 from scipy import stats as sps
 
 import leakaudit
@@ -249,8 +250,9 @@ def test_batches_are_poisson_where_the_ledger_assumes_it_and_fixed_size_is_sound
     # fixed-size batches: replace-one adjacency, sensitivity 2C, no amplification
     run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0),
                       batch_sampling="shuffle", **kw)
-    ev = run.sound[0].events[0]
-    assert (ev.q, ev.sigma, ev.count) == (1.0, 1.0, 2)
+    ev = run.sound[0].events[0]  # sigma 2 drawn; a fixed-size batch is charged 2C: sigma/2
+    assert (ev.q, ev.sigma, ev.count, ev.sampling) == (1.0, 2.0, 2, "fixed-size")
+    assert effective_steps(run.sound[0])[0] == (1.0, 1.0, 2)
     assert fl.simulate(None, "digits", "none", **kw).settings["batch_sampling"] == "shuffle"
 
 
