@@ -92,20 +92,39 @@ class RoundContext:
     @property
     def client_sampling(self) -> str:
         """"poisson" (each client with probability ``client_fraction``) or "fixed-size"."""
-        return "poisson" if self.client_fraction is not None else "fixed-size"
+        return client_sampling_of(self.client_fraction)
 
     @property
     def client_rate(self) -> float:
         """q of client sampling: the Poisson rate, or K/N (the claimed conventions read it)."""
-        if self.client_fraction is not None:
-            return self.client_fraction
-        return self.clients_per_round / self.clients
+        return client_rate_of(self.client_fraction, self.clients_per_round, self.clients)
 
     @property
     def reporting(self) -> int:
         """m, the number of clients sampled this round (known to the server and told to
         the clients before they send: a count of the sampling, not of the data)."""
         return len(self.participants)
+
+
+def client_sampling_of(client_fraction: float | None) -> str:
+    """"poisson" where a client fraction q is given, else "fixed-size" (K of N)."""
+    return "poisson" if client_fraction is not None else "fixed-size"
+
+
+def client_rate_of(client_fraction: float | None, clients_per_round: int,
+                   clients: int) -> float:
+    """q of client sampling: the Poisson rate, or K/N for fixed-size sampling."""
+    if client_fraction is not None:
+        return client_fraction
+    return clients_per_round / clients
+
+
+def _sigma_argument(sigma: float | None, noise_multiplier: float | None) -> float:
+    """sigma, or Opacus's name for it; a ValueError where neither is given."""
+    sigma = noise_multiplier if sigma is None else sigma
+    if sigma is None:
+        raise ValueError("sigma (noise multiplier >= 0) is required")
+    return sigma
 
 
 def client_level_step(ledger: PrivacyLedger, ctx: RoundContext, sigma: float,
@@ -170,9 +189,7 @@ class FixedSizeBatchLedger:
     def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
              noise_multiplier: float | None = None, sample_rate: float | None = None,
              note: str = "") -> None:
-        sigma = noise_multiplier if sigma is None else sigma
-        if sigma is None:
-            raise ValueError("sigma (noise multiplier >= 0) is required")
+        sigma = _sigma_argument(sigma, noise_multiplier)
         # the ledger charges a fixed-size batch sensitivity 2C (multiplier sigma/2, q = 1)
         self._ledger.step(q=1.0, sigma=sigma, count=count, sampling="fixed-size",
                           note=f"{note} [fixed-size batch: sensitivity 2C, q=1]")
@@ -213,9 +230,7 @@ class AllocationLedger:
     def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
              noise_multiplier: float | None = None, sample_rate: float | None = None,
              note: str = "") -> None:
-        sigma = noise_multiplier if sigma is None else sigma
-        if sigma is None:
-            raise ValueError("sigma (noise multiplier >= 0) is required")
+        sigma = _sigma_argument(sigma, noise_multiplier)
         if self._local:
             self._buffer.append((float(sigma), int(count)))
         else:

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .._validate import check_fraction, check_int, check_number, check_probability
+from ..defenses.base import client_rate_of, client_sampling_of
 from ..optim import OPTIMIZERS
 from .observe import Tap
 
@@ -93,14 +94,12 @@ class FLConfig:
     @property
     def client_sampling(self) -> str:
         """"poisson" (rate ``client_fraction``) or "fixed-size" (K = ``clients_per_round``)."""
-        return "poisson" if self.client_fraction is not None else "fixed-size"
+        return client_sampling_of(self.client_fraction)
 
     @property
     def client_rate(self) -> float:
         """q of client sampling: the Poisson rate, or K/N for fixed-size sampling."""
-        if self.client_fraction is not None:
-            return self.client_fraction
-        return self.clients_per_round / self.clients
+        return client_rate_of(self.client_fraction, self.clients_per_round, self.clients)
 
     @property
     def denominator(self) -> float:
