@@ -93,6 +93,7 @@ def test_laplace_with_a_tiny_scale_is_never_nan(b: float) -> None:
     assert bounds.upper <= eps0  # never above the pure-DP guarantee
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_laplace_with_a_huge_scale_beside_gaussians_stays_in_memory() -> None:
     ledger = A.PrivacyLedger()
     ledger.laplace(1000.0)

@@ -60,6 +60,7 @@ def importance_delta(sigma, t, eps, n, rng, shift):
     return float(v.mean()), float(v.std() / math.sqrt(n))
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_eps_bracket_at_delta_1e5_against_importance_sampled_monte_carlo():
     # at eps = lower end the true delta is >= 1e-5, at the upper end <= 1e-5 (the remove
     # direction is the worse one here)

@@ -156,6 +156,7 @@ def test_an_unreachable_ray_address_is_one_clear_error():
     check_ray_address("auto")  # left to Ray
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_worker_processes_are_not_started_from_an_unguarded_script(tmp_path):
     script = tmp_path / "pasted.py"
     script.write_text(

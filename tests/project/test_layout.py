@@ -188,6 +188,7 @@ def test_the_layer_rule_refuses_what_it_should():
     assert not _against_layers("leakaudit.cli", "leakaudit.api")
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_importing_the_attacks_loads_neither_the_simulator_nor_the_defenses():
     code = ("import sys, leakaudit.attacks; "
             "print(sorted(m for m in sys.modules if m.startswith(('leakaudit.fl', "
@@ -197,6 +198,7 @@ def test_importing_the_attacks_loads_neither_the_simulator_nor_the_defenses():
     assert out == "[]"
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_importing_an_adapter_loads_neither_the_simulator_nor_the_defenses():
     code = ("import sys, leakaudit.interop.opacus; "
             "print(sorted(m for m in sys.modules if m.startswith(('leakaudit.fl', "

@@ -127,6 +127,7 @@ def test_top_level_audit_is_the_audit_with_the_empirical_column():
     assert top == inner - {"measure"} | {"empirical", "empirical_trials"}
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_the_report_is_a_report_and_rebuilds_from_its_json(tiny_report):
     from leakaudit.auditing import AuditReport
     from leakaudit.reporting import Report

@@ -28,6 +28,7 @@ def _report(examples: int) -> AuditReport:
     return rep
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 @pytest.mark.parametrize("examples", [3, FIGURE_EXAMPLES + 4])
 def test_the_figure_has_a_title_a_legend_every_example_and_the_tables_mse(examples, tmp_path,
                                                                           monkeypatch):

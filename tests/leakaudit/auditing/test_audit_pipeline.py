@@ -37,6 +37,7 @@ def _observed(ds, model, obs, truth):
         seed=BUDGET["seed"])
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_the_observation_tells_the_attack_the_protocol(both):
     _, _, _, obs, truth = both
     assert obs.local_steps == L and obs.examples_behind == B == truth.inputs.shape[0]
@@ -45,6 +46,7 @@ def test_the_observation_tells_the_attack_the_protocol(both):
     assert protocol_options("idlg", obs) == {}  # a one-step attack is told nothing more
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_five_local_steps_give_the_same_reconstruction_through_both_entry_points(both):
     report, ds, model, obs, truth = both
     simulated, = report.cells

@@ -112,6 +112,7 @@ class RealisedMeanSDP(D.FedSDP):
                 ledger.step(q=ctx.client_rate, sigma=self.sigma, note="q=K/N")
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_the_game_reproduces_the_realised_mean_leak_of_issue_18():
     # before the fix (default: every client) the issue measured >= 4.16 against a printed
     # 0.652 (RDP; 0.594 is the tightest bound of the same ledger, one Gaussian step at
@@ -140,6 +141,7 @@ def test_low_noise_measured_eps_stays_below_the_sound_eps(label, sampling):
     assert measured <= sound, (label, sampling, per, sound)
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_the_game_finds_a_leak_where_there_is_one():
     # the game has power: a low-noise fed-sdp round (every client takes part; the canary's
     # projection shifts by 3.3 noise sd) is told apart with a bound of about 1.9 from 75

@@ -208,6 +208,7 @@ def test_audit_observations_resumes_from_its_results_file(digits, tmp_path):
     assert len(path.read_text().splitlines()) == 3
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_import_leakaudit_does_not_import_opacus_or_flower():
     code = ("import sys, leakaudit, leakaudit.interop; leakaudit.audit_observations; "
             "print(sorted(m for m in ('opacus', 'flwr') if m in sys.modules))")
@@ -392,6 +393,7 @@ def test_ledgers_work_with_prv_accountant_and_pickle():
     assert [s for _, s, _ in _effective(again.sound)] == [0.5]
 
 
+@pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_import_interop_opacus_loads_neither_simulator_nor_defenses():
     code = ("import sys, leakaudit.interop.opacus; print(sorted(m for m in sys.modules "
             "if m in ('leakaudit.fl.simulate', 'leakaudit.fl') "
