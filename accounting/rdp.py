@@ -374,18 +374,10 @@ def _am1_terms(log_q: float, log_1mq: float, sig: np.ndarray, z0: np.ndarray,
     of c_i + log P_i, so nothing cancels. Returns log|term|, its sign, and the log of a
     round-off bound per term: (r, c, n) arrays. Also the log binomial coefficients (c, n).
     """
-    a = alphas[:, None]
-    log_c, sgn = _log_abs_binom(a, i)
-    lt0 = log_c + i[None, :] * log_q + (a - i[None, :]) * log_1mq  # (c, n)
-    c_i = (i * i - i)[None, :] / (2.0 * sig[:, None] ** 2)  # (r, n)
-    log_p = special.log_ndtr((z0[:, None] - i[None, :]) / sig[:, None])
-    x = c_i + log_p
-    log_d = _log_abs_expm1(x)
-    with np.errstate(divide="ignore", over="ignore"):
-        # error of x (a few ulps of |c_i| + |log P_i|) times d(e^x)/dx, plus d's own ulp
-        log_err = np.maximum(x, 0.0) + np.log(np.abs(c_i) + np.abs(log_p) + np.exp(log_d))
+    # error of x (a few ulps of |c_i| + |log P_i|) times d(e^x)/dx, plus d's own ulp
+    lt0, sgn, log_d, sx, log_err, log_c = _am1_parts(log_q, log_1mq, sig, z0, alphas, i)
     t = lt0[None] + log_d[:, None, :]
-    sign = sgn[None] * np.sign(x)[:, None, :]
+    sign = sgn[None] * sx[:, None, :]
     err = lt0[None] + log_err[:, None, :]
     return t, sign, err, log_c
 
