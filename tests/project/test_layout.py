@@ -189,20 +189,21 @@ def test_the_layer_rule_refuses_what_it_should():
 
 
 @pytest.mark.slow  # over a second of CPU: make test, not make test-fast
+def _loaded_by(module: str, prefixes: tuple[str, ...]) -> str:
+    """The modules under ``prefixes`` that a fresh ``import module`` loads, as printed."""
+    code = (f"import sys, {module}; "
+            f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT).stdout.strip()
+
+
 def test_importing_the_attacks_loads_neither_the_simulator_nor_the_defenses():
-    code = ("import sys, leakaudit.attacks; "
-            "print(sorted(m for m in sys.modules if m.startswith(('leakaudit.fl', "
-            "'leakaudit.defenses', 'leakaudit.auditing'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT).stdout.strip()
-    assert out == "[]"
+    assert _loaded_by("leakaudit.attacks",
+                      ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing")) == "[]"
 
 
 @pytest.mark.slow  # over a second of CPU: make test, not make test-fast
 def test_importing_an_adapter_loads_neither_the_simulator_nor_the_defenses():
-    code = ("import sys, leakaudit.interop.opacus; "
-            "print(sorted(m for m in sys.modules if m.startswith(('leakaudit.fl', "
-            "'leakaudit.defenses', 'leakaudit.auditing', 'leakaudit.empirical'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=ROOT).stdout.strip()
-    assert out == "[]"
+    assert _loaded_by("leakaudit.interop.opacus", ("leakaudit.fl", "leakaudit.defenses",
+                                                   "leakaudit.auditing",
+                                                   "leakaudit.empirical")) == "[]"
