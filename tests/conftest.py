@@ -110,7 +110,7 @@ def digits():
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sweeps", action="store_true", default=False,
                      help="also run the statistical sweeps (many seeds x 10,000 runs per "
-                          "side; about an hour on 2 cores): `make test-sweeps`")
+                          "side; minutes per test): `make test-sweeps`")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:

@@ -1,7 +1,7 @@
 """The auditor's regression suite: every mutant flagged at its budget, correct code never.
 
 Fast: a few mutants at a small budget on one seed. Sweeps (``make test-sweeps``,
-``--sweeps``; about an hour on 2 cores): every mutant at the budget the suite states, on
+``--sweeps``; minutes per test): every mutant at the budget the suite states, on
 three seeds; the correct user DP-SGD and the shipped defenses with a finite sound eps at
 10,000 held-out runs per side on three seeds, never flagged.
 """
