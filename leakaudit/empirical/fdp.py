@@ -27,9 +27,10 @@ a larger mu gives a smaller fbar, hence smaller r_0 + h_0).
 Checked, not only ported: the tests draw the paper's idealised game (every canary score
 N(mu, 1) in, N(0, 1) out) and check the bound is never above the true mu more often than the
 confidence allows, is at least the Steinke et al. bound converted to mu-GDP, and is monotone
-in v. The recursion follows the paper as implemented by its authors (PrivacyGuard's
-``FDPAnalysisNode``, Meta); the figure values of the paper could not be read here, so the
-idealised check compares with the bound at the expected counts (within sampling error).
+in v. The recursion is the one both public implementations compute (the authors' own,
+PrivacyGuard's ``FDPAnalysisNode`` at Meta, and jax_privacy's ``auditing``); the paper's figure
+values could not be read here, so the idealised check compares with the bound at the
+expected counts (within sampling error), as for the Steinke et al. bound.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def fdp_rejects(m: int, r: int, v: int, mu: float, tau: float, k: int = 2) -> bo
     rr, hh = tau * v / m, tau * (r - v) / m
     for i in range(v - 1, -1, -1):
         h_new = max(hh, (k - 1) * gdp_floor(rr, mu))
+        if h_new == hh:        # h unchanged: r unchanged, and so every later step
+            break
         rr = rr + i / (r - i) * (h_new - hh)
         hh = h_new
         if rr + hh > budget:   # r and h only grow as i falls: already rejected
