@@ -28,14 +28,15 @@ the ledger assumes, through the defense's own ``local_step``; scored by the proj
 the applied gradients; eps_claimed / eps_sound are client 0's ledgers. Canary CLIENTS for
 defenses that protect a client's whole update (sites "client" / "server" only): m extra
 clients in the population, sampled into rounds by the run's own client sampling; an included
-canary's update is its direction times 100 C, an excluded one's update is zero, and both go
-through the defense's own client-level hooks (``privatize_update``, ``sanitize_update``,
+canary's update is its direction times 100 C, an excluded one's update is zero (their local
+steps run the defense's own ``local_step`` on zero gradients), and both go through the
+defense's own client-level hooks (``privatize_update``, ``sanitize_update``,
 ``sanitize_sum``); scored by the projection of the released model change w_T - w_0 on each
-direction; eps_claimed / eps_sound are a canary client's (client-level) ledgers. A zero
-update is the defense's own neighbour for "zero-out" and "replace-one" ledgers, and equals an
-absent client for add/remove when the aggregate has a fixed denominator and noise that does
-not depend on who took part (DP-FedAvg, ``fixed_denominator``); add/remove without one is
-refused.
+direction; eps_claimed / eps_sound are a canary client's (client-level) ledgers. The
+excluded canaries follow the relation of the run's sound ledgers: absent from the population
+under add/remove (the fixed denominator of DP-FedAvg then set for the whole population, a
+public constant), present with a zero update under "zero-out" and "replace-one" (the relation
+of DP-FedAvg under fixed-size client sampling).
 
 Multi-run (``runs=R``): R independent runs (seeds drawn from ``seed``), ONE canary (the same
 direction in every run) included in a random half of them; each run's score goes to
@@ -201,20 +202,54 @@ class _CanaryBatch:
         return _CanaryBatch(self._batch.fresh(), self._canary)
 
 
+class _ZeroBatch:
+    """A canary client's local batch: its data contributes zero gradients (its update is the
+    canary, set in ``privatize_update``); the defense's own ``local_step`` still runs."""
+
+    def __init__(self, batch: Any) -> None:
+        self._batch = batch
+        self.num_classes = batch.num_classes
+
+    @property
+    def size(self) -> int:
+        return int(self._batch.size)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self._batch.input_shape
+
+    def per_example(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.zeros((max(1, self.size), *v.shape), dtype=v.dtype)
+                for v in params.values()]
+
+    def mean(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.zeros_like(v) for v in params.values()]
+
+    def gradients_at(self, params: dict[str, torch.Tensor], x: torch.Tensor,
+                     y: torch.Tensor) -> list[torch.Tensor]:
+        return self._batch.gradients_at(params, x, y)
+
+    def fresh(self) -> _ZeroBatch:
+        return _ZeroBatch(self._batch.fresh())
+
+
 class _Canaries(Defense):
     """The audited defense with ``m`` canaries (``kind`` "gradient" or "client").
 
     Every hook is the inner defense's. Gradient canaries: ``local_step`` of client
     ``first`` hands the inner one a batch with this step's canaries appended and scores each
-    canary by the gradient applied (white box). Canary clients ``first .. first + m - 1``:
-    their local steps train nothing, and ``privatize_update`` replaces their update by the
+    canary by the gradient applied (white box). Canary clients ``first, first + 1, ...``
+    (holding canaries ``members``):
+    their local steps run the inner ``local_step`` on zero gradients (:class:`_ZeroBatch`),
+    and ``privatize_update`` replaces their update by the
     canary (included) or zero (excluded) before the inner client-level hooks."""
 
     def __init__(self, inner: Defense, m: int, magnitude: float, included: torch.Tensor,
-                 direction_seed: int, generator: torch.Generator, kind: str, first: int
-                 ) -> None:
+                 direction_seed: int, generator: torch.Generator, kind: str, first: int,
+                 members: Sequence[int] = ()) -> None:
         self.inner, self.m, self.magnitude, self.generator = inner, m, magnitude, generator
         self.kind, self.first, self.direction_seed = kind, first, direction_seed
+        self.members = list(members)   # the canary of each canary client, in client order
         self.name, self.sites, self.level = inner.name, inner.sites, inner.level
         self.weighted_aggregation, self.optimizer = inner.weighted_aggregation, inner.optimizer
         self.fixed_denominator, self.relation = inner.fixed_denominator, inner.relation
@@ -235,12 +270,13 @@ class _Canaries(Defense):
 
     def _canary_client(self, client: int) -> int | None:
         j = client - self.first
-        return j if self.kind == "client" and 0 <= j < self.m else None
+        return self.members[j] if self.kind == "client" and 0 <= j < len(self.members) \
+            else None
 
     def local_step(self, params, batch, optimizer, ctx):  # type: ignore[override]
         if self.kind == "client":
             if self._canary_client(ctx.client) is not None:   # its update is the canary
-                return params, [torch.zeros_like(v) for v in params.values()]
+                batch = _ZeroBatch(batch)
             return self.inner.local_step(params, batch, optimizer, ctx)
         if ctx.client != self.first:
             return self.inner.local_step(params, batch, optimizer, ctx)
@@ -322,11 +358,6 @@ def canary_kind(defense: Defense, kind: str | None = None) -> str:
             "in a whole client update (it privatises per-example gradients)"
         raise ValueError(f"canary: defense {defense.name!r} releases nothing it protects "
                          f"{where} (sites {sorted(sites)}): {kind} canaries cannot audit it")
-    if kind == "client" and defense.level == "client" and defense.relation == "add-remove" \
-            and not defense.fixed_denominator:
-        raise ValueError(f"canary: defense {defense.name!r} states client-level add/remove "
-                         "without a fixed denominator: a zero-update canary client is not an "
-                         "absent one there")
     return kind
 
 
@@ -335,11 +366,12 @@ def _flat(model: torch.nn.Module) -> torch.Tensor:
                      ).double()
 
 
-def _population(ds: Any, options: dict[str, Any], extra: int, seed: int) -> dict[str, Any]:
-    """The simulator's options with ``extra`` canary clients after the run's own clients:
-    the real clients keep the partition the run would give them (the simulator's own
-    split), each canary client holds a copy of the median client's indices (never read: its
-    update is the canary, and its size gives it a typical aggregation weight)."""
+def _population(ds: Any, options: dict[str, Any], extra: int, seed: int
+                ) -> tuple[dict[str, Any], int]:
+    """The simulator's options with ``extra`` canary clients after the run's own clients, and
+    the number of those: the real clients keep the partition the run would give them (the
+    simulator's own split), each canary client holds a copy of the median client's indices
+    (never read: its update is the canary, and its size gives it a typical weight)."""
     from ..fl.config import FLConfig
     from ..fl.simulate import split
 
@@ -351,26 +383,44 @@ def _population(ds: Any, options: dict[str, Any], extra: int, seed: int) -> dict
     opts["clients"] = len(parts) + extra
     opts["partition"] = [p.tolist() for p in parts] + [median.tolist()] * extra
     opts.pop("partition_kwargs", None)
-    return opts
+    return opts, len(parts)
+
+
+def _relation(defense: Defense, options: dict[str, Any]) -> str:
+    """The neighbouring relation of the run's sound client ledgers (the simulator's rule)."""
+    from types import SimpleNamespace
+
+    from ..defenses.base import client_sampling_of
+    from ..fl.simulate import sound_relation
+
+    sampling = client_sampling_of(options.get("client_fraction"))
+    return sound_relation(defense, SimpleNamespace(client_sampling=sampling))
 
 
 def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any,
               rounds: int, seed: int, direction_seed: int, options: dict[str, Any]
-              ) -> tuple[np.ndarray, PrivacyLedger, PrivacyLedger, int]:
+              ) -> tuple[np.ndarray, PrivacyLedger, PrivacyLedger, int, str]:
     """One training run with ``m`` canaries: (scores, claimed ledger, sound ledger of the
-    audited unit, canary releases)."""
+    audited unit, canary releases, what an excluded canary is)."""
     from .. import fl, models
 
     opts = dict(options)
     model = models.resolve(opts.pop("model", None), ds, seed=seed)
-    first = 0
+    first, members, excluded = 0, list(range(m)), "not sampled into any batch"
     if kind == "client":
-        opts = _population(ds, opts, m, seed)
-        first = opts["clients"] - m
+        excluded = "a zero update"
+        if _relation(inner, opts) == "add-remove":   # an excluded canary client is absent
+            members = [j for j in range(m) if bool(included[j])]
+            excluded = "absent"
+        opts, real = _population(ds, opts, len(members), seed)
+        first = real
+        if inner.fixed_denominator and opts.get("client_fraction") is not None:
+            # the fixed denominator is a public constant: never the realised population's
+            opts.setdefault("expected_weight", opts["client_fraction"] * (real + m))
     defense = copy.deepcopy(inner)
     magnitude = game.LARGE * game.canary_bound(defense)
     wrapped = _Canaries(defense, m, magnitude, included, direction_seed,
-                        torch.Generator().manual_seed(int(seed) + 7919), kind, first)
+                        torch.Generator().manual_seed(int(seed) + 7919), kind, first, members)
     w0 = _flat(model)
     run = fl.simulate(model, dataset=ds, defense=wrapped, rounds=rounds, seed=seed,
                       progress=False, **opts)
@@ -381,7 +431,8 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
         if wrapped.steps == 0:
             raise ValueError("rounds: client 0 took no local step, no canary was released")
         scores = wrapped.scores.numpy()
-    return scores, run.claimed[first], run.sound[first], wrapped.steps
+    unit = first if kind == "gradient" or members else 0   # no canary client: any client
+    return scores, run.claimed[unit], run.sound[unit], wrapped.steps, excluded
 
 
 def _epsilons(claimed: PrivacyLedger, sound: PrivacyLedger, delta: float
@@ -477,8 +528,8 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
 def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
              delta: float, confidence: float, options: dict[str, Any]) -> dict[str, Any]:
     included = torch.rand(m, generator=torch.Generator().manual_seed(int(seed) + 104729)) < 0.5
-    scores, claimed, sound, steps = _simulate(inner, kind, m, included, ds, rounds, seed,
-                                              int(seed) + 7919, options)
+    scores, claimed, sound, steps, excluded = _simulate(inner, kind, m, included, ds, rounds,
+                                                        seed, int(seed) + 7919, options)
     found = one_run_bound(scores, included.numpy(), delta, confidence)
     return {"mode": "one-run", "trials": 1,
             "canary": f"{m} {kind} canaries (one run)",
@@ -487,6 +538,7 @@ def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
             "eps_lower_gdp": found["eps_lower_gdp"], "guesses": found["guesses"],
             "correct": found["correct"], "mu_guesses": found["mu_guesses"],
             "mu_correct": found["mu_correct"], "canaries": m, "steps": steps,
+            "excluded": excluded,
             "relation": sound.relation, **_epsilons(claimed, sound, delta)}
 
 
@@ -499,9 +551,12 @@ def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed:
     scores = np.zeros(runs)
     seen: dict[str, dict[str, Any]] = {}
     for j in range(runs):
-        s, claimed, sound, _ = _simulate(inner, kind, 1, torch.tensor([bool(into[j])]), ds,
-                                         rounds, int(seeds[j]), int(seed) + 7919, options)
+        s, claimed, sound, _, excluded = _simulate(
+            inner, kind, 1, torch.tensor([bool(into[j])]), ds, rounds, int(seeds[j]),
+            int(seed) + 7919, options)
         scores[j] = s[0]
+        if not into[j]:       # the ledgers of the canary's unit: where it takes part
+            continue
         key = repr([[e.to_dict() for e in led.events] for led in (claimed, sound)])
         if key not in seen:   # each distinct pair of ledgers is read once
             seen[key] = {**_epsilons(claimed, sound, delta), "relation": sound.relation}
@@ -519,4 +574,5 @@ def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed:
             "(bounds_from_scores)", "eps_lower": got["eps_lower"],
             "mu_lower": got["mu_lower"],
             "eps_lower_gdp": stats.gdp_epsilon(got["mu_lower"], delta), "canaries": 1,
+            "excluded": excluded,
             "runs": runs, **worst}

@@ -175,7 +175,9 @@ def test_canary_clients_audit_a_weak_client_level_dp_fedavg():
     row = leakaudit.privacy_audit_training(
         "fed-sdp-server", defense_params=dict(clip=1.0, sigma=0.5), client_fraction=0.5,
         seed=0, **CLIENTS).rows()[0]
+    # add/remove: an excluded canary client is absent from the population
     assert row["kind"] == "client" and row["relation"] == "add-remove"
+    assert row["excluded"] == "absent"
     assert 0.3 < row["eps_lower"] <= row["eps_sound"] < math.inf
     assert 0 < row["mu_lower"] and not row["sound_violated"]
 
@@ -186,6 +188,8 @@ def test_canary_clients_without_noise_reach_the_largest_bound_their_count_allows
         "fed-sdp-client", defense_params=dict(clip=1.0, sigma=0.0), seed=0,
         **CLIENTS).rows()[0]
     m = CLIENTS["canaries"]
+    # every client in every round (fixed-size): replace-one, an excluded canary sends zero
+    assert row["relation"] == "replace-one" and row["excluded"] == "a zero update"
     assert row["guesses"] == row["correct"] and row["mu_guesses"] == row["mu_correct"]
     # every canary guessed at the largest guess count: the largest bound m allows
     largest = max(onerun.eps_one_run(m, int(a * m) + int(b * m), int(a * m) + int(b * m),
