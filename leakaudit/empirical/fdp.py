@@ -38,7 +38,13 @@ from __future__ import annotations
 import math
 from statistics import NormalDist
 
-__all__ = ["gdp_floor", "fdp_rejects", "mu_one_run", "MU_MAX"]
+import numpy as np
+
+from accounting import PrivacyLedger
+from accounting.events import GaussianSchedule, SampledGaussian
+from accounting.relations import gaussian_upper
+
+__all__ = ["gdp_floor", "fdp_rejects", "mu_one_run", "ledger_mu", "MU_MAX"]
 
 #: the largest mu searched; a bound there is reported as this value (no finite run gets it)
 MU_MAX = 40.0
@@ -99,3 +105,28 @@ def mu_one_run(m: int, r: int, v: int, p: float, k: int = 2, tol: float = 1e-4) 
         else:
             hi = mid
     return lo
+
+
+def ledger_mu(ledger: PrivacyLedger) -> float | None:
+    """mu of a ledger that is a composition of Gaussian mechanisms without amplification:
+    sqrt(sum_steps (s / sigma)^2) (Dong, Roth, Su 2019, Cor. 3.3), s the step's L2
+    sensitivity in units of C under the ledger's relation and sampling (2 for fixed-size or
+    shuffled batches and for replace-one: ``accounting.relations.gaussian_upper``); None if
+    any step is amplified by Poisson sampling (q < 1) or is not Gaussian, or if none."""
+    total, events = 0.0, ledger.events
+    if not events:
+        return None
+    for e in events:
+        if isinstance(e, SampledGaussian):
+            sigmas = np.full(e.count, e.sigma, dtype=float)
+        elif isinstance(e, GaussianSchedule):
+            sigmas = np.asarray(e.sigmas, float)
+        else:
+            return None
+        if np.any(sigmas <= 0):
+            return math.inf
+        q, sig = gaussian_upper(e.q, sigmas, e.sampling, e.relation)
+        if np.any((q > 0) & (q < 1)):
+            return None
+        total += float(np.sum((q > 0) / sig ** 2))
+    return math.sqrt(total)

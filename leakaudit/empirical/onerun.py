@@ -70,8 +70,6 @@ import torch
 from scipy import stats as sps
 
 from accounting import PrivacyLedger, tightest_epsilon
-from accounting.events import GaussianSchedule, SampledGaussian
-from accounting.relations import gaussian_upper
 
 from ..defenses import Defense
 from ..defenses import get as get_defense
@@ -79,7 +77,7 @@ from . import fdp, game, stats
 from .report import PrivacyReport
 
 __all__ = ["p_value_one_run", "eps_one_run", "one_run_bound", "privacy_audit_training",
-           "canary_kind", "gdp_mu", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS"]
+           "canary_kind", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS"]
 
 #: guess counts tried, as fractions of m: (share guessed "in", share guessed "out")
 GUESSES: tuple[tuple[float, float], ...] = (
@@ -436,34 +434,9 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
     return scores, run.claimed[unit], run.sound[unit], wrapped.steps, excluded
 
 
-def gdp_mu(ledger: PrivacyLedger) -> float | None:
-    """mu of a ledger that is a composition of Gaussian mechanisms without amplification:
-    sqrt(sum_steps (s / sigma)^2) (Dong, Roth, Su 2019, Cor. 3.3), s the step's L2
-    sensitivity in units of C under the ledger's relation and sampling (2 for fixed-size or
-    shuffled batches and for replace-one: ``accounting.relations.gaussian_upper``); None if
-    any step is amplified by Poisson sampling (q < 1) or is not Gaussian, or if none."""
-    total, events = 0.0, ledger.events
-    if not events:
-        return None
-    for e in events:
-        if isinstance(e, SampledGaussian):
-            sigmas = np.full(e.count, e.sigma, dtype=float)
-        elif isinstance(e, GaussianSchedule):
-            sigmas = np.asarray(e.sigmas, float)
-        else:
-            return None
-        if np.any(sigmas <= 0):
-            return math.inf
-        q, sig = gaussian_upper(e.q, sigmas, e.sampling, e.relation)
-        if np.any((q > 0) & (q < 1)):
-            return None
-        total += float(np.sum((q > 0) / sig ** 2))
-    return math.sqrt(total)
-
-
 def _epsilons(claimed: PrivacyLedger, sound: PrivacyLedger, delta: float
               ) -> dict[str, float]:
-    mu_c, mu_s = gdp_mu(claimed), gdp_mu(sound)
+    mu_c, mu_s = fdp.ledger_mu(claimed), fdp.ledger_mu(sound)
     return {"eps_claimed": tightest_epsilon(claimed, delta),
             "eps_sound": tightest_epsilon(sound, delta),
             "mu_claimed": math.nan if mu_c is None else mu_c,

@@ -199,20 +199,20 @@ def test_canary_clients_without_noise_reach_the_largest_bound_their_count_allows
     assert math.isinf(row["eps_sound"]) and not row["sound_violated"]
 
 
-def test_gdp_mu_of_a_ledger_counts_the_sensitivity_of_its_steps():
+def test_ledger_mu_counts_the_sensitivity_of_its_steps():
     from accounting import PrivacyLedger, tightest_epsilon
 
     plain = PrivacyLedger()
     plain.step(q=1.0, sigma=2.0, count=4)                       # mu = sqrt(4) / 2 = 1
-    assert onerun.gdp_mu(plain) == pytest.approx(1.0)
+    assert fdp.ledger_mu(plain) == pytest.approx(1.0)
     assert gdp_epsilon(1.0, 1e-5) == pytest.approx(tightest_epsilon(plain, 1e-5), rel=1e-3)
     fixed = PrivacyLedger(relation="replace-one")                # sensitivity 2C: mu doubles
     fixed.step(q=1.0, sigma=2.0, count=4, sampling="fixed-size")
-    assert onerun.gdp_mu(fixed) == pytest.approx(2.0)
+    assert fdp.ledger_mu(fixed) == pytest.approx(2.0)
     assert gdp_epsilon(2.0, 1e-5) == pytest.approx(tightest_epsilon(fixed, 1e-5), rel=1e-3)
     sampled = PrivacyLedger()
     sampled.step(q=0.1, sigma=2.0, count=4)                      # amplified: not mu-GDP
-    assert onerun.gdp_mu(sampled) is None and onerun.gdp_mu(PrivacyLedger()) is None
+    assert fdp.ledger_mu(sampled) is None and fdp.ledger_mu(PrivacyLedger()) is None
 
 
 def _tiny() -> object:
