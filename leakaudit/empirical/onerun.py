@@ -536,7 +536,8 @@ def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
             "eps_lower": found["eps_lower"], "mu_lower": found["mu_lower"],
             "eps_lower_gdp": found["eps_lower_gdp"], "guesses": found["guesses"],
             "correct": found["correct"], "mu_guesses": found["mu_guesses"],
-            "mu_correct": found["mu_correct"], "canaries": m, "steps": steps,
+            "mu_correct": found["mu_correct"], "canaries": m,
+            "included": int(included.sum()), "steps": steps,
             "excluded": excluded,
             "relation": sound.relation, **_epsilons(claimed, sound, delta)}
 
