@@ -404,6 +404,7 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
     from .. import fl, models
 
     opts = dict(options)
+    opts.pop("progress", None)
     model = models.resolve(opts.pop("model", None), ds, seed=seed)
     first, members, excluded = 0, list(range(m)), "not sampled into any batch"
     if kind == "client":
