@@ -34,14 +34,13 @@ import numpy as np
 import torch
 
 from accounting import PrivacyLedger, tightest_epsilon
-from accounting.events import GaussianSchedule, SampledGaussian
 
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability
 from ..defenses import Defense
 from ..records import ResultsFile
-from . import game, stats
+from . import fdp, game, stats
 from .report import PrivacyReport
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
@@ -56,24 +55,10 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
 
 
 def ledger_mu(ledger: PrivacyLedger) -> float | None:
-    """mu of a ledger that is a composition of Gaussian mechanisms without sampling (q = 1):
-    sqrt(sum count / sigma^2) (Dong, Roth, Su 2019, Cor. 3.3); None if it records anything
-    else (sampled steps, Laplace, (eps, delta) steps) or nothing."""
-    events = ledger.events
-    if not events:
-        return None
-    total = 0.0
-    for e in events:
-        if isinstance(e, SampledGaussian) and e.q >= 1.0:
-            sigmas = np.full(e.count, e.sigma)
-        elif isinstance(e, GaussianSchedule) and e.q >= 1.0:
-            sigmas = np.asarray(e.sigmas, float)
-        else:
-            return None
-        if np.any(sigmas <= 0):
-            return math.inf
-        total += float(np.sum(1.0 / sigmas ** 2))
-    return math.sqrt(total)
+    """mu of a ledger that is a composition of Gaussian mechanisms without sampling (q = 1),
+    each step at its sensitivity (2C for fixed-size batches and replace-one): see
+    :func:`leakaudit.empirical.fdp.ledger_mu`; None if it records anything else."""
+    return fdp.ledger_mu(ledger)
 
 
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta

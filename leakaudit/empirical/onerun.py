@@ -1,37 +1,66 @@
-"""One-run audit: a lower bound on eps from ONE training run with many canaries.
+"""Audit a whole training run: a lower bound on eps (and mu) from ONE run with many canaries,
+or, for small runs, from several runs with one canary each.
 
-Steinke, Nasr, Jagielski (NeurIPS 2023), "Privacy auditing with one (1) training run": m
-canaries, each included independently with probability 1/2 (S_i = +-1). After the run the
-auditor scores every canary, guesses "in" for the k+ highest scores and "out" for the k-
-lowest, abstains on the rest: r = k+ + k- guesses, v of them correct. If the run is
-(eps, delta)-DP for each canary (Thm 3.1 / Prop. 5.2, their Algorithm 2):
+One run (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training
+run"): m canaries, each included independently with probability 1/2 (S_i = +-1). After the
+run the auditor scores every canary, guesses "in" for the k+ highest scores and "out" for
+the k- lowest, abstains on the rest: r = k+ + k- guesses, v of them correct. Two bounds:
 
-    P[v correct or more] <= P[Bin(r, e^eps / (1 + e^eps)) >= v]
-                            + 2 m delta max_{i=1..v} P[v > Bin(r, .) >= v - i] / i
+* eps (Steinke et al., Thm 3.1 / Prop. 5.2, their Algorithm 2), for an (eps, delta)-DP run:
 
-so eps_lower is the largest eps whose p-value is below 1 - confidence
-(:func:`eps_one_run`). Several guess counts are tried; each pays its share of the
-confidence (Bonferroni over :data:`GUESSES`).
+      P[v correct or more] <= P[Bin(r, e^eps / (1 + e^eps)) >= v]
+                              + 2 m delta max_{i=1..v} P[v > Bin(r, .) >= v - i] / i
+
+  eps_lower is the largest eps whose p-value is below the test's level (:func:`eps_one_run`);
+* mu (Mahloujifar, Melis, Chaudhuri, ICML 2025, "Auditing f-differential privacy in one
+  run"), for a mu-GDP run: the whole Gaussian trade-off curve instead of one (eps, delta)
+  point (:mod:`leakaudit.empirical.fdp`); mu_lower is the largest mu-GDP rejected, reported
+  with eps_lower_gdp, its eps at delta (valid only if the run is mu-GDP). Tighter than the
+  eps bound for Gaussian noise (the paper's point; tested on the idealised game).
+
+Several guess counts are tried (:data:`GUESSES`); the confidence is split in half between
+the two targets and each half among the guess counts (Bonferroni).
+
+Canaries: white-box GRADIENT canaries for defenses that privatise per-example gradients
+(site "example", or no site at all): random unit directions times 100 C added to client 0's
+per-example gradients, each Poisson-sampled into every local batch at the rate B / n_c that
+the ledger assumes, through the defense's own ``local_step``; scored by the projection of
+the applied gradients; eps_claimed / eps_sound are client 0's ledgers. Canary CLIENTS for
+defenses that protect a client's whole update (sites "client" / "server" only): m extra
+clients in the population, sampled into rounds by the run's own client sampling; an included
+canary's update is its direction times 100 C, an excluded one's update is zero (their local
+steps run the defense's own ``local_step`` on zero gradients), and both go through the
+defense's own client-level hooks (``privatize_update``, ``sanitize_update``,
+``sanitize_sum``); scored by the projection of the released model change w_T - w_0 on each
+direction; eps_claimed / eps_sound are a canary client's (client-level) ledgers. The
+excluded canaries follow the relation of the run's sound ledgers: absent from the population
+under add/remove (the fixed denominator of DP-FedAvg then set for the whole population, a
+public constant), present with a zero update under "zero-out" and "replace-one" (the relation
+of DP-FedAvg under fixed-size client sampling).
+
+Multi-run (``runs=R``): R independent runs (seeds drawn from ``seed``), ONE canary (the same
+direction in every run) included in a random half of them; each run's score goes to
+:func:`leakaudit.empirical.stats.bounds_from_scores` (selection split, Clopper-Pearson).
 
 Pitfalls (read before trusting a number):
 
-* the canaries must be exchangeable: drawn i.i.d. (here random directions of one norm)
-  and included i.i.d. with probability 1/2; an auditor that picks which canaries to score
-  after seeing the run breaks the theorem;
-* a one-run bound is never to be mixed with a multi-run one (:func:`privacy_audit`): they
-  bound different things (one run with m canaries vs repeated runs of one release), and
-  their confidences do not combine; the options of one never apply to the other;
-* it is weak by construction: with m canaries it cannot exceed about ln(m) and it is far
-  below the true eps of a strong guarantee (the paper's Fig. 1); a small bound is no
+* the canaries must be exchangeable: drawn i.i.d. (random directions of one norm) and
+  included i.i.d. with probability 1/2; an auditor that picks which canaries to score after
+  seeing the run breaks the theorem;
+* a one-run bound is never to be mixed with a multi-run one (nor with
+  :func:`privacy_audit`'s): they bound different games (one run with m canaries vs repeated
+  runs of one canary) and their confidences do not combine; the options of one never apply
+  to the other (``canaries`` > 1 with ``runs``, or ``trials``/``statistic``/...: ValueError);
+* one-run bounds are weak by construction: with m canaries they cannot exceed about ln(m)
+  (eps) and they stay far below the true eps of a strong guarantee; a small bound is no
   evidence of privacy;
-* the canaries here are white-box GRADIENT canaries added to client 0's per-example
-  gradients, each Poisson-sampled into every local batch at the rate B / n_c that the
-  defense's ledger assumes for its examples (the sampling accounted must be the one run):
-  eps_claimed and eps_sound are those of client 0's ledgers for the run.
+* the score must use only what the run releases (the applied gradients, the final model),
+  never who was sampled when: the amplified ledgers assume that is hidden.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -40,23 +69,28 @@ import numpy as np
 import torch
 from scipy import stats as sps
 
-from accounting import tightest_epsilon
+from accounting import PrivacyLedger, tightest_epsilon
 
 from ..defenses import Defense
 from ..defenses import get as get_defense
-from . import game
+from . import fdp, game, stats
 from .report import PrivacyReport
 
 __all__ = ["p_value_one_run", "eps_one_run", "one_run_bound", "privacy_audit_training",
-           "GUESSES", "MULTI_RUN_OPTIONS"]
+           "canary_kind", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS"]
 
 #: guess counts tried, as fractions of m: (share guessed "in", share guessed "out")
 GUESSES: tuple[tuple[float, float], ...] = (
     (0.5, 0.5), (0.25, 0.25), (0.1, 0.1), (0.05, 0.05), (0.02, 0.02),
     (0.45, 0.0), (0.25, 0.0), (0.1, 0.0), (0.02, 0.0))
-#: options of the multi-run audit (``privacy_audit``) refused here
+#: options of the repeated-release audit (``privacy_audit``) refused here
 MULTI_RUN_OPTIONS = ("trials", "statistic", "select_fraction", "background",
                      "background_scale", "shapes", "point", "vectorise", "chunk")
+#: the fewest runs of the multi-run mode: 4 canary-in and 4 canary-out runs
+#: (``stats.bounds_from_scores`` needs 4 per side)
+MIN_RUNS = 8
+#: canary kinds: per-example gradients, or whole clients
+KINDS = ("gradient", "client")
 
 
 def p_value_one_run(m: int, r: int, v: int, eps: float, delta: float) -> float:
@@ -95,18 +129,26 @@ def eps_one_run(m: int, r: int, v: int, delta: float, p: float) -> float:
     return lo
 
 
+def level_per_test(confidence: float, guesses: int) -> float:
+    """The level of each test: (1 - confidence) split in half between eps and mu, and each
+    half among the ``guesses`` guess counts (Bonferroni)."""
+    return (1.0 - confidence) / 2.0 / guesses
+
+
 def one_run_bound(scores: np.ndarray, included: np.ndarray, delta: float,
                   confidence: float = 0.95,
                   guesses: Sequence[tuple[float, float]] = GUESSES) -> dict[str, Any]:
-    """eps_lower from canary scores (higher = "in") and the true inclusions; the best over
-    ``guesses`` (fractions of m guessed in / out), Bonferroni over them."""
+    """eps_lower (Steinke et al.) and mu_lower (Mahloujifar et al.) from canary scores
+    (higher = "in") and the true inclusions; each the best over ``guesses`` (fractions of m
+    guessed in / out), at the level :func:`level_per_test` (Bonferroni over both)."""
     scores, included = np.asarray(scores, float), np.asarray(included, bool)
     m = scores.size
     if m < 2 or included.size != m:
         raise ValueError(f"canaries: need >= 2 scores with one inclusion each, got {m}")
     order = np.argsort(scores, kind="stable")
-    p = (1.0 - confidence) / len(guesses)
-    best: dict[str, Any] = {"eps_lower": 0.0, "guesses": 0, "correct": 0, "m": m}
+    p = level_per_test(confidence, len(guesses))
+    best: dict[str, Any] = {"eps_lower": 0.0, "guesses": 0, "correct": 0, "m": m,
+                            "mu_lower": 0.0, "mu_guesses": 0, "mu_correct": 0}
     for f_in, f_out in guesses:
         k_in, k_out = int(f_in * m), int(f_out * m)
         if k_in + k_out == 0 or k_in + k_out > m:
@@ -115,7 +157,11 @@ def one_run_bound(scores: np.ndarray, included: np.ndarray, delta: float,
         v += int((~included[order[:k_out]]).sum()) if k_out else 0
         eps = eps_one_run(m, k_in + k_out, v, delta, p)
         if eps > best["eps_lower"]:
-            best = {"eps_lower": eps, "guesses": k_in + k_out, "correct": v, "m": m}
+            best.update(eps_lower=eps, guesses=k_in + k_out, correct=v)
+        mu = fdp.mu_one_run(m, k_in + k_out, v, p)
+        if mu > best["mu_lower"]:
+            best.update(mu_lower=mu, mu_guesses=k_in + k_out, mu_correct=v)
+    best["eps_lower_gdp"] = stats.gdp_epsilon(best["mu_lower"], delta)
     return best
 
 
@@ -155,40 +201,87 @@ class _CanaryBatch:
         return _CanaryBatch(self._batch.fresh(), self._canary)
 
 
+class _ZeroBatch:
+    """A canary client's local batch: its data contributes zero gradients (its update is the
+    canary, set in ``privatize_update``); the defense's own ``local_step`` still runs."""
+
+    def __init__(self, batch: Any) -> None:
+        self._batch = batch
+        self.num_classes = batch.num_classes
+
+    @property
+    def size(self) -> int:
+        return int(self._batch.size)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return self._batch.input_shape
+
+    def per_example(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.zeros((max(1, self.size), *v.shape), dtype=v.dtype)
+                for v in params.values()]
+
+    def mean(self, params: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return [torch.zeros_like(v) for v in params.values()]
+
+    def gradients_at(self, params: dict[str, torch.Tensor], x: torch.Tensor,
+                     y: torch.Tensor) -> list[torch.Tensor]:
+        return self._batch.gradients_at(params, x, y)
+
+    def fresh(self) -> _ZeroBatch:
+        return _ZeroBatch(self._batch.fresh())
+
+
 class _Canaries(Defense):
-    """The audited defense with m gradient canaries inserted into client 0's local steps.
+    """The audited defense with ``m`` canaries (``kind`` "gradient" or "client").
 
-    Every hook is the inner defense's; ``local_step`` hands it a batch with this step's
-    canaries appended and scores each canary by the gradient it applied (white box)."""
+    Every hook is the inner defense's. Gradient canaries: ``local_step`` of client
+    ``first`` hands the inner one a batch with this step's canaries appended and scores each
+    canary by the gradient applied (white box). Canary clients ``first, first + 1, ...``
+    (holding canaries ``members``):
+    their local steps run the inner ``local_step`` on zero gradients (:class:`_ZeroBatch`),
+    and ``privatize_update`` replaces their update by the
+    canary (included) or zero (excluded) before the inner client-level hooks."""
 
-    def __init__(self, inner: Defense, m: int, magnitude: float, generator: torch.Generator
-                 ) -> None:
+    def __init__(self, inner: Defense, m: int, magnitude: float, included: torch.Tensor,
+                 direction_seed: int, generator: torch.Generator, kind: str, first: int,
+                 members: Sequence[int] = ()) -> None:
         self.inner, self.m, self.magnitude, self.generator = inner, m, magnitude, generator
+        self.kind, self.first, self.direction_seed = kind, first, direction_seed
+        self.members = list(members)   # the canary of each canary client, in client order
         self.name, self.sites, self.level = inner.name, inner.sites, inner.level
         self.weighted_aggregation, self.optimizer = inner.weighted_aggregation, inner.optimizer
+        self.fixed_denominator, self.relation = inner.fixed_denominator, inner.relation
         self.orders = inner.orders
-        self.included = torch.rand(m, generator=generator) < 0.5
+        self.included = included.bool()
         self.directions: torch.Tensor | None = None
         self.scores = torch.zeros(m, dtype=torch.float64)
         self.steps = 0
 
     def _directions(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """m random unit directions in parameter space (the same for one ``direction_seed``)."""
         if self.directions is None:
             d = sum(v.numel() for v in params.values())
-            u = torch.randn(self.m, d, generator=self.generator)
+            g = torch.Generator().manual_seed(self.direction_seed)
+            u = torch.randn(self.m, d, generator=g)
             self.directions = u / u.norm(dim=1, keepdim=True)
         return self.directions
 
+    def _canary_client(self, client: int) -> int | None:
+        j = client - self.first
+        return self.members[j] if self.kind == "client" and 0 <= j < len(self.members) \
+            else None
+
     def local_step(self, params, batch, optimizer, ctx):  # type: ignore[override]
-        if ctx.client != 0:
+        if self.kind == "client":
+            if self._canary_client(ctx.client) is not None:   # its update is the canary
+                batch = _ZeroBatch(batch)
+            return self.inner.local_step(params, batch, optimizer, ctx)
+        if ctx.client != self.first:
             return self.inner.local_step(params, batch, optimizer, ctx)
         u = self._directions(params)
         step = self.included & (torch.rand(self.m, generator=self.generator) < ctx.batch_rate)
-        flat = u[step] * self.magnitude
-        canary, start = [], 0
-        for v in params.values():
-            canary.append(flat[:, start:start + v.numel()].reshape(-1, *v.shape))
-            start += v.numel()
+        canary = _split(u[step] * self.magnitude, params)
         new, g = self.inner.local_step(params, _CanaryBatch(batch, canary), optimizer, ctx)
         applied = torch.cat([t.reshape(-1) for t in g]).to(u.dtype)
         self.scores += (u @ applied).double()
@@ -202,10 +295,22 @@ class _Canaries(Defense):
         return self.inner.privatize_batch(grads, ctx)
 
     def privatize_update(self, update, ctx):  # type: ignore[override]
+        j = self._canary_client(ctx.client)
+        if j is not None:
+            self.steps += 1
+            shaped = {str(i): t for i, t in enumerate(update)}
+            if bool(self.included[j]):
+                u = self._directions(shaped)[j:j + 1] * self.magnitude
+                update = [c[0].to(t.dtype) for c, t in zip(_split(u, shaped), update)]
+            else:
+                update = [torch.zeros_like(t) for t in update]
         return self.inner.privatize_update(update, ctx)
 
     def sanitize_update(self, update, ctx):  # type: ignore[override]
         return self.inner.sanitize_update(update, ctx)
+
+    def sanitize_sum(self, total, uploads, ctx, generator):  # type: ignore[override]
+        return self.inner.sanitize_sum(total, uploads, ctx, generator)
 
     def start(self, rounds: int) -> None:
         self.inner.start(rounds)
@@ -227,69 +332,248 @@ class _Canaries(Defense):
         return self.inner.describe()
 
 
+def _split(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """(k, D) rows cut into (k, *shape) per parameter tensor of ``like``."""
+    out, start = [], 0
+    for v in like.values():
+        out.append(flat[:, start:start + v.numel()].reshape(-1, *v.shape))
+        start += v.numel()
+    return out
+
+
+def canary_kind(defense: Defense, kind: str | None = None) -> str:
+    """The canaries that audit ``defense``: "gradient" where it privatises per-example
+    gradients or has no site at all, "client" where it protects whole client updates
+    (sites "client" / "server" only); ``kind`` asks for one (ValueError where the defense
+    releases nothing it protects there)."""
+    sites = set(defense.sites)
+    fits = {"gradient": not sites or "example" in sites, "client": "example" not in sites}
+    if kind is None:
+        return "gradient" if fits["gradient"] else "client"
+    if kind not in KINDS:
+        raise ValueError(f"canary must be one of {KINDS}, got {kind!r}")
+    if not fits[kind]:
+        where = "at the per-example gradient" if kind == "gradient" else \
+            "in a whole client update (it privatises per-example gradients)"
+        raise ValueError(f"canary: defense {defense.name!r} releases nothing it protects "
+                         f"{where} (sites {sorted(sites)}): {kind} canaries cannot audit it")
+    return kind
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters() if p.requires_grad]
+                     ).double()
+
+
+def _population(ds: Any, options: dict[str, Any], extra: int, seed: int
+                ) -> tuple[dict[str, Any], int]:
+    """The simulator's options with ``extra`` canary clients after the run's own clients, and
+    the number of those: the real clients keep the partition the run would give them (the
+    simulator's own split), each canary client holds a copy of the median client's indices
+    (never read: its update is the canary, and its size gives it a typical weight)."""
+    from ..fl.config import FLConfig
+    from ..fl.simulate import split
+
+    opts = dict(options)
+    keys = ("clients", "partition", "partition_kwargs", "val_fraction")
+    cfg = FLConfig.make(seed=seed, **{k: opts[k] for k in keys if k in opts})
+    _, parts = split(ds, cfg, np.random.default_rng(cfg.seed))
+    median = parts[int(np.argsort([len(p) for p in parts])[len(parts) // 2])]
+    opts["clients"] = len(parts) + extra
+    opts["partition"] = [p.tolist() for p in parts] + [median.tolist()] * extra
+    opts.pop("partition_kwargs", None)
+    return opts, len(parts)
+
+
+def _relation(defense: Defense, options: dict[str, Any]) -> str:
+    """The neighbouring relation of the run's sound client ledgers (the simulator's rule)."""
+    from types import SimpleNamespace
+
+    from ..defenses.base import client_sampling_of
+    from ..fl.simulate import sound_relation
+
+    sampling = client_sampling_of(options.get("client_fraction"))
+    return sound_relation(defense, SimpleNamespace(client_sampling=sampling))
+
+
+def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any,
+              rounds: int, seed: int, direction_seed: int, options: dict[str, Any]
+              ) -> tuple[np.ndarray, PrivacyLedger, PrivacyLedger, int, str]:
+    """One training run with ``m`` canaries: (scores, claimed ledger, sound ledger of the
+    audited unit, canary releases, what an excluded canary is)."""
+    from .. import fl, models
+
+    opts = dict(options)
+    opts.pop("progress", None)
+    model = models.resolve(opts.pop("model", None), ds, seed=seed)
+    first, members, excluded = 0, list(range(m)), "not sampled into any batch"
+    if kind == "client":
+        excluded = "a zero update"
+        if _relation(inner, opts) == "add-remove":   # an excluded canary client is absent
+            members = [j for j in range(m) if bool(included[j])]
+            excluded = "absent"
+        opts, real = _population(ds, opts, len(members), seed)
+        first = real
+        if inner.fixed_denominator and opts.get("client_fraction") is not None:
+            # the fixed denominator is a public constant: never the realised population's
+            opts.setdefault("expected_weight", opts["client_fraction"] * (real + m))
+    defense = copy.deepcopy(inner)
+    magnitude = game.LARGE * game.canary_bound(defense)
+    wrapped = _Canaries(defense, m, magnitude, included, direction_seed,
+                        torch.Generator().manual_seed(int(seed) + 7919), kind, first, members)
+    w0 = _flat(model)
+    run = fl.simulate(model, dataset=ds, defense=wrapped, rounds=rounds, seed=seed,
+                      progress=False, **opts)
+    if kind == "client":
+        change = _flat(run.model) - w0
+        scores = (wrapped._directions({"w": change}).double() @ change).numpy()
+    else:
+        if wrapped.steps == 0:
+            raise ValueError("rounds: client 0 took no local step, no canary was released")
+        scores = wrapped.scores.numpy()
+    unit = first if kind == "gradient" or members else 0   # no canary client: any client
+    return scores, run.claimed[unit], run.sound[unit], wrapped.steps, excluded
+
+
+def _epsilons(claimed: PrivacyLedger, sound: PrivacyLedger, delta: float
+              ) -> dict[str, float]:
+    mu_c, mu_s = fdp.ledger_mu(claimed), fdp.ledger_mu(sound)
+    return {"eps_claimed": tightest_epsilon(claimed, delta),
+            "eps_sound": tightest_epsilon(sound, delta),
+            "mu_claimed": math.nan if mu_c is None else mu_c,
+            "mu_sound": math.nan if mu_s is None else mu_s}
+
+
+def _verdict(row: dict[str, Any]) -> None:
+    """claim_violated / sound_violated / violated_by from eps_lower and mu_lower (mu only
+    against a ledger that is mu-GDP)."""
+    by = ""
+    for which in ("claimed", "sound"):
+        eps_v = row["eps_lower"] > row[f"eps_{which}"]
+        mu = row[f"mu_{which}"]
+        mu_v = not math.isnan(mu) and row["mu_lower"] > mu
+        key = "claim_violated" if which == "claimed" else "sound_violated"
+        row[key] = bool(eps_v or mu_v)
+        if eps_v or mu_v:
+            by = "eps" if eps_v else "mu"
+    row["violated_by"] = by
+
+
 def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
-                           canaries: int = 1000, rounds: int = 5, delta: float = 1e-5,
+                           canaries: int | None = None, runs: int | None = None,
+                           canary: str | None = None, rounds: int = 5, delta: float = 1e-5,
                            confidence: float = 0.95, seed: int = 0,
                            defense_params: dict[str, Any] | None = None,
                            **simulate_options: Any) -> PrivacyReport:
-    """eps_lower of a whole training run (one run, ``canaries`` white-box gradient canaries)
-    next to the run's eps_claimed and eps_sound (client 0, at ``delta``).
+    """eps_lower and mu_lower of a whole training run next to its eps_claimed and eps_sound
+    (at ``delta``), in one row.
 
-    The run is :func:`leakaudit.fl.simulate` itself (``dataset``, ``rounds`` and any other
-    of its options, e.g. ``clients``, ``local_steps``, ``batch_size``); the canaries enter
-    client 0's local steps through the defense's own ``local_step``. See the module
-    docstring for the bound (Steinke, Nasr, Jagielski 2023, with its delta term) and the
-    pitfalls. Not done here: the f-DP one-run bound of Mahloujifar, Melis, Chaudhuri (ICML
-    2025), canary clients for client-level defenses.
+    One run (default, ``canaries`` = m, 1000 if not given) or ``runs`` = R runs with one
+    canary each (multi-run mode); see the module docstring for the bounds, the canaries
+    (``canary``: "gradient" or "client", by default what the defense protects) and the
+    pitfalls. The run is :func:`leakaudit.fl.simulate` itself (``dataset``, ``rounds`` and
+    any other of its options, e.g. ``clients``, ``client_fraction``, ``local_steps``,
+    ``batch_size``; with canary clients, the population is ``clients`` plus the canary
+    clients and the client sampling applies to all).
 
-    Raises ValueError (before any work) for canaries < 2, an option of the multi-run
-    audit (``trials``, ``statistic``, ...), or a defense that releases nothing it protects
-    at the per-example gradient (a client-level defense acting at the client or server).
+    Raises ValueError (before any work) for canaries < 2, runs < :data:`MIN_RUNS`,
+    ``canaries`` > 1 together with ``runs``, an option of the repeated-release audit
+    (``trials``, ``statistic``, ...), or a defense that releases nothing it protects where
+    the canaries are asked for.
     """
-    from .. import fl  # the simulator: only this entry point needs it
+    from .. import data
     from .._validate import check_int, check_probability
 
-    check_int("canaries", canaries, 2)
-    check_int("rounds", rounds, 1)
-    check_probability("delta", delta)
-    check_probability("confidence", confidence)
+    if runs is not None and canaries is not None and canaries != 1:
+        raise ValueError(f"canaries={canaries!r} with runs={runs!r}: the one-run (many "
+                         "canaries) and multi-run (one canary per run) modes never mix")
     for key in simulate_options:
         if key in MULTI_RUN_OPTIONS:
-            raise ValueError(f"{key} is an option of the multi-run audit (privacy_audit); a "
-                             "one-run audit does not take it (the two never mix)")
+            raise ValueError(f"{key} is an option of the repeated-release audit "
+                             "(privacy_audit); a training-run audit does not take it (the "
+                             "two never mix)")
+    if runs is None:
+        m = check_int("canaries", 1000 if canaries is None else canaries, 2)
+    else:
+        runs = check_int("runs", runs, MIN_RUNS)
+        m = 1
+    check_int("rounds", rounds, 1)
+    check_int("seed", seed, 0)
+    check_probability("delta", delta)
+    check_probability("confidence", confidence)
     inner = get_defense(defense, **(defense_params or {})) if isinstance(defense, str) \
         else defense
     if not isinstance(inner, Defense):
         raise ValueError(f"defense must be a name or a Defense, got {defense!r}")
-    if not game.releases_at(inner, 2):
-        raise ValueError(f"defense {inner.name!r} releases nothing it protects at the "
-                         f"per-example gradient (sites {sorted(inner.sites)}): gradient "
-                         "canaries cannot audit it")
-    generator = torch.Generator().manual_seed(int(seed) + 7919)
-    magnitude = game.LARGE * game.canary_bound(inner)
-    wrapped = _Canaries(inner, canaries, magnitude, generator)
-    run = fl.simulate(None, dataset, wrapped, rounds=rounds, seed=seed, progress=False,
-                      **simulate_options)
-    if wrapped.steps == 0:
-        raise ValueError("rounds: client 0 took no local step, no canary was released")
-    found = one_run_bound(wrapped.scores.numpy(), wrapped.included.numpy(), delta,
-                          confidence)
-    eps_claimed = tightest_epsilon(run.claimed[0], delta)
-    eps_sound = tightest_epsilon(run.sound[0], delta)
-    row = {"defense": inner.name, "params": inner.describe(), "point": 2, "trials": 1,
-           "canary": f"{canaries} gradient canaries (one run)",
-           "statistic": "one-run (Steinke et al. 2023)",
-           "eps_claimed": eps_claimed, "eps_sound": eps_sound,
-           "eps_lower": found["eps_lower"], "mu_sound": math.nan, "mu_lower": math.nan,
-           "eps_lower_gdp": math.nan,
-           "claim_violated": bool(found["eps_lower"] > eps_claimed),
-           "sound_violated": bool(found["eps_lower"] > eps_sound),
-           "violated_by": "one-run eps" if found["eps_lower"] > eps_claimed else "",
-           "reason": "", "guesses": found["guesses"], "correct": found["correct"],
-           "canaries": canaries, "rounds": rounds, "steps": wrapped.steps,
-           "seed": seed, "confidence": confidence, "delta": delta}
-    report = PrivacyReport(config={"kind": "privacy_audit_training", "canaries": canaries,
-                                   "rounds": rounds, "delta": delta,
-                                   "confidence": confidence, "seed": seed})
+    kind = canary_kind(inner, canary)
+    game.canary_bound(inner)
+    ds = data.resolve(dataset, seed=seed)
+    base = {"defense": inner.name, "params": inner.describe(), "point": 2 if kind ==
+            "gradient" else 0, "rounds": rounds, "seed": seed, "confidence": confidence,
+            "delta": delta, "kind": kind, "level": inner.level, "reason": ""}
+    if runs is None:
+        row = _one_run(inner, kind, m, ds, rounds, seed, delta, confidence, simulate_options)
+    else:
+        row = _multi_run(inner, kind, runs, ds, rounds, seed, delta, confidence,
+                         simulate_options)
+    row = {**base, **row}
+    _verdict(row)
+    report = PrivacyReport(config={"kind": "privacy_audit_training", "mode": row["mode"],
+                                   "canaries": m, "runs": runs, "rounds": rounds,
+                                   "delta": delta, "confidence": confidence, "seed": seed})
     report.add(row)
     return report
+
+
+def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
+             delta: float, confidence: float, options: dict[str, Any]) -> dict[str, Any]:
+    included = torch.rand(m, generator=torch.Generator().manual_seed(int(seed) + 104729)) < 0.5
+    scores, claimed, sound, steps, excluded = _simulate(inner, kind, m, included, ds, rounds,
+                                                        seed, int(seed) + 7919, options)
+    found = one_run_bound(scores, included.numpy(), delta, confidence)
+    return {"mode": "one-run", "trials": 1,
+            "canary": f"{m} {kind} canaries (one run)",
+            "statistic": "one-run: Steinke et al. 2023 (eps), Mahloujifar et al. 2025 (mu)",
+            "eps_lower": found["eps_lower"], "mu_lower": found["mu_lower"],
+            "eps_lower_gdp": found["eps_lower_gdp"], "guesses": found["guesses"],
+            "correct": found["correct"], "mu_guesses": found["mu_guesses"],
+            "mu_correct": found["mu_correct"], "canaries": m,
+            "included": int(included.sum()), "steps": steps,
+            "excluded": excluded,
+            "relation": sound.relation, **_epsilons(claimed, sound, delta)}
+
+
+def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed: int,
+               delta: float, confidence: float, options: dict[str, Any]) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    seeds = rng.choice(2**31 - 1, size=runs, replace=False)
+    into = np.zeros(runs, bool)
+    into[rng.permutation(runs)[: runs // 2]] = True
+    scores = np.zeros(runs)
+    seen: dict[str, dict[str, Any]] = {}
+    for j in range(runs):
+        s, claimed, sound, _, excluded = _simulate(
+            inner, kind, 1, torch.tensor([bool(into[j])]), ds, rounds, int(seeds[j]),
+            int(seed) + 7919, options)
+        scores[j] = s[0]
+        if not into[j]:       # the ledgers of the canary's unit: where it takes part
+            continue
+        key = repr([[e.to_dict() for e in led.events] for led in (claimed, sound)])
+        if key not in seen:   # each distinct pair of ledgers is read once
+            seen[key] = {**_epsilons(claimed, sound, delta), "relation": sound.relation}
+    # the worst (largest) of each over the runs; mu only where every run's ledger is mu-GDP
+    worst = {k: max(e[k] for e in seen.values()) for k in ("eps_claimed", "eps_sound",
+                                                           "mu_claimed", "mu_sound")}
+    for k in ("mu_claimed", "mu_sound"):
+        if any(math.isnan(e[k]) for e in seen.values()):
+            worst[k] = math.nan
+    worst["relation"] = "; ".join(sorted({e["relation"] for e in seen.values()}))
+    got = stats.bounds_from_scores(scores[~into], scores[into], confidence=confidence,
+                                   delta=delta, seed=seed)
+    return {"mode": "multi-run", "trials": runs, "canary": f"1 {kind} canary in "
+            f"{runs // 2} of {runs} runs", "statistic": "multi-run: projection "
+            "(bounds_from_scores)", "eps_lower": got["eps_lower"],
+            "mu_lower": got["mu_lower"],
+            "eps_lower_gdp": stats.gdp_epsilon(got["mu_lower"], delta), "canaries": 1,
+            "excluded": excluded,
+            "runs": runs, **worst}

@@ -1,8 +1,10 @@
-"""One-run audit (Steinke, Nasr, Jagielski 2023): the bound, the idealised Gaussian check,
-a whole training run through the simulator, bad input."""
+"""Training-run audit: the one-run bounds (Steinke, Nasr, Jagielski 2023; Mahloujifar, Melis,
+Chaudhuri 2025), the idealised Gaussian check, whole training runs through the simulator
+with gradient canaries and canary clients, the multi-run mode, bad input."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,10 +12,14 @@ import pytest
 from scipy import stats as sps
 
 import leakaudit
-from leakaudit.empirical import onerun
-from leakaudit.empirical.stats import gdp_epsilon
+from leakaudit.data import resolve
+from leakaudit.empirical import fdp, onerun
+from leakaudit.empirical.stats import clopper_pearson_upper, gdp_epsilon
 
 RUN = dict(canaries=500, rounds=2, clients=10, local_steps=3, batch_size=64)
+#: canary clients: 300 canaries among 6 real clients, one local step each
+CLIENTS = dict(canaries=300, rounds=2, clients=6, local_steps=1, batch_size=32)
+P = onerun.level_per_test(0.95, len(onerun.GUESSES))
 
 
 def test_p_value_is_the_binomial_tail_plus_the_delta_term():
@@ -31,38 +37,79 @@ def test_p_value_is_the_binomial_tail_plus_the_delta_term():
     assert onerun.eps_one_run(m, r, r // 2, 1e-5, p) == 0.0
 
 
-def _expected_bound(m: int, mu: float, delta: float) -> tuple[float, float, float]:
-    """The bound at the expected number of correct guesses, and at -+3 sd, best over the
+def test_gdp_floor_is_the_gaussian_trade_off_curve():
+    x = np.array([1e-6, 0.01, 0.3, 0.5, 0.9])
+    for mu in (0.0, 0.5, 2.0):
+        got = [fdp.gdp_floor(float(a), mu) for a in x]
+        assert got == pytest.approx(sps.norm.cdf(sps.norm.ppf(x) - mu), rel=1e-9, abs=1e-15)
+    assert fdp.gdp_floor(0.3, 0.0) == pytest.approx(0.3)    # mu = 0: no information
+
+
+def test_fdp_bound_is_monotone_in_the_correct_guesses_and_zero_for_a_coin():
+    m, r = 1000, 200
+    mus = [fdp.mu_one_run(m, r, v, 0.05) for v in range(100, r + 1, 10)]
+    assert mus[0] == 0.0                                      # a coin's accuracy
+    assert all(b >= a for a, b in zip(mus, mus[1:])) and mus[-1] > mus[-2] > 0
+    # rejection is monotone in mu and in the level tau
+    v = 170
+    rejected = [fdp.fdp_rejects(m, r, v, mu, 0.05) for mu in np.linspace(0.05, 3, 30)]
+    assert rejected == sorted(rejected, reverse=True) and rejected[0] and not rejected[-1]
+    mu = fdp.mu_one_run(m, r, v, 0.05)
+    assert fdp.mu_one_run(m, r, v, 0.01) < mu < fdp.mu_one_run(m, r, v, 0.2)
+    with pytest.raises(ValueError, match="v <= r"):
+        fdp.fdp_rejects(10, 5, 6, 1.0, 0.05)
+
+
+def test_fdp_bound_rejects_the_true_mu_no_more_often_than_its_level():
+    # the paper's game at the true mu: a mu-GDP run (scores N(mu, 1) in, N(0, 1) out) must
+    # not be rejected at level 0.05 more often than 5 % (+3 sd) of the runs
+    rng = np.random.default_rng(0)
+    m, mu, tau, reps, rejected = 1000, 1.0, 0.05, 200, 0
+    for _ in range(reps):
+        included = rng.random(m) < 0.5
+        order = np.argsort(rng.normal(size=m) + mu * included)
+        k = 50
+        v = int(included[order[m - k:]].sum() + (~included[order[:k]]).sum())
+        rejected += fdp.fdp_rejects(m, 2 * k, v, mu, tau)
+    assert rejected / reps <= tau + 3 * math.sqrt(tau * (1 - tau) / reps)
+
+
+def _expected_bounds(m: int, mu: float, delta: float) -> dict[str, tuple[float, float]]:
+    """The eps and mu bounds at the expected number of correct guesses -+3 sd, best over the
     guess counts (Bonferroni as the auditor), for scores N(mu, 1) in / N(0, 1) out."""
-    p = 0.05 / len(onerun.GUESSES)
     grid = np.linspace(-8, 9, 20001)
     mix = 0.5 * sps.norm.cdf(grid - mu) + 0.5 * sps.norm.cdf(grid)
-    out = [0.0, 0.0, 0.0]
+    out = {"eps": [0.0, 0.0], "mu": [0.0, 0.0]}
     for f_in, f_out in onerun.GUESSES:
         k_in, k_out = int(f_in * m), int(f_out * m)
         hi, lo = np.interp(1 - f_in, mix, grid), np.interp(f_out, mix, grid)
         v = m * 0.5 * sps.norm.sf(hi - mu) * (k_in > 0) + m * 0.5 * sps.norm.cdf(lo) * (k_out > 0)
         r = k_in + k_out
         sd = math.sqrt(r * (v / r) * (1 - v / r)) if 0 < v < r else 1.0
-        for i, vv in enumerate((v - 3 * sd, v, v + 3 * sd)):
+        for i, vv in enumerate((v - 3 * sd, v + 3 * sd)):
             vv = int(min(r, max(0, round(vv))))
-            out[i] = max(out[i], onerun.eps_one_run(m, r, vv, delta, p))
-    return out[0], out[1], out[2]
+            out["eps"][i] = max(out["eps"][i], onerun.eps_one_run(m, r, vv, delta, P))
+            out["mu"][i] = max(out["mu"][i], fdp.mu_one_run(m, r, vv, P))
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
-                                  pytest.param(2, marks=pytest.mark.slow)])
-def test_idealised_gaussian_check_matches_the_theorem_within_sampling_error(seed):
+@pytest.mark.parametrize("seed, mu", [(0, 1.0), pytest.param(1, 1.0, marks=pytest.mark.slow),
+                                      pytest.param(2, 1.0, marks=pytest.mark.slow),
+                                      pytest.param(0, 2.0, marks=pytest.mark.slow)])
+def test_idealised_gaussian_check_matches_the_theorems_within_sampling_error(seed, mu):
     # the papers' idealised setting: every canary's score is its own Gaussian mechanism,
-    # N(1, 1) if included, N(0, 1) if not (sigma = 1, mu = 1: eps(1e-5) = 4.38), m = 10^4
-    m, mu, delta = 10_000, 1.0, 1e-5
+    # N(mu, 1) if included, N(0, 1) if not (sigma = 1, mu = 1: eps(1e-5) = 4.38), m = 10^4
+    m, delta = 10_000, 1e-5
     rng = np.random.default_rng(seed)
     included = rng.random(m) < 0.5
     scores = rng.normal(size=m) + mu * included
     got = onerun.one_run_bound(scores, included, delta)
-    low, mid, high = _expected_bound(m, mu, delta)
-    assert low <= got["eps_lower"] <= high, (got, low, mid, high)
-    assert 0.5 < got["eps_lower"] < gdp_epsilon(mu, delta)   # valid, and far from tight
+    band = _expected_bounds(m, mu, delta)
+    assert band["eps"][0] <= got["eps_lower"] <= band["eps"][1], (got, band)
+    assert band["mu"][0] <= got["mu_lower"] <= band["mu"][1], (got, band)
+    # both valid (below the truth); the f-DP bound the tighter (Mahloujifar et al.'s point)
+    assert 0.5 < got["eps_lower"] < got["eps_lower_gdp"] < gdp_epsilon(mu, delta)
+    assert 0.4 * mu < got["mu_lower"] < mu
 
 
 def test_bad_input_names_the_argument_before_any_work(monkeypatch):
@@ -71,25 +118,45 @@ def test_bad_input_names_the_argument_before_any_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started")
     monkeypatch.setattr(fl, "simulate", boom)
+    audit = leakaudit.privacy_audit_training
     with pytest.raises(ValueError, match="canaries"):
-        leakaudit.privacy_audit_training("fed-cdp", canaries=1)
+        audit("fed-cdp", canaries=1)
+    with pytest.raises(ValueError, match="runs"):
+        audit("fed-cdp", runs=onerun.MIN_RUNS - 1)
+    with pytest.raises(ValueError, match="canaries=100 with runs=10"):
+        audit("fed-cdp", canaries=100, runs=10)
     with pytest.raises(ValueError, match="trials"):
-        leakaudit.privacy_audit_training("fed-cdp", canaries=100, trials=1000)
+        audit("fed-cdp", canaries=100, trials=1000)
     with pytest.raises(ValueError, match="statistic"):
-        leakaudit.privacy_audit_training("fed-cdp", canaries=100, statistic="llr")
+        audit("fed-cdp", runs=10, statistic="llr")
     with pytest.raises(ValueError, match="defense 'fed-sdp-server' releases nothing"):
-        leakaudit.privacy_audit_training("fed-sdp-server", canaries=100)
+        audit("fed-sdp-server", canaries=100, canary="gradient")
+    with pytest.raises(ValueError, match="defense 'fed-cdp' releases nothing"):
+        audit("fed-cdp", canaries=100, canary="client")
+    with pytest.raises(ValueError, match="canary must be one of"):
+        audit("none", canaries=100, canary="example")
     with pytest.raises(ValueError, match="canaries"):
         onerun.one_run_bound(np.zeros(1), np.zeros(1, bool), 1e-5)
+
+
+def test_canary_kind_follows_what_the_defense_protects():
+    from leakaudit.defenses import get
+    assert onerun.canary_kind(get("fed-cdp")) == "gradient"
+    assert onerun.canary_kind(get("none")) == "gradient"
+    assert onerun.canary_kind(get("none"), "client") == "client"
+    for name in ("fed-sdp-server", "fed-sdp-client", "quantile-clip", "dssgd-dp"):
+        assert onerun.canary_kind(get(name)) == "client"
 
 
 @pytest.mark.slow
 def test_one_run_of_none_gives_the_largest_bound_its_guesses_allow():
     row = leakaudit.privacy_audit_training("none", seed=0, **RUN).rows()[0]
-    assert row["guesses"] == row["correct"] >= 100
-    p = 0.05 / len(onerun.GUESSES)
+    assert row["mode"] == "one-run" and row["guesses"] == row["correct"] >= 100
     assert row["eps_lower"] == pytest.approx(
-        onerun.eps_one_run(RUN["canaries"], row["guesses"], row["guesses"], 1e-5, p))
+        onerun.eps_one_run(RUN["canaries"], row["guesses"], row["guesses"], 1e-5, P))
+    assert row["mu_guesses"] == row["mu_correct"]
+    assert row["mu_lower"] == pytest.approx(
+        fdp.mu_one_run(RUN["canaries"], row["mu_guesses"], row["mu_guesses"], P))
     assert math.isinf(row["eps_sound"]) and not row["sound_violated"]
 
 
@@ -99,4 +166,84 @@ def test_one_run_of_a_weak_fed_cdp_is_nonzero_and_below_its_sound_eps(seed):
     row = leakaudit.privacy_audit_training("fed-cdp", defense_params=dict(clip=1.0, sigma=0.5),
                                            seed=seed, **RUN).rows()[0]
     assert 0.5 < row["eps_lower"] <= row["eps_sound"] < math.inf
+    assert row["mu_lower"] > 0 and row["eps_lower_gdp"] >= row["eps_lower"]
+    assert not row["sound_violated"] and row["relation"] == "add-remove"
+
+
+@pytest.mark.slow
+def test_canary_clients_audit_a_weak_client_level_dp_fedavg():
+    # fed-sdp (DP-FedAvg) sigma 0.5, Poisson client sampling q = 0.5: the canary clients
+    # are sampled like every client, and the ledgers are a canary client's (client level)
+    row = leakaudit.privacy_audit_training(
+        "fed-sdp-server", defense_params=dict(clip=1.0, sigma=0.5), client_fraction=0.5,
+        seed=0, **CLIENTS).rows()[0]
+    # add/remove: an excluded canary client is absent from the population
+    assert row["kind"] == "client" and row["relation"] == "add-remove"
+    assert row["excluded"] == "absent"
+    # each included canary client uploads in each round with probability q (the run's rule)
+    n = row["included"] * CLIENTS["rounds"]
+    assert abs(row["steps"] - 0.5 * n) <= 4 * math.sqrt(0.25 * n)
+    assert 0.3 < row["eps_lower"] <= row["eps_sound"] < math.inf
+    assert 0 < row["mu_lower"] and not row["sound_violated"]
+
+
+@pytest.mark.slow
+def test_canary_clients_without_noise_reach_the_largest_bound_their_count_allows():
+    row = leakaudit.privacy_audit_training(
+        "fed-sdp-client", defense_params=dict(clip=1.0, sigma=0.0), seed=0,
+        **CLIENTS).rows()[0]
+    m = CLIENTS["canaries"]
+    # every client in every round (fixed-size): replace-one, an excluded canary sends zero
+    assert row["relation"] == "replace-one" and row["excluded"] == "a zero update"
+    assert row["guesses"] == row["correct"] and row["mu_guesses"] == row["mu_correct"]
+    # every canary guessed at the largest guess count: the largest bound m allows
+    largest = max(onerun.eps_one_run(m, int(a * m) + int(b * m), int(a * m) + int(b * m),
+                                     1e-5, P) for a, b in onerun.GUESSES
+                  if int(a * m) + int(b * m) <= row["guesses"])
+    assert row["eps_lower"] == pytest.approx(largest)
+    assert math.isinf(row["eps_sound"]) and not row["sound_violated"]
+
+
+def test_ledger_mu_counts_the_sensitivity_of_its_steps():
+    from accounting import PrivacyLedger, tightest_epsilon
+
+    plain = PrivacyLedger()
+    plain.step(q=1.0, sigma=2.0, count=4)                       # mu = sqrt(4) / 2 = 1
+    assert fdp.ledger_mu(plain) == pytest.approx(1.0)
+    assert gdp_epsilon(1.0, 1e-5) == pytest.approx(tightest_epsilon(plain, 1e-5), rel=1e-3)
+    fixed = PrivacyLedger(relation="replace-one")                # sensitivity 2C: mu doubles
+    fixed.step(q=1.0, sigma=2.0, count=4, sampling="fixed-size")
+    assert fdp.ledger_mu(fixed) == pytest.approx(2.0)
+    assert gdp_epsilon(2.0, 1e-5) == pytest.approx(tightest_epsilon(fixed, 1e-5), rel=1e-3)
+    sampled = PrivacyLedger()
+    sampled.step(q=0.1, sigma=2.0, count=4)                      # amplified: not mu-GDP
+    assert fdp.ledger_mu(sampled) is None and fdp.ledger_mu(PrivacyLedger()) is None
+
+
+def _tiny() -> object:
+    ds = resolve("digits")
+    return dataclasses.replace(ds, x_train=ds.x_train[:40], y_train=ds.y_train[:40])
+
+
+@pytest.mark.slow
+def test_multi_run_of_none_reaches_the_clopper_pearson_limit_of_its_runs():
+    # one gradient canary in every batch (batch = the client's data): perfectly separated
+    runs = 40
+    row = leakaudit.privacy_audit_training(
+        "none", runs=runs, dataset=_tiny(), rounds=1, clients=1, local_steps=1,
+        batch_size=64, seed=0).rows()[0]
+    assert row["mode"] == "multi-run" and row["trials"] == runs
+    n_eval = runs // 2 - runs // 4                  # held out per side (select_fraction 1/2)
+    fpr = clopper_pearson_upper(0, n_eval, 0.05 / 2 / 2)
+    assert row["eps_lower"] == pytest.approx(math.log((1 - 1e-5 - fpr) / fpr))
+    assert row["mu_lower"] == pytest.approx(2 * sps.norm.ppf(1 - fpr))
     assert not row["sound_violated"]
+
+
+@pytest.mark.slow
+def test_multi_run_of_a_weak_dp_fedavg_stays_below_its_sound_eps():
+    row = leakaudit.privacy_audit_training(
+        "fed-sdp-server", defense_params=dict(clip=1.0, sigma=0.5), runs=16, dataset=_tiny(),
+        rounds=1, clients=2, local_steps=1, batch_size=16, seed=0).rows()[0]
+    assert row["kind"] == "client" and row["mode"] == "multi-run"
+    assert 0 <= row["eps_lower"] <= row["eps_sound"] < math.inf and not row["sound_violated"]
