@@ -244,16 +244,17 @@ def test_batches_are_poisson_where_the_ledger_assumes_it_and_fixed_size_is_sound
 
     kw = dict(clients=2, clients_per_round=2, rounds=1, local_steps=2, batch_size=8,
               progress=False)
-    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0), **kw)
+    run = fl.simulate(None, dataset="digits", defense=D.get("fed-cdp", clip=1.0, sigma=2.0), **kw)
     assert run.settings["batch_sampling"] == "poisson"
     assert run.sound[0].events[0].q < 1.0
     # fixed-size batches: replace-one adjacency, sensitivity 2C, no amplification
-    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0),
+    run = fl.simulate(None, dataset="digits", defense=D.get("fed-cdp", clip=1.0, sigma=2.0),
                       batch_sampling="shuffle", **kw)
     ev = run.sound[0].events[0]  # sigma 2 drawn; a fixed-size batch is charged 2C: sigma/2
     assert (ev.q, ev.sigma, ev.count, ev.sampling) == (1.0, 2.0, 2, "fixed-size")
     assert effective_steps(run.sound[0])[0] == (1.0, 1.0, 2)
-    assert fl.simulate(None, "digits", "none", **kw).settings["batch_sampling"] == "shuffle"
+    assert fl.simulate(None, dataset="digits", defense="none",
+                       **kw).settings["batch_sampling"] == "shuffle"
 
 
 # ----------------------------------------------------------------------------- the protocol
