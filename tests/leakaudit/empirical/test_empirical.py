@@ -112,8 +112,8 @@ def test_tight_on_a_gaussian_release_with_mu_one():
     # isotropic Gaussian, so a small model stands for LeNet). With Clopper-Pearson at this
     # many runs the best threshold's bound is about 2.1 +- 0.2 (sd over seeds) for eps and
     # 0.93 +- 0.02 for mu; the margins below are two and a half sd.
-    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), 2, 10_000, seed=0,
-                      statistic="projection", shapes=SMALL, background=8)
+    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), point=2, trials=10_000, seed=0,
+                      statistic="projection", shapes=SMALL, background=8).rows()[0]
     assert r["eps_sound"] == pytest.approx(4.377, abs=2e-3)
     assert 0.87 <= r["mu_lower"] <= 1.0 + 1e-9
     assert 1.6 <= r["eps_lower"] <= r["eps_sound"]
@@ -299,11 +299,11 @@ class _FalselyBatched(_Undeclared):
 
 def test_a_new_defense_says_how_it_runs_and_is_never_silently_slow():
     with pytest.warns(UserWarning, match="audit_batched"):
-        r = audit_release(_Undeclared(), 2, 100, shapes=SMALL, background=4,
-                          statistic="projection")
+        r = audit_release(_Undeclared(), point=2, trials=100, shapes=SMALL, background=4,
+                          statistic="projection").rows()[0]
     assert r["eps_sound"] == math.inf          # it records nothing: no claim survives
     with pytest.raises(RuntimeError, match="audit_batched"):
-        audit_release(_FalselyBatched(), 2, 100, shapes=SMALL, background=4)
+        audit_release(_FalselyBatched(), point=2, trials=100, shapes=SMALL, background=4)
 
 
 def test_every_registered_defense_declares_how_the_audit_runs_it():
