@@ -1,6 +1,6 @@
 """Audit an Opacus (DP-SGD) training run: tap its steps, read its accountant.
 
-:class:`Tap` records, at each step of an Opacus ``DPOptimizer``, what a type-2 attacker
+:class:`Recorder` records, at each step of an Opacus ``DPOptimizer``, what a type-2 attacker
 (Wei et al., "Securing distributed SGD against gradient leakage threats": the gradient a
 participant applies at one local step) sees: the weights before the step, the privatised
 gradient the optimizer is about to apply (clipped per example, summed, noised and scaled by
@@ -17,12 +17,17 @@ pass and amplifies nothing; a weighted sampler or one with replacement can put a
 into every step, up to B times. The pair says which relation and sampling the sound ledger
 assumes and why it differs.
 
+Names: like :class:`leakaudit.records.Recorder` (the simulator's), :class:`Recorder` records
+observations and ground truths; a :class:`leakaudit.fl.Tap` is only the spec of what to
+record. ``Tap``, this class's old name, is a deprecated alias.
+
 Opacus is imported only when these are used (``pip install leakaudit[opacus]``).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,7 +41,21 @@ from accounting import PrivacyLedger
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, new_ledger
 
-__all__ = ["Tap", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
+__all__ = ["Recorder", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
+
+
+#: old names, deprecated: the old name -> the new one
+_RENAMED = {"Tap": "Recorder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"leakaudit.interop.opacus.{name} is deprecated: use {new} (it records; "
+                      f"leakaudit.fl.Tap is the spec of what to record)", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: label recorded when the training loop's loss is not a cross-entropy / NLL loss
@@ -79,15 +98,15 @@ def _plain_module(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
-class Tap:
+class Recorder:
     """Record what a type-2 attacker sees at each step of an Opacus ``DPOptimizer``.
 
     Use as a context manager around the training loop::
 
         model, optimizer, loader = PrivacyEngine().make_private(...)
-        with Tap(optimizer, model) as tap:
+        with Recorder(optimizer, model) as rec:
             for x, y in loader: ...; optimizer.step()
-        report = leakaudit.audit_observations(tap.observations, model=net, truths=tap.truths,
+        report = leakaudit.audit_observations(rec.observations, model=net, truths=rec.truths,
                                               ...)
 
     Args:
@@ -144,9 +163,9 @@ class Tap:
         return [by_id[id(p)] for p in params]
 
     # ------------------------------------------------------------------ context
-    def __enter__(self) -> Tap:
+    def __enter__(self) -> Recorder:
         if self._active:
-            raise RuntimeError("this Tap is already active")
+            raise RuntimeError("this Recorder is already active")
         self._previous_hook = self.optimizer.step_hook
         self.optimizer.attach_step_hook(self._on_step)
         if self.model is not None:

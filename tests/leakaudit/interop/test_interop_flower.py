@@ -200,13 +200,19 @@ def test_ledgers_bad_input_is_named():
     with pytest.raises(ValueError, match="participation must be a Captured"):
         lf.ledgers(None, [(0, [1])], num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="strategy must be"):
-        lf.StrategyTap(object(), "/tmp")
+        lf.StrategyRecorder(object(), "/tmp")
     with pytest.raises(ValueError, match="does not exist"):
         lf.load("/nonexistent/leakaudit-taps")
     with pytest.raises(ValueError, match="lr must be a finite number > 0"):
-        lf.ClientTap("/tmp", lr=0.0)
+        lf.ClientRecorder("/tmp", lr=0.0)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        lf.StrategyTap(FedAvg(), "/tmp", batch_size=0)
+        lf.StrategyRecorder(FedAvg(), "/tmp", batch_size=0)
+
+
+def test_the_old_tap_names_are_deprecated_aliases_of_the_recorders():
+    for old, new in (("ClientTap", lf.ClientRecorder), ("StrategyTap", lf.StrategyRecorder)):
+        with pytest.warns(DeprecationWarning, match=f"flower.{old} is deprecated"):
+            assert getattr(lf, old) is new
 
 
 # ------------------------------------------------------------------------------ the mod alone
@@ -261,8 +267,8 @@ def _train_through(mods, tap_dir, update=1e-3, size=4000, node=7, examples=1):
 def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_path):
     np.random.seed(0)  # LocalDpMod draws from numpy's global generator
     mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
-    first = lf.ClientTap(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
-    inner = lf.ClientTap(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
+    first = lf.ClientRecorder(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
+    inner = lf.ClientRecorder(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
     (obs,), (truth,) = _train_through([first, mod, inner], tmp_path / "first").at(1)
     # the std Flower logs for these settings, "local DP noise with 4.8448 stddev"
     assert lf.classical_gaussian_std(1.0, 1.0, 1e-5) == pytest.approx(4.8448, abs=1e-4)
@@ -279,7 +285,7 @@ def test_client_taps_record_the_weights_the_ledgers_check(task_identity, tmp_pat
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
     for weights, d in (((1, 3), tmp_path / "unequal"), ((2, 2), tmp_path / "equal")):
         for node, w in zip((7, 8), weights):
-            captured = _train_through([lf.ClientTap(d, lr=0.1, local_steps=1, batch_size=1)],
+            captured = _train_through([lf.ClientRecorder(d, lr=0.1, local_steps=1, batch_size=1)],
                                       d, size=4, node=node, examples=w)
         assert captured.rounds[1].nodes == (7, 8) and captured.rounds[1].sampled is None
         assert captured.rounds[1].weights == tuple(map(float, weights))
@@ -304,7 +310,7 @@ def _apps(tap_dir, clip, z):
     from flwr.clientapp.mod import fixedclipping_mod
     from flwr.serverapp import ServerApp
 
-    client = ClientApp(mods=[lf.ClientTap(tap_dir, label="client-side", lr=LR,
+    client = ClientApp(mods=[lf.ClientRecorder(tap_dir, label="client-side", lr=LR,
                                           local_steps=1, batch_size=1), fixedclipping_mod])
 
     @client.train()
@@ -331,7 +337,7 @@ def _apps(tap_dir, clip, z):
         base = FedAvg(fraction_train=1.0, min_train_nodes=NODES, min_available_nodes=NODES,
                       fraction_evaluate=0.0)
         dp = DifferentialPrivacyClientSideFixedClipping(base, z, clip, NODES)
-        lf.StrategyTap(dp, tap_dir, label="client-side", lr=LR, local_steps=1,
+        lf.StrategyRecorder(dp, tap_dir, label="client-side", lr=LR, local_steps=1,
                        batch_size=1).start(grid=grid, initial_arrays=ArrayRecord(
                            _net().state_dict()), num_rounds=1, train_config=ConfigRecord())
 
@@ -362,7 +368,7 @@ def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     assert sorted(o.client for o in obs1) == list(range(NODES))
     assert obs0[0].client == lf.AGGREGATE and obs0[0].batch_size == NODES
     assert flower_run.participation == {c: [1] for c in range(NODES)}
-    (rec,) = flower_run.rounds.values()  # StrategyTap's record of the round
+    (rec,) = flower_run.rounds.values()  # StrategyRecorder's record of the round
     assert rec.nodes == rec.sampled and len(rec.nodes) == NODES and rec.failures == 0
     assert rec.weights == (1.0,) * NODES and rec.weight_key == "num-examples"
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), 1.0, 5.0, NODES)
@@ -392,8 +398,8 @@ def test_upload_leaks_and_the_aggregate_resists(flower_run):
     """Client-side fixed clipping: the upload (point 1) is only clipped, the noise comes at
     the server, so iDLG rebuilds the client's example from it; the aggregate resists."""
     obs, truths = flower_run.observations, flower_run.truths
-    report = leakaudit.audit_observations(
-        obs, ("idlg",), model=_net(), truths=truths, input_shape=(1, 28, 28),
-        num_classes=10, engine="serial", progress=False, max_iterations=20)
+    report = leakaudit.audit_observations(obs, attacks=("idlg",), model=_net(), truths=truths,
+                                          input_shape=(1, 28, 28), num_classes=10, engine="serial",
+                                          progress=False, max_iterations=20)
     assert report.resilience() == {"client-side": {1: False, 0: True}}
     assert all(c["success"] for c in report.cells if c["point"] == 1)

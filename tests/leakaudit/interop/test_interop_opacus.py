@@ -1,4 +1,4 @@
-"""leakaudit.interop.opacus: the Tap on a real Opacus run, the accountant's ledger."""
+"""leakaudit.interop.opacus: the Recorder on a real Opacus run, the accountant's ledger."""
 
 import math
 import subprocess
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 import accounting  # noqa: E402
 import leakaudit  # noqa: E402
 from leakaudit import models  # noqa: E402
-from leakaudit.interop.opacus import Tap, ledger_from_accountant, ledgers  # noqa: E402
+from leakaudit.interop.opacus import Recorder, ledger_from_accountant, ledgers  # noqa: E402
 
 
 def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rdp"):
@@ -33,7 +33,7 @@ def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rd
             data_loader=loader, noise_multiplier=noise_multiplier,
             max_grad_norm=max_grad_norm, poisson_sampling=False,
             noise_generator=torch.Generator().manual_seed(1))
-    with Tap(opt, model) as tap:
+    with Recorder(opt, model) as tap:
         for x, y in loader:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -44,10 +44,11 @@ def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rd
 def _audit(ds, tap, label, max_iterations):
     for o in tap.observations:
         o.defense = label
-    return leakaudit.audit_observations(
-        tap.observations, ("idlg",), model=models.default_for(ds), truths=tap.truths,
-        input_shape=ds.input_shape, num_classes=ds.num_classes, engine="serial",
-        progress=False, max_iterations=max_iterations)
+    return leakaudit.audit_observations(tap.observations, attacks=("idlg",),
+                                        model=models.default_for(ds), truths=tap.truths,
+                                        input_shape=ds.input_shape, num_classes=ds.num_classes,
+                                        engine="serial", progress=False,
+                                        max_iterations=max_iterations)
 
 
 @pytest.mark.slow
@@ -102,7 +103,7 @@ def test_tap_without_model_records_observations_only(digits):
             module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
             data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
             poisson_sampling=False)
-    with Tap(opt, steps=[1]) as tap:
+    with Recorder(opt, steps=[1]) as tap:
         for _ in range(2):
             for x, y in loader:
                 opt.zero_grad()
@@ -164,10 +165,19 @@ def test_gdp_ledger_is_sound_where_opacus_clt_under_reports():
     assert acc.get_epsilon(1e-5) < lower <= upper <= ledger.epsilon(1e-5, "rdp")
 
 
+def test_the_old_name_tap_is_a_deprecated_alias_of_the_recorder():
+    from leakaudit.interop import opacus as lo
+
+    with pytest.warns(DeprecationWarning, match="opacus.Tap is deprecated: use Recorder"):
+        assert lo.Tap is Recorder
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        lo.NoSuchThing  # noqa: B018
+
+
 def test_bad_input_is_named():
     net = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="DPOptimizer.*torch.optim.sgd.SGD"):
-        Tap(torch.optim.SGD(net.parameters(), lr=0.1))
+        Recorder(torch.optim.SGD(net.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="RDPAccountant, PRVAccountant or GaussianAccountant"
                                          ".*builtins.dict"):
         ledger_from_accountant({"history": []})
@@ -197,14 +207,14 @@ def test_audit_observations_resumes_from_its_results_file(digits, tmp_path):
     kwargs = dict(model=models.default_for(digits), truths=tap.truths,
                   input_shape=digits.input_shape, num_classes=10, engine="serial",
                   progress=False, max_iterations=2, results=str(path))
-    first = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    first = leakaudit.audit_observations(tap.observations, attacks=("idlg", "dlg"), **kwargs)
     lines = path.read_text().splitlines()
     assert len(lines) == 2
-    again = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    again = leakaudit.audit_observations(tap.observations, attacks=("idlg", "dlg"), **kwargs)
     assert path.read_text().splitlines() == lines  # nothing ran again
     assert again.cells == first.cells
     other = [type(o)(**{**o.__dict__, "lr": 0.2}) for o in tap.observations]
-    leakaudit.audit_observations(other, ("idlg",), **kwargs)  # other observations: new run
+    leakaudit.audit_observations(other, attacks=("idlg",), **kwargs)  # other observations: new run
     assert len(path.read_text().splitlines()) == 3
 
 
@@ -236,7 +246,7 @@ def test_tap_with_poisson_sampling_keeps_each_batch_with_its_step(digits):
             max_grad_norm=1.0, poisson_sampling=True,
             noise_generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)  # Opacus's Poisson sampler draws from torch's default generator
-    with Tap(opt, model) as tap:
+    with Recorder(opt, model) as tap:
         for x, y in loader:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
