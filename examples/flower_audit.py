@@ -206,7 +206,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result = simulate(setting, args, Path(tmp))
             captured = lf.load(tmp)
-        pair = lf.ledgers(result.get("dp"), captured, num_clients=NUM_CLIENTS,
+        pair = lf.ledgers(result.get("dp"), participation=captured, num_clients=NUM_CLIENTS,
                           rounds=args.rounds, neighbouring=args.neighbouring)
         claimed, sound = pair
         # claimed: what an RDP accountant of the claim prints; sound: the tightest bound

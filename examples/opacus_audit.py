@@ -68,7 +68,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no noise: "eps is infinite" is the point
         for label, (_, engine, loader) in runs.items():
-            pairs[label] = pair = ledgers(engine, loader)
+            pairs[label] = pair = ledgers(engine, data_loader=loader)
             defenses[label] = {"accuracy": float("nan"), "level": "example",
                                "eps_claimed": engine.accountant.get_epsilon(args.delta),
                                "eps_sound": tightest_epsilon(pair.sound, args.delta),

@@ -1,7 +1,7 @@
 """Audit what people already train: Opacus (DP-SGD) runs and Flower federations.
 
 - :mod:`leakaudit.interop.opacus`: ``Recorder(optimizer, model)`` records type-2 observations
-  at each ``DPOptimizer`` step; ``ledgers(engine, data_loader)`` gives Opacus's claimed ledger
+  at each ``DPOptimizer`` step; ``ledgers(engine, data_loader=...)`` gives Opacus's claimed ledger
   and the sound one of the loader that ran.
 - :mod:`leakaudit.interop.flower`: a client mod recording each client's upload (point 1,
   ``ClientRecorder``), a strategy wrapper recording the aggregated update (point 0,

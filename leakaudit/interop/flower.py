@@ -60,7 +60,7 @@ from accounting.relations import gaussian_sensitivity
 
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
+from ._ledgers import LedgerPair, check_relation, keywords_after_first, multiplier, new_ledger
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
@@ -460,9 +460,12 @@ def _rounds(d: Path, records: list[dict[str, Any]]) -> dict[int, RoundRecord]:
 CLAIMED_RELATION = "add-remove"
 
 
-def ledgers(dp: Any, participation: Captured | Mapping[int, Sequence[int]], *,
+def ledgers(dp: Any, *legacy: Any,
+            participation: Captured | Mapping[int, Sequence[int]] | None = None,
             num_clients: int, rounds: int, neighbouring: str = "replace-one") -> LedgerPair:
-    """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``.
+    """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``:
+    ``ledgers(dp, participation=load(d), num_clients=N, rounds=T)`` (keyword-only after
+    ``dp``; ``participation`` by position, the old form, still works and warns).
 
     Both dicts map every client 0..N-1 to its ledger; the returned
     :class:`~leakaudit.interop.LedgerPair` also names the relation, the sampling and why
@@ -488,6 +491,11 @@ def ledgers(dp: Any, participation: Captured | Mapping[int, Sequence[int]], *,
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
+    participation = keywords_after_first("ledgers", ("participation",), legacy,
+                                         {"participation": participation})["participation"]
+    if participation is None:
+        raise TypeError("ledgers() missing the keyword argument participation (a Captured "
+                        "or a mapping client -> rounds)")
     neighbouring = check_relation("neighbouring", neighbouring)
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")

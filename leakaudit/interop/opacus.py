@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, new_ledger
+from ._ledgers import LedgerPair, check_relation, keywords_after_first, new_ledger
 
 __all__ = ["Recorder", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
 
@@ -246,9 +246,10 @@ _KNOWN = {"RDPAccountant": "rdp", "PRVAccountant": "prv", "GaussianAccountant": 
 CLAIMED_RELATION = "add-remove"
 
 
-def ledger_from_accountant(accountant: Any, orders: object = None, *,
+def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
                            data_loader: Any = None) -> PrivacyLedger:
-    """The privacy ledger of an Opacus accountant's history: Opacus's claim.
+    """The privacy ledger of an Opacus accountant's history: Opacus's claim. Keyword-only
+    after ``accountant`` (``orders`` by position, the old form, still works and warns).
 
     Opacus's RDP, PRV and GDP accountants all keep ``history``: a list of
     ``(noise_multiplier, sample_rate, num_steps)``, each ``num_steps`` Poisson-sampled Gaussian
@@ -274,6 +275,8 @@ def ledger_from_accountant(accountant: Any, orders: object = None, *,
     central limit theorem (Bu et al. 2020), an approximation that may under-report; the
     ledger gives sound bounds for the same steps instead.
     """
+    orders = keywords_after_first("ledger_from_accountant", ("orders",), legacy,
+                                  {"orders": orders})["orders"]
     opacus = _import_opacus()
     kind = _accountant_kind(accountant, opacus)
     if data_loader is not None:
@@ -283,13 +286,15 @@ def ledger_from_accountant(accountant: Any, orders: object = None, *,
                 f"data_loader draws {sampler.what}, not Poisson batches: "
                 f"ledger_from_accountant would copy Opacus's sample_rate as Poisson steps "
                 f"that did not run; use leakaudit.interop.opacus.ledgers(engine, "
-                f"data_loader), whose .sound accounts this loader")
+                f"data_loader=...), whose .sound accounts this loader")
     return _claimed(accountant, kind, orders)
 
 
-def ledgers(engine: Any, data_loader: Any, *, relation: str | None = None,
+def ledgers(engine: Any, *legacy: Any, data_loader: Any = None, relation: str | None = None,
             epochs: int | None = None, orders: object = None) -> LedgerPair:
-    """``(claimed, sound)`` ledgers of an Opacus run: Opacus's history, and the loader's.
+    """``(claimed, sound)`` ledgers of an Opacus run: Opacus's history, and the loader's:
+    ``ledgers(engine, data_loader=loader)`` (keyword-only after ``engine``; the loader by
+    position, the old form, still works and warns).
 
     *claimed* is :func:`ledger_from_accountant`: Opacus's history as Poisson-sampled
     Gaussian steps (add/remove). *sound* accounts the sampling ``data_loader`` really did:
@@ -334,6 +339,11 @@ def ledgers(engine: Any, data_loader: Any, *, relation: str | None = None,
     the accountant's no-amplification rule gives); an in-order loader must stay without
     amplification even if "shuffle" ever takes some from the random permutation.
     """
+    data_loader = keywords_after_first("ledgers", ("data_loader",), legacy,
+                                       {"data_loader": data_loader})["data_loader"]
+    if data_loader is None:
+        raise TypeError("ledgers() missing the keyword argument data_loader (the loader "
+                        "training read)")
     opacus = _import_opacus()
     accountant = engine.accountant if isinstance(engine, opacus.PrivacyEngine) else engine
     try:
