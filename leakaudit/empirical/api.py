@@ -240,10 +240,15 @@ def audit_release(defense: Defense, *legacy: int, point: int = 2, trials: int = 
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
     _check(trials, confidence, delta, wanted, point, select_fraction, canaries)
+    if not game.releases_at(defense, point):
+        raise ValueError(f"point {point}: defense {defense.name!r} releases nothing it "
+                         f"protects there (sites {sorted(defense.sites)})")
+    # here, so that an undeclared defense's warning points at the caller's line
+    vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
     row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
                        wanted=wanted, canaries=canaries, shapes=shapes, background=background,
                        background_scale=background_scale, local_steps=local_steps,
-                       select_fraction=select_fraction, vectorise=vectorise, chunk=chunk)
+                       select_fraction=select_fraction, vec=vec, chunk=chunk)
     config = {"trials": trials, "delta": delta, "confidence": confidence, "seed": seed,
               "statistic": list(wanted)}
     return PrivacyReport(config=config, records=[row])
@@ -253,12 +258,9 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
                  confidence: float, seed: int, wanted: Sequence[str],
                  canaries: Sequence[str] | None, shapes: Sequence[Sequence[int]],
                  background: int, background_scale: float, local_steps: int,
-                 select_fraction: float, vectorise: bool | None, chunk: int
-                 ) -> dict[str, Any]:
-    """The row of :func:`audit_release` (arguments checked there)."""
-    if not game.releases_at(defense, point):
-        raise ValueError(f"point {point}: defense {defense.name!r} releases nothing it "
-                         f"protects there (sites {sorted(defense.sites)})")
+                 select_fraction: float, vec: bool, chunk: int) -> dict[str, Any]:
+    """The row of :func:`audit_release` (arguments checked there; ``vec``: many trials per
+    call)."""
     generator = torch.Generator().manual_seed(int(seed))
     defense = copy.deepcopy(defense)   # one working copy for every run (never the caller's)
     shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
@@ -271,7 +273,6 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             raise ValueError(f"canaries: {c!r} is not among {sorted(pool)}")
     n_sel = max(20, int(round(select_fraction * trials)))
     n_ref = max(50, min(1000, trials // 10))
-    vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
     games = {c: _Canary(defense, game.with_canary(setup, c, pool[c]), n_ref, n_sel, generator,
                         vec, chunk, wanted) for c in names}
     winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
