@@ -7,6 +7,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# Under pytest-xdist (`make test` runs `-n auto`) every worker is one process per core: one
+# intra-op thread each, so two workers on two cores do not fight over four threads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 settings.register_profile(
     "ci",
     max_examples=40,

@@ -138,19 +138,16 @@ def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delt
     """Per target, the (canary, statistic, threshold) with the best bound on the selection
     split, and every candidate's selection score (for eps).
 
-    A candidate's score is the bound its normal fit expects on ``n_eval`` held-out runs where
-    both sides have a spread (smooth: the max over many candidates of their raw selection
-    scores would favour lucky ones), else its raw score on the selection split."""
+    A candidate's score is the bound its best threshold is predicted to give on ``n_eval``
+    held-out runs (:func:`stats.best_rule`: pessimistic predicted counts, no distribution
+    assumed), so the largest of many scores is not won by a lucky tail."""
     best: dict[str, tuple[float, tuple[str, str, stats.Threshold]]] = {}
     scores: dict[str, dict[str, float]] = {}
     for name, g in games.items():
         for stat in wanted:
             out, into = g.sel[0][stat], g.sel[1][stat]
             for target in ("eps", "mu"):
-                rule = stats.choose_threshold(out, into, alpha, delta, target, (n_eval, n_eval))
-                fit = stats.normal_fit(out, into, (n_eval, n_eval), alpha, delta, target)
-                score = stats.score_rule(out, into, rule, alpha, delta, target) \
-                    if fit is None or not math.isfinite(fit[1]) else fit[1]
+                rule, score = stats.best_rule(out, into, alpha, delta, target, (n_eval, n_eval))
                 if target == "eps":
                     scores.setdefault(name, {})[stat] = round(score, 4)
                 if target not in best or score > best[target][0]:

@@ -19,7 +19,8 @@ from accounting.composition import analytic_gaussian_epsilons
 
 __all__ = ["clopper_pearson_upper", "clopper_pearson_lower", "eps_lower_bound",
            "gdp_mu_lower", "gdp_epsilon", "Threshold", "choose_threshold", "error_counts",
-           "score_rule", "normal_fit", "bounds_from_scores", "curve_rules", "MAX_CUTS"]
+           "score_rule", "best_rule", "predicted_count", "bounds_from_scores", "curve_rules",
+           "MAX_CUTS"]
 
 #: at most this many candidate cuts per direction are scored (all of both tails kept)
 MAX_CUTS = 4000
@@ -116,30 +117,65 @@ def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: flo
     return np.maximum(a, b)
 
 
-def _normal_fit_cut(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], alpha: float,
-                    delta: float, target: str) -> Threshold | None:
-    """The cut that maximises the expected bound on ``n_eval`` runs under a normal fit."""
-    found = normal_fit(out, into, n_eval, alpha, delta, target)
-    return None if found is None else found[0]
+#: standard deviations of pessimism in the predicted held-out counts, per target. For eps
+#: the bound is decided in a tail and one sd trades its mean against its spread best; for mu
+#: the bound of a Gaussian is the same at every cut, so the penalty must outweigh the tail
+#: noise of the selection split (3 sd keeps the cut in the middle). Simulated on N(0,1) vs
+#: N(1,1), 2,000 selection and 10,000 held-out runs per side: eps 2.09 +- 0.19 (z = 1),
+#: mu 0.926 +- 0.023 (z = 3).
+PESSIMISM = {"eps": 1.0, "mu": 3.0}
 
 
-def normal_fit(out: np.ndarray, into: np.ndarray, n_eval: tuple[int, int], alpha: float,
-               delta: float, target: str) -> tuple[Threshold, float] | None:
-    """The cut that maximises the expected bound on ``n_eval`` runs under a normal fit of each
-    side, and that expected bound (None where a side has no spread: no fit)."""
-    out, into = finite(out), finite(into)
-    m0, s0, m1, s1 = out.mean(), out.std(), into.mean(), into.std()
-    if not np.isfinite([m0, s0, m1, s1]).all() or not (s0 > 0 and s1 > 0) or m0 == m1:
-        return None
-    sign = 1 if m1 > m0 else -1
-    lo, hi = min(m0 - 8 * s0, m1 - 8 * s1), max(m0 + 8 * s0, m1 + 8 * s1)
-    cuts = np.linspace(lo, hi, 2001)
-    fp = n_eval[0] * stats.norm.sf(sign * (cuts - m0) / s0)
-    fn = n_eval[1] * stats.norm.cdf(sign * (cuts - m1) / s1)
-    score = _objective(np.floor(fp), np.floor(fn), n_eval[0], n_eval[1], alpha, delta, target)
-    score = np.nan_to_num(score, nan=-np.inf)
-    j = int(np.argmax(score))
-    return Threshold(float(cuts[j]), sign), float(score[j])
+def predicted_count(k: np.ndarray, m: int, n: int, z: float = 1.0) -> np.ndarray:
+    """A pessimistic prediction of the count on ``n`` fresh runs of an event seen ``k`` times
+    in ``m`` selection runs: the predictive mean n p + z predictive sd, p = (k + 1/2)/(m + 1)
+    (Jeffreys), variance n p (1 - p)(1 + n/m) (binomial noise of the fresh runs plus the
+    uncertainty of p: the beta-binomial to first order), floored, at most n.
+
+    A threshold chosen on the selection split is judged by the bound it will give on the
+    held-out runs; the pessimistic count steers away from cuts in the far tail, where a few
+    lucky selection runs decide and the held-out count varies most."""
+    k = np.asarray(k, float)
+    p = (k + 0.5) / (m + 1.0)
+    sd = np.sqrt(n * p * (1.0 - p) * (1.0 + n / m))
+    return np.minimum(np.floor(n * p + z * sd), float(n))
+
+
+def best_rule(out: np.ndarray, into: np.ndarray, alpha: float, delta: float,
+              target: str = "eps", n_eval: tuple[int, int] | None = None
+              ) -> tuple[Threshold, float]:
+    """The threshold and direction with the largest predicted bound on ``n_eval`` held-out
+    runs per side, and that predicted bound.
+
+    Candidates: every midpoint between consecutive distinct values (both tails in full, a grid
+    between, :data:`MAX_CUTS`), in both directions. Each is scored by the bound (Clopper-Pearson
+    at alpha/2 per rate, ``target`` "eps" or "mu") at the pessimistic predicted held-out counts
+    of :func:`predicted_count` (:data:`PESSIMISM` sd). Only ranks count: no distribution is
+    assumed (a normal fit extrapolated into the tail overrates skewed statistics such as a
+    log-likelihood ratio, and the largest of many such scores is then chosen for its luck)."""
+    out, into = np.sort(finite(out)), np.sort(finite(into))
+    n0, n1 = n_eval or (out.size, into.size)
+    values = np.unique(np.concatenate([out, into]))
+    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
+    if cuts.size > MAX_CUTS:   # both tails in full (a few runs decide there), a grid between
+        k = MAX_CUTS // 4
+        cuts = np.unique(np.concatenate([cuts[:k], cuts[-k:], cuts[
+            np.linspace(k, cuts.size - k - 1, MAX_CUTS - 2 * k).astype(int)]]))
+    best, best_score = Threshold(float(cuts[0]), 1), -np.inf
+    for sign in (1, -1):
+        o, i = (out, into) if sign == 1 else (-out[::-1], -into[::-1])
+        c = cuts if sign == 1 else -cuts[::-1]
+        fp = o.size - np.searchsorted(o, c, side="right")        # out runs above the cut
+        fn = np.searchsorted(i, c, side="right")                  # in runs at or below
+        z = PESSIMISM[target]
+        score = _objective(predicted_count(fp, o.size, n0, z), predicted_count(fn, i.size, n1, z),
+                           n0, n1, alpha, delta, target)
+        score = np.nan_to_num(score, nan=-np.inf)
+        j = int(np.argmax(score))
+        if score[j] > best_score:
+            best_score = float(score[j])
+            best = Threshold(float(c[j] * sign), sign)
+    return best, best_score
 
 
 def score_rule(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float,
@@ -153,39 +189,9 @@ def score_rule(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float,
 
 def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: float,
                      target: str = "eps", n_eval: tuple[int, int] | None = None) -> Threshold:
-    """The threshold and direction that maximise the bound, chosen on a selection split.
-
-    Candidates: every midpoint between consecutive distinct values, in both directions, scored
-    by the Clopper-Pearson bound itself on the selection split (``target`` "eps" or "mu"); and
-    the cut that maximises the expected bound on ``n_eval`` evaluation runs under a normal fit
-    of each side (steadier in the tails, where a few runs decide). The normal-fit cut is taken
-    unless its empirical score on the selection split is clearly worse (below 90 %).
-    """
-    out, into = np.sort(finite(out)), np.sort(finite(into))
-    values = np.unique(np.concatenate([out, into]))
-    cuts = np.concatenate([[values[0] - 1.0], (values[:-1] + values[1:]) / 2.0])
-    if cuts.size > MAX_CUTS:   # both tails in full (a few runs decide there), a grid between
-        k = MAX_CUTS // 4
-        cuts = np.unique(np.concatenate([cuts[:k], cuts[-k:], cuts[
-            np.linspace(k, cuts.size - k - 1, MAX_CUTS - 2 * k).astype(int)]]))
-    best, best_score = Threshold(float(cuts[0]), 1), -np.inf
-    for sign in (1, -1):
-        o, i = (out, into) if sign == 1 else (-out[::-1], -into[::-1])
-        c = cuts if sign == 1 else -cuts[::-1]
-        fp = o.size - np.searchsorted(o, c, side="right")        # out runs above the cut
-        fn = np.searchsorted(i, c, side="right")                  # in runs at or below
-        score = _objective(fp, fn, o.size, i.size, alpha, delta, target)
-        score = np.nan_to_num(score, nan=-np.inf)
-        j = int(np.argmax(score))
-        if score[j] > best_score:
-            best_score = float(score[j])
-            best = Threshold(float(c[j] * sign), sign)
-    fitted = _normal_fit_cut(out, into, n_eval or (out.size, into.size), alpha, delta, target)
-    if fitted is not None:
-        score = score_rule(out, into, fitted, alpha, delta, target)
-        if score >= 0.9 * best_score:
-            return fitted
-    return best
+    """The threshold and direction to test on held-out runs, chosen on a selection split
+    (:func:`best_rule`)."""
+    return best_rule(out, into, alpha, delta, target, n_eval)[0]
 
 
 def bounds_from_scores(out: np.ndarray, into: np.ndarray, *, confidence: float = 0.95,

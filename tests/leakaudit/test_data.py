@@ -206,7 +206,7 @@ def test_read_idx_mixed_plain_and_gzip(tmp_path: Path) -> None:
         (idx_bytes(np.zeros(4, np.uint8))[:6], 1, "truncated"),  # header cut short
         (idx_bytes(np.zeros(4, np.uint8)) + b"\x00", 1, "after"),
         (struct.pack(">IIII", 0x0803, 0, 2, 2), 3, "zero"),
-        (gzip.compress(idx_bytes(np.zeros(50, np.uint8)))[:-12], 1, "gzip"),
+        (gzip.compress(idx_bytes(np.zeros(50, np.uint8)), mtime=0)[:-12], 1, "gzip"),
     ],
 )
 def test_malformed_idx_names_the_path(

@@ -106,18 +106,25 @@ def test_valid_measured_eps_never_exceeds_a_finite_sound_eps(name, seed):
         assert not r["sound_violated"]
 
 
-def test_tight_on_a_gaussian_release_with_mu_one():
-    # fed-cdp, C = 1, sigma = 1, one step at q = 1: a Gaussian mechanism with mu = 1,
-    # eps(1e-5) = 4.38. 10,000 held-out runs per side (the projection is dimension-free for an
-    # isotropic Gaussian, so a small model stands for LeNet). With Clopper-Pearson at this
-    # many runs the best threshold's bound is about 2.1 +- 0.2 (sd over seeds) for eps and
-    # 0.93 +- 0.02 for mu; the margins below are two and a half sd.
-    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), point=2, trials=10_000, seed=0,
-                      statistic="projection", shapes=SMALL, background=8).rows()[0]
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.sweep),
+                                  pytest.param(2, marks=pytest.mark.sweep)])
+@pytest.mark.slow
+def test_tight_on_a_gaussian_release_with_mu_one(seed):
+    # fed-cdp, C = 1, sigma = 1, one step at q = 1 on LeNet: a Gaussian mechanism with mu = 1,
+    # eps(1e-5) = 4.38, audited as a user would (every canary and statistic, the selection
+    # paid for). 10,000 held-out runs per side: at the Clopper-Pearson limit a single known
+    # statistic gives eps 2.09 +- 0.19 and mu 0.926 +- 0.023 (stats.PESSIMISM); the choice among
+    # ~50 (canary, statistic) candidates must not cost that power (before the predicted-count
+    # selection a normal fit of the llr won on a lucky tail: eps 1.69, mu 0.896 on seed 0).
+    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), point=2, trials=10_000,
+                      seed=seed).rows()[0]
     assert r["eps_sound"] == pytest.approx(4.377, abs=2e-3)
-    assert 0.87 <= r["mu_lower"] <= 1.0 + 1e-9
-    assert 1.6 <= r["eps_lower"] <= r["eps_sound"]
+    assert r["mu_sound"] == pytest.approx(1.0)
+    floor = (2.0, 0.9) if seed == 0 else (1.8, 0.87)   # seed 0 the claim, others ~1.5 sd
+    assert floor[0] <= r["eps_lower"] <= r["eps_sound"]
+    assert floor[1] <= r["mu_lower"] <= 1.0 + 1e-9
     assert r["eps_lower_gdp"] <= r["eps_sound"] + 1e-9
+    assert not r["sound_violated"]
 
 
 class RealisedBatchCDP(Defense):

@@ -132,3 +132,33 @@ def test_the_row_names_the_canary_and_statistic_that_won():
         audit_release(_PureNoise(), point=2, trials=200, shapes=SMALL, canaries=["large@7"])
     with pytest.raises(ValueError, match="canaries"):
         audit_release(_PureNoise(), point=2, trials=200, shapes=SMALL, canaries="dirac")
+
+
+@pytest.mark.parametrize("transform", [np.exp, lambda x: x ** 3, lambda x: np.sinh(3 * x)])
+def test_threshold_choice_depends_only_on_ranks(transform):
+    # a strictly increasing map of a statistic carries the same information: the chosen cut,
+    # its predicted bound and its held-out error counts must not change (a normal fit of the
+    # transformed scores would rate the skewed copy differently and pick it for its tail)
+    rng = np.random.default_rng(3)
+    out, into = rng.normal(size=800), rng.normal(size=800) + 1.0
+    e_out, e_in = rng.normal(size=4000), rng.normal(size=4000) + 1.0
+    for target in ("eps", "mu"):
+        rule, score = stats.best_rule(out, into, 0.02, 1e-5, target, (4000, 4000))
+        rule_t, score_t = stats.best_rule(transform(out), transform(into), 0.02, 1e-5, target,
+                                          (4000, 4000))
+        assert score_t == pytest.approx(score)
+        assert stats.error_counts(transform(e_out), transform(e_in), rule_t) \
+            == stats.error_counts(e_out, e_in, rule)
+
+
+def test_predicted_counts_are_pessimistic_and_grow_with_the_selection_count():
+    k = np.arange(0, 200)
+    pred = stats.predicted_count(k, 1000, 5000, 1.0)
+    assert np.all(np.diff(pred) >= 0) and np.all(pred >= 5 * k) and np.all(pred <= 5000)
+    assert stats.predicted_count(np.array([0]), 1000, 5000, 1.0)[0] >= 2   # 0 seen: not 0
+    # a mu cut is kept away from the tails (the Gaussian bound is flat in the cut, the noise
+    # of the tails is not): on N(0,1) vs N(1,1) the chosen cut lies between the means +- 1
+    rng = np.random.default_rng(0)
+    rule, _ = stats.best_rule(rng.normal(size=2000), rng.normal(size=2000) + 1.0, 0.01, 1e-5,
+                              "mu", (10_000, 10_000))
+    assert -0.5 <= rule.value <= 1.5
