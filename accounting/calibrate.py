@@ -8,8 +8,11 @@ the feasible end of the final bracket.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -26,6 +29,32 @@ from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
 
 __all__ = ["calibrate_sigma", "max_steps", "scale_schedule"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _keywords_after_first(*names: str) -> Callable[[_F], _F]:
+    """Every argument after the first is keyword-only; the old positional form (``names``
+    in order) still works and warns (DeprecationWarning)."""
+    def wrap(func: _F) -> _F:
+        @functools.wraps(func)
+        def call(first: Any, *legacy: Any, **kwargs: Any) -> Any:
+            if legacy:
+                if len(legacy) > len(names):
+                    raise TypeError(f"{func.__name__}() takes 1 positional argument but "
+                                    f"{1 + len(legacy)} were given")
+                given = names[:len(legacy)]
+                for name in given:
+                    if name in kwargs:
+                        raise TypeError(f"{func.__name__}() got multiple values for "
+                                        f"argument {name!r}")
+                warnings.warn(f"pass the arguments after the first by keyword: "
+                              f"{func.__name__}(..., {', '.join(f'{n}=...' for n in given)})",
+                              DeprecationWarning, stacklevel=2)
+                kwargs.update(zip(given, legacy))
+            return func(first, **kwargs)
+        return call  # type: ignore[return-value]
+    return wrap
 
 
 def _check_method(method: str) -> str:
@@ -63,17 +92,20 @@ def _bisect_scale(eps_of, target: float, rtol: float) -> float:
     return hi
 
 
+@_keywords_after_first("delta", "q", "steps", "method")
 def calibrate_sigma(
     target_eps: float,
+    *,
     delta: float,
     q: float,
     steps: int,
     method: str = "rdp",
-    *,
     orders: object = None,
     rtol: float = 1e-6,
 ) -> float:
-    """Smallest noise multiplier (to ``rtol``) whose eps after ``steps`` steps <= target_eps.
+    """Smallest noise multiplier (to ``rtol``) whose eps after ``steps`` steps <= target_eps:
+    ``calibrate_sigma(1.0, delta=1e-5, q=0.01, steps=1000)`` (every argument after the
+    first is keyword-only; the old positional form warns).
 
     Bisection on the monotone eps(sigma); the returned sigma is the feasible end of the
     bracket, so ``eps(calibrate_sigma(...)) <= target_eps`` always holds.
@@ -90,17 +122,20 @@ def calibrate_sigma(
                          target_eps, rtol)
 
 
+@_keywords_after_first("delta", "q", "sigma", "method")
 def max_steps(
     target_eps: float,
+    *,
     delta: float,
     q: float,
     sigma: float,
     method: str = "rdp",
-    *,
     orders: object = None,
     limit: int = 10**12,
 ) -> int:
-    """Largest number of (q, sigma) steps whose eps stays <= target_eps (0 if none).
+    """Largest number of (q, sigma) steps whose eps stays <= target_eps (0 if none):
+    ``max_steps(1.0, delta=1e-5, q=0.01, sigma=1.1)`` (keyword-only after the first
+    argument; the old positional form warns).
 
     Returns ``limit`` when even that many steps stay within the budget.
     """
@@ -133,17 +168,20 @@ def max_steps(
     return lo
 
 
+@_keywords_after_first("target_eps", "delta", "q", "method")
 def scale_schedule(
     sigmas: np.ndarray,
+    *,
     target_eps: float,
     delta: float,
     q: float,
     method: str = "rdp",
-    *,
     orders: object = None,
     rtol: float = 1e-6,
 ) -> np.ndarray:
-    """Scale a whole noise schedule by one factor c so that its eps is at most target_eps.
+    """Scale a whole noise schedule by one factor c so that its eps is at most target_eps:
+    ``scale_schedule(sigmas, target_eps=2.0, delta=1e-5, q=0.05)`` (keyword-only after the
+    first argument; the old positional form warns).
 
     Returns c * sigmas with the smallest such c (to ``rtol``), keeping the schedule's shape
     (e.g. an exponential decay 15 -> 4.85 stays exponential with the same ratio).

@@ -106,8 +106,8 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    sigma = calibrate_sigma(args.eps, args.delta, args.q, args.steps, args.method,
-                            orders=args.orders)
+    sigma = calibrate_sigma(args.eps, delta=args.delta, q=args.q, steps=args.steps,
+                            method=args.method, orders=args.orders)
     ledger = PrivacyLedger(orders=args.orders)
     ledger.step(q=args.q, sigma=sigma, count=args.steps)
     with warnings.catch_warnings():
@@ -119,7 +119,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_max_steps(args: argparse.Namespace) -> int:
-    t = max_steps(args.eps, args.delta, args.q, args.sigma, args.method, orders=args.orders)
+    t = max_steps(args.eps, delta=args.delta, q=args.q, sigma=args.sigma, method=args.method,
+                  orders=args.orders)
     print(f"steps={t}  (q={args.q:g}, sigma={args.sigma:g}, delta={args.delta:g}, "
           f"method={args.method}, eps budget {args.eps:g})")
     return 0

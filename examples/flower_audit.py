@@ -5,8 +5,8 @@ Ten Flower clients (the digits split in ten) train LeNet with Flower's simulatio
 client, which takes one SGD step on one example (the gradient-leakage setting of DLG/iDLG;
 with one client per round the aggregate is that client's update, so without DP it leaks as
 the upload does).
-leakaudit taps every client's upload (leak point 1, ``ClientTap``, the first mod) and the
-aggregate the server publishes (point 0, ``StrategyTap`` around the DP wrapper), attacks
+leakaudit records every client's upload (leak point 1, ``ClientRecorder``, the first mod) and
+the aggregate the server publishes (point 0, ``StrategyRecorder`` around the DP wrapper), attacks
 each with iDLG (and DLG without --quick), and writes ``DIR/audit.{md,csv,tex,json,png}``
 (:class:`leakaudit.report.AuditReport`) with eps per client appended to ``audit.md`` and
 ``DIR/eps_per_client.csv``. Claimed eps is what an RDP accountant prints for the claim
@@ -77,10 +77,10 @@ def _client_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
     from flwr.clientapp import ClientApp
     from flwr.clientapp.mod import fixedclipping_mod
 
-    from leakaudit.interop.flower import ClientTap, keep_truth
+    from leakaudit.interop.flower import ClientRecorder, keep_truth
 
-    mods: list[Any] = [ClientTap(tap_dir, label=setting, lr=args.lr, local_steps=1,
-                                 batch_size=1, parameter_keys=keys)]
+    mods: list[Any] = [ClientRecorder(tap_dir, label=setting, lr=args.lr, local_steps=1,
+                                      batch_size=1, parameter_keys=keys)]
     if setting == "client-side fixed clipping":
         mods.append(fixedclipping_mod)
     elif setting == "LocalDpMod":
@@ -144,7 +144,7 @@ def _server_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
     from flwr.serverapp import ServerApp
     from flwr.serverapp.strategy import FedAvg
 
-    from leakaudit.interop.flower import StrategyTap
+    from leakaudit.interop.flower import StrategyRecorder
 
     app = ServerApp()
     ds = data.load("digits", seed=args.seed)
@@ -166,8 +166,8 @@ def _server_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
         dp = _dp_strategy(setting, args, base)
         if dp is not None:
             result["dp"] = dp
-        tapped = StrategyTap(dp or base, tap_dir, label=setting, lr=args.lr, local_steps=1,
-                             batch_size=1, parameter_keys=keys)
+        tapped = StrategyRecorder(dp or base, tap_dir, label=setting, lr=args.lr,
+                                  local_steps=1, batch_size=1, parameter_keys=keys)
         start = models.default_for(ds, generator=torch.Generator().manual_seed(args.seed))
         tapped.start(grid=grid, initial_arrays=ArrayRecord(start.state_dict()),
                      num_rounds=args.rounds, train_config=ConfigRecord({"lr": args.lr}),
@@ -206,7 +206,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result = simulate(setting, args, Path(tmp))
             captured = lf.load(tmp)
-        pair = lf.ledgers(result.get("dp"), captured, num_clients=NUM_CLIENTS,
+        pair = lf.ledgers(result.get("dp"), participation=captured, num_clients=NUM_CLIENTS,
                           rounds=args.rounds, neighbouring=args.neighbouring)
         claimed, sound = pair
         # claimed: what an RDP accountant of the claim prints; sound: the tightest bound
@@ -222,11 +222,12 @@ def main() -> None:
         observations += captured.observations
         truths += captured.truths
     t_sim = time.perf_counter() - t0
-    report = leakaudit.audit_observations(
-        observations, args.attacks, model=models.default_for(ds), truths=truths,
-        input_shape=ds.input_shape, num_classes=ds.num_classes, threshold=0.01,
-        max_iterations=args.max_iterations, seed=args.seed, delta=args.delta,
-        workers=args.workers, defenses=defenses)
+    report = leakaudit.audit_observations(observations, attacks=args.attacks,
+                                          model=models.default_for(ds), truths=truths,
+                                          input_shape=ds.input_shape, num_classes=ds.num_classes,
+                                          threshold=0.01, max_iterations=args.max_iterations,
+                                          seed=args.seed, delta=args.delta, workers=args.workers,
+                                          defenses=defenses)
     paths = report.save(out)
     table = _eps_table(per_client, args.delta, args.neighbouring)
     paths["md"].write_text(paths["md"].read_text() + "\n" + table)

@@ -1,14 +1,14 @@
 """Audit an Opacus DP-SGD run: what a type-2 attacker sees at each step, and its eps.
 
 Trains LeNet on digits with Opacus at batch size 1 (no noise or clipping, then noise
-multiplier 1 and clip 1), taps every step with ``leakaudit.interop.opacus.Tap``, attacks the
-observations with iDLG (:func:`leakaudit.audit_observations`) and reads the run's ledgers
-(``leakaudit.interop.opacus.ledgers``): *claimed* is Opacus's accountant (Poisson steps at
-its recorded rate 1/len(loader)); *sound* accounts the loader that ran. The loader here
-reads the examples in order (``poisson_sampling=False``): each example is in one step of
-the pass, no amplification, so under replace-one adjacency the sound ledger is one
-Gaussian step of multiplier sigma/2 (``--poisson`` runs Opacus's Poisson ``DPDataLoader``
-instead: then sound == claimed).
+multiplier 1 and clip 1), records every step with ``leakaudit.interop.opacus.Recorder``,
+attacks the observations with iDLG (:func:`leakaudit.audit_observations`) and reads the
+run's ledgers (``leakaudit.interop.opacus.ledgers``): *claimed* is Opacus's accountant
+(Poisson steps at its recorded rate 1/len(loader)); *sound* accounts the loader that ran.
+The loader here reads the examples in order (``poisson_sampling=False``): each example is in
+one step of the pass, no amplification, so under replace-one adjacency the sound ledger is
+one Gaussian step of multiplier sigma/2 (``--poisson`` runs Opacus's Poisson
+``DPDataLoader`` instead: then sound == claimed).
 
     python examples/opacus_audit.py --steps 3 --out results/opacus
 """
@@ -26,11 +26,11 @@ from torch.utils.data import DataLoader, TensorDataset
 import leakaudit
 from accounting import tightest_epsilon
 from leakaudit import data, models
-from leakaudit.interop.opacus import Tap, ledgers
+from leakaudit.interop.opacus import Recorder, ledgers
 
 
 def train(ds: data.Dataset, steps: int, noise_multiplier: float, clip: float,
-          label: str, poisson: bool = False) -> tuple[Tap, PrivacyEngine, DataLoader]:
+          label: str, poisson: bool = False) -> tuple[Recorder, PrivacyEngine, DataLoader]:
     """Opacus DP-SGD, batch size 1, one pass over ``steps`` examples; every step tapped."""
     net = models.default_for(ds, generator=torch.Generator().manual_seed(0))
     loader = DataLoader(TensorDataset(ds.x_train[:steps], ds.y_train[:steps]), batch_size=1)
@@ -42,7 +42,7 @@ def train(ds: data.Dataset, steps: int, noise_multiplier: float, clip: float,
             data_loader=loader, noise_multiplier=noise_multiplier, max_grad_norm=clip,
             poisson_sampling=poisson, noise_generator=torch.Generator().manual_seed(1))
     torch.manual_seed(0)  # Opacus's Poisson sampler draws from torch's default generator
-    with Tap(optimizer, model) as tap:
+    with Recorder(optimizer, model) as tap:
         for x, y in loader:
             optimizer.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -68,17 +68,17 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no noise: "eps is infinite" is the point
         for label, (_, engine, loader) in runs.items():
-            pairs[label] = pair = ledgers(engine, loader)
+            pairs[label] = pair = ledgers(engine, data_loader=loader)
             defenses[label] = {"accuracy": float("nan"), "level": "example",
                                "eps_claimed": engine.accountant.get_epsilon(args.delta),
                                "eps_sound": tightest_epsilon(pair.sound, args.delta),
                                "reason": pair.reason}
     observations = [o for tap, _, _ in runs.values() for o in tap.observations]
     truths = [t for tap, _, _ in runs.values() for t in tap.truths]
-    report = leakaudit.audit_observations(
-        observations, ("idlg",), model=models.default_for(ds), truths=truths,
-        input_shape=ds.input_shape, num_classes=ds.num_classes, workers=2, delta=args.delta,
-        defenses=defenses)
+    report = leakaudit.audit_observations(observations, attacks=("idlg",),
+                                          model=models.default_for(ds), truths=truths,
+                                          input_shape=ds.input_shape, num_classes=ds.num_classes,
+                                          workers=2, delta=args.delta, defenses=defenses)
     print(report.to_markdown())
     if args.out:
         report.save(Path(args.out))

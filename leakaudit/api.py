@@ -30,7 +30,8 @@ class EmpiricalEps:
                  seed: int) -> float:
         from .empirical import audit_release, game
 
-        bounds = [audit_release(defense, p, self.trials, delta=delta, seed=seed)["eps_lower"]
+        bounds = [audit_release(defense, point=p, trials=self.trials, delta=delta,
+                                seed=seed).rows()[0]["eps_lower"]
                   for p in points if game.releases_at(defense, p)]
         return max(bounds, default=0.0)
 

@@ -358,8 +358,9 @@ def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
         setting = {"clients": plan.examples,
                    "partition": _holdings(len(ds.y_train), plan.examples, plan.batch_size,
                                           seed)}
-    return fl.simulate(start, ds, copy.deepcopy(d), clients_per_round=plan.examples,
-                       rounds=1, local_steps=plan.local_steps, batch_size=plan.batch_size,
+    return fl.simulate(start, dataset=ds, defense=copy.deepcopy(d),
+                       clients_per_round=plan.examples, rounds=1,
+                       local_steps=plan.local_steps, batch_size=plan.batch_size,
                        lr=plan.profile.attack_lr, seed=seed, progress=False,
                        batch_sampling="shuffle",  # the attacks' view: exactly B examples
                        taps=[fl.Tap(p, clients=plan.examples) for p in plan.points],
@@ -392,7 +393,7 @@ def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module
     if rounds == 0:
         return copy.deepcopy(model)
     prof = plan.profile
-    run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
+    run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
                       clients_per_round=prof.clients_per_round, rounds=rounds,
                       local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
                       optimizer=prof.optimizer, seed=seed, progress=False)
@@ -424,15 +425,15 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
     the one audited round on the given weights)."""
     prof = plan.profile
     if trained:
-        run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
-                          clients_per_round=prof.clients_per_round, rounds=1,
-                          local_steps=1, batch_size=1, lr=prof.attack_lr, seed=seed,
-                          progress=False, batch_sampling="shuffle")
+        run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
+                          clients_per_round=prof.clients_per_round, rounds=1, local_steps=1,
+                          batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
+                          batch_sampling="shuffle")
     else:
-        run = fl.simulate(model, ds, copy.deepcopy(d), clients=clients,
+        run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
                           clients_per_round=prof.clients_per_round, rounds=plan.rounds,
-                          local_steps=prof.local_steps, batch_size=prof.batch_size,
-                          lr=prof.lr, optimizer=prof.optimizer, seed=seed, progress=False)
+                          local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
+                          optimizer=prof.optimizer, seed=seed, progress=False)
     return finite_json({
         "defense": d.describe(), "name": d.name, "level": d.level,
         "accuracy": run.final_accuracy,

@@ -190,15 +190,17 @@ def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.
     return "; ".join(parts)
 
 
-def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
+def audit_release(defense: Defense, *legacy: int, point: int = 2, trials: int = 2000,
                   delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
                   statistic: str | Sequence[str] | None = None,
                   canaries: Sequence[str] | None = None,
                   shapes: Sequence[Sequence[int]] = game.LENET_SHAPES, background: int = 32,
                   background_scale: float = 0.05, local_steps: int = 2,
                   select_fraction: float = 0.2, vectorise: bool | None = None,
-                  chunk: int = 512) -> dict[str, Any]:
-    """Audit one release of ``defense`` at ``point``: one row of the report.
+                  chunk: int = 512) -> PrivacyReport:
+    """Audit one release of ``defense`` at ``point``: a :class:`PrivacyReport` of one row
+    (``report.rows()[0]``). Every argument after ``defense`` is keyword-only (``point`` and
+    ``trials`` given by position, the old form, still work and warn).
 
     Every canary (:func:`game.canaries`, or the named ``canaries``) plays the game on its own
     reference and selection runs (``select_fraction * trials`` per side); the canary,
@@ -208,12 +210,39 @@ def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
     verdict uses: eps at ``delta``, mu, and, for a finite ledger that is not mu-GDP, its
     whole curve at several false-positive levels (each level and delta corrected for).
     """
+    if legacy:  # audit_release(defense, point, trials, ...): the old positional form
+        if len(legacy) > 2:
+            raise TypeError(f"audit_release() takes 1 positional argument (the defense) but "
+                            f"{1 + len(legacy)} were given")
+        warnings.warn("pass the point and the trials by keyword: audit_release(defense, "
+                      "point=..., trials=...)", DeprecationWarning, stacklevel=2)
+        point = legacy[0]
+        if len(legacy) == 2:
+            trials = legacy[1]
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
     _check(trials, confidence, delta, wanted, point, select_fraction, canaries)
     if not game.releases_at(defense, point):
         raise ValueError(f"point {point}: defense {defense.name!r} releases nothing it "
                          f"protects there (sites {sorted(defense.sites)})")
+    # here, so that an undeclared defense's warning points at the caller's line
+    vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
+    row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
+                       wanted=wanted, canaries=canaries, shapes=shapes, background=background,
+                       background_scale=background_scale, local_steps=local_steps,
+                       select_fraction=select_fraction, vec=vec, chunk=chunk)
+    config = {"trials": trials, "delta": delta, "confidence": confidence, "seed": seed,
+              "statistic": list(wanted)}
+    return PrivacyReport(config=config, records=[row])
+
+
+def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
+                 confidence: float, seed: int, wanted: Sequence[str],
+                 canaries: Sequence[str] | None, shapes: Sequence[Sequence[int]],
+                 background: int, background_scale: float, local_steps: int,
+                 select_fraction: float, vec: bool, chunk: int) -> dict[str, Any]:
+    """The row of :func:`audit_release` (arguments checked there; ``vec``: many trials per
+    call)."""
     generator = torch.Generator().manual_seed(int(seed))
     defense = copy.deepcopy(defense)   # one working copy for every run (never the caller's)
     shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
@@ -226,7 +255,6 @@ def audit_release(defense: Defense, point: int = 2, trials: int = 2000, *,
             raise ValueError(f"canaries: {c!r} is not among {sorted(pool)}")
     n_sel = max(20, int(round(select_fraction * trials)))
     n_ref = max(50, min(1000, trials // 10))
-    vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
     games = {c: _Canary(defense, game.with_canary(setup, c, pool[c]), n_ref, n_sel, generator,
                         vec, chunk, wanted) for c in names}
     winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
@@ -360,8 +388,8 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
         if row is not None:
             row = _restore(row)
         else:
-            row = audit_release(d, p, trials, delta=delta, confidence=confidence, seed=seed,
-                                statistic=wanted, **game_options)
+            row = audit_release(d, point=p, trials=trials, delta=delta, confidence=confidence,
+                                seed=seed, statistic=wanted, **game_options).rows()[0]
             store.put("release", key, finite_json(row))
         report.add(dict(row, defense=labels[id(d)]))  # the registered name, when given
     return report

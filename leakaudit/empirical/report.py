@@ -1,6 +1,9 @@
 """PrivacyReport: claimed, sound and measured epsilon per defense and leak point.
 
-Markdown, CSV, JSON and a PNG (``matplotlib.figure.Figure``, no pyplot state).
+A :class:`leakaudit.reporting.Report`, as :class:`leakaudit.AuditReport` is: rows,
+Markdown, CSV, JSON, LaTeX (the shared :func:`~leakaudit.reporting.latex_table`), ``save``
+(the shared :func:`~leakaudit.reporting.write_tables`, plus a PNG drawn on a
+``matplotlib.figure.Figure``, no pyplot state) and ``from_json``.
 """
 
 from __future__ import annotations
@@ -9,11 +12,13 @@ import csv
 import io
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .._jsonsafe import finite_json, number
+from ..reporting import latex_table, write_tables
 
 __all__ = ["PrivacyReport", "COLUMNS"]
 
@@ -39,7 +44,12 @@ def _fmt(v: Any) -> str:
 
 
 def _unclean(v: Any) -> Any:
-    return number(v) if v in ("inf", "-inf", "nan") else v
+    """A value :func:`finite_json` wrote, with "inf"/"-inf"/"nan" floats again (recursively)."""
+    if isinstance(v, dict):
+        return {k: _unclean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unclean(x) for x in v]
+    return number(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v
 
 
 @dataclass
@@ -55,6 +65,15 @@ class PrivacyReport:
     def rows(self) -> list[dict[str, Any]]:
         """One dict per audited release with the :data:`COLUMNS` (and a few details)."""
         return [dict(r) for r in self.records]
+
+    def __getitem__(self, key: str) -> Any:
+        """Deprecated: ``audit_release`` returned its row as a dict; read
+        ``report.rows()[0][key]``."""
+        if not isinstance(key, str) or len(self.records) != 1:
+            raise TypeError("a PrivacyReport is not a row: read report.rows()[i][key]")
+        warnings.warn("audit_release() returns a PrivacyReport: read report.rows()[0][key]",
+                      DeprecationWarning, stacklevel=2)
+        return self.records[0][key]
 
     def violations(self) -> list[dict[str, Any]]:
         """Rows whose sound eps is below the measured lower bound (a ledger is wrong)."""
@@ -80,17 +99,26 @@ class PrivacyReport:
                 "rows": [finite_json(r) for r in self.records]}
         return json.dumps(data, indent=1, sort_keys=True)
 
+    def to_latex(self) -> str:
+        return latex_table(COLUMNS, self.records, _fmt)
+
     @classmethod
     def from_json(cls, text: str) -> PrivacyReport:
+        """The report ``to_json`` wrote."""
         data = json.loads(text)
-        return cls(config=data.get("config", {}),
-                   records=[{k: _unclean(v) for k, v in r.items()} for r in data["rows"]])
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError("this JSON is not a PrivacyReport (no list of rows)")
+        return cls(config=_unclean(data.get("config", {})),
+                   records=[_unclean(r) for r in data["rows"]])
 
     def figure(self) -> Any:
-        """Claimed, sound and measured eps per row on a log scale (inf drawn at the top)."""
+        """Claimed, sound and measured eps per row on a log scale (inf drawn at the top);
+        ValueError when there is no row to draw."""
         from matplotlib.figure import Figure
 
         rows = self.records
+        if not rows:
+            raise ValueError("the report has no rows to draw")
         fig = Figure(figsize=(max(6.0, 0.45 * len(rows) + 2), 4.2), layout="constrained")
         ax = fig.add_subplot()
         finite = [v for r in rows for v in (r["eps_claimed"], r["eps_sound"], r["eps_lower"])
@@ -122,13 +150,6 @@ class PrivacyReport:
         return path
 
     def save(self, directory: str | Path, stem: str = "privacy") -> dict[str, Path]:
-        """Write Markdown, CSV, JSON and PNG into ``directory``."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        out = {"md": d / f"{stem}.md", "csv": d / f"{stem}.csv", "json": d / f"{stem}.json"}
-        out["md"].write_text(self.to_markdown())
-        out["csv"].write_text(self.to_csv())
-        out["json"].write_text(self.to_json())
-        if self.records:
-            out["png"] = self.save_figure(d / f"{stem}.png")
-        return out
+        """Write Markdown, CSV, LaTeX, JSON and the PNG (when there are rows) into
+        ``directory``; returns the paths by extension."""
+        return write_tables(self, directory, stem, figure=self.save_figure)

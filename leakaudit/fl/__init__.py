@@ -1,7 +1,8 @@
 """Federated simulation: settings (:mod:`.config`), leak-point taps and what they record
 (:mod:`.observe`), the simulator (:mod:`.simulate`) and its result (:mod:`.run`).
 
-``from leakaudit import fl; run = fl.simulate(None, "digits", "fed-cdp", taps=[fl.Tap(2)])``.
+``from leakaudit import fl``;
+``run = fl.simulate(None, dataset="digits", defense="fed-cdp", taps=[fl.Tap(2)])``.
 Gradients, ``LocalBatch`` and the numeric contexts live one layer down, in
 :mod:`leakaudit.grads`; they are re-exported here for convenience.
 """

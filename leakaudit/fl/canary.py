@@ -115,7 +115,7 @@ class CanaryGame:
         kw.setdefault("expected_weight", default)
         kw.setdefault("local_steps", 1)
         kw.setdefault("batch_size", self.per_client)
-        return simulate(self.model(), ds, copy.deepcopy(get_defense(defense)),
+        return simulate(self.model(), dataset=ds, defense=copy.deepcopy(get_defense(defense)),
                         clients=len(parts), partition=parts, rounds=1, lr=self.lr, seed=seed,
                         progress=False, val_fraction=0.25, **kw)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,9 +66,9 @@ __all__ = ["simulate"]
 
 def simulate(
     model: nn.Module | None = None,
+    *legacy: Any,
     dataset: str | Dataset = "digits",
     defense: Defense | str = "none",
-    *,
     clients: int = 10,
     clients_per_round: int | None = None,
     client_fraction: float | None = None,
@@ -89,6 +90,10 @@ def simulate(
     track_epsilon: float | None = None,
 ) -> Run:
     """Train a federated model under a defense; return accuracy, ledgers and tapped views.
+
+    Every argument after ``model`` is keyword-only:
+    ``simulate(None, dataset="digits", defense="fed-cdp")`` (``dataset`` and ``defense``
+    given by position, the old form, still work and warn).
 
     Args:
         model: any nn.Module mapping the dataset's inputs to class logits; default
@@ -119,6 +124,15 @@ def simulate(
         track_epsilon: a delta: also record the worst client's claimed and sound eps at
             every evaluation (``Run.eps_history``; accuracy against privacy spent).
     """
+    if legacy:  # simulate(model, dataset, defense, ...): the old positional form
+        if len(legacy) > 2:
+            raise TypeError(f"simulate() takes 1 positional argument (the model) but "
+                            f"{1 + len(legacy)} were given")
+        warnings.warn("pass the dataset and the defense by keyword: simulate(model, "
+                      "dataset=..., defense=...)", DeprecationWarning, stacklevel=2)
+        dataset = legacy[0]
+        if len(legacy) == 2:
+            defense = legacy[1]
     if batch_sampling is None and isinstance(defense, (str, Defense)):
         batch_sampling = default_batch_sampling(get_defense(defense))
     cfg = FLConfig.make(

@@ -1,11 +1,12 @@
 """Audit what people already train: Opacus (DP-SGD) runs and Flower federations.
 
-- :mod:`leakaudit.interop.opacus`: ``Tap(optimizer, model)`` records type-2 observations at
-  each ``DPOptimizer`` step; ``ledgers(engine, data_loader)`` gives Opacus's claimed ledger
+- :mod:`leakaudit.interop.opacus`: ``Recorder(optimizer, model)`` records type-2 observations
+  at each ``DPOptimizer`` step; ``ledgers(engine, data_loader=...)`` gives Opacus's claimed ledger
   and the sound one of the loader that ran.
-- :mod:`leakaudit.interop.flower`: a client mod tapping each client's upload (point 1), a
-  strategy wrapper tapping the aggregated update (point 0), and per-client ledgers for
-  Flower's DP wrappers under one stated neighbouring relation.
+- :mod:`leakaudit.interop.flower`: a client mod recording each client's upload (point 1,
+  ``ClientRecorder``), a strategy wrapper recording the aggregated update (point 0,
+  ``StrategyRecorder``), and per-client ledgers for Flower's DP wrappers under one stated
+  neighbouring relation.
 
 Both ``ledgers`` return a :class:`LedgerPair`: ``claimed, sound = ...`` unpacks it, and it
 names the relation and sampling of each and why they differ.

@@ -6,12 +6,16 @@ No torch, Opacus or Flower here: :mod:`leakaudit.interop` imports this module.
 from __future__ import annotations
 
 import inspect
+import warnings
+from collections.abc import Sequence
+from typing import Any
 
 from accounting import PrivacyLedger
 
 from ..records import LedgerPair
 
-__all__ = ["LedgerPair", "RELATIONS", "check_relation", "new_ledger", "multiplier"]
+__all__ = ["LedgerPair", "RELATIONS", "check_relation", "new_ledger", "multiplier",
+           "keywords_after_first"]
 
 try:  # the accountant's constants, once it has them
     from accounting.relations import RELATIONS  # type: ignore[import-not-found]
@@ -25,6 +29,27 @@ def check_relation(name: str, relation: object) -> str:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, RELATIONS))}, "
                          f"got {relation!r}")
     return str(relation)
+
+
+def keywords_after_first(call: str, names: Sequence[str], legacy: tuple[Any, ...],
+                         given: dict[str, Any]) -> dict[str, Any]:
+    """The old positional form of an interop call: ``legacy`` (what came after the first
+    argument by position) taken as ``names`` in order, with a DeprecationWarning; ``given``
+    (the keyword values, None where not given) completed and returned."""
+    if not legacy:
+        return given
+    if len(legacy) > len(names):
+        raise TypeError(f"{call}() takes 1 positional argument but {1 + len(legacy)} were "
+                        f"given")
+    out = dict(given)
+    for name, value in zip(names, legacy):
+        if out.get(name) is not None:
+            raise TypeError(f"{call}() got multiple values for argument {name!r}")
+        out[name] = value
+    warnings.warn(f"pass the arguments after the first by keyword: {call}(..., "
+                  f"{', '.join(f'{n}=...' for n in names[:len(legacy)])})",
+                  DeprecationWarning, stacklevel=3)
+    return out
 
 
 def new_ledger(relation: str, orders: object = None) -> PrivacyLedger:

@@ -2,9 +2,9 @@
 
 Leak points in a Flower app (Wei et al., "Securing distributed SGD against gradient leakage
 threats"): **point 1** is a client's update as it leaves the client, after every other mod
-(:class:`ClientTap`, a client mod placed first in ``ClientApp(mods=[...])``, so that it wraps
+(:class:`ClientRecorder`, a client mod placed first in ``ClientApp(mods=[...])``, so that it wraps
 the DP mods); **point 0** is the aggregated update the server publishes, after the DP
-strategy wrappers added their noise (:class:`StrategyTap`, wrapping the outermost strategy).
+strategy wrappers added their noise (:class:`StrategyRecorder`, wrapping the outermost strategy).
 
 The ground truth never rides with an observation: the client's train function hands the
 examples it used to :func:`keep_truth` (the node's local ``Context.state``); the client tap
@@ -35,6 +35,10 @@ population, since Flower draws a fixed number K of clients and another takes the
   after Flower's split, halved as above) and the clipped-count Gaussian (0/1 bits,
   sensitivity 1 under every relation, std ``clipped_count_stddev``) as two releases.
 
+Names: like :class:`leakaudit.records.Recorder`, :class:`ClientRecorder` and
+:class:`StrategyRecorder` record observations (a :class:`leakaudit.fl.Tap` is only the spec of
+what to record); ``ClientTap`` and ``StrategyTap``, their old names, are deprecated aliases.
+
 Flower is imported when this module is (``pip install 'leakaudit[flower]'``); ``import
 leakaudit`` never imports it.
 """
@@ -56,7 +60,7 @@ from accounting.relations import gaussian_sensitivity
 
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
+from ._ledgers import LedgerPair, check_relation, keywords_after_first, multiplier, new_ledger
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
@@ -73,8 +77,22 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("leakaudit.interop.flower needs Flower: "
                       "pip install 'leakaudit[flower]'") from exc
 
-__all__ = ["ClientTap", "StrategyTap", "Captured", "RoundRecord", "keep_truth", "load",
+__all__ = ["ClientRecorder", "StrategyRecorder", "Captured", "RoundRecord", "keep_truth", "load",
            "ledgers", "AGGREGATE", "SAMPLING"]
+
+#: old names, deprecated: the old name -> the new one
+_RENAMED = {"ClientTap": "ClientRecorder", "StrategyTap": "StrategyRecorder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"leakaudit.interop.flower.{name} is deprecated: use {new} (it records; "
+                      f"leakaudit.fl.Tap is the spec of what to record)", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: how Flower's strategies pick a round's clients: ``random.sample`` of a fixed number
 SAMPLING = "fixed-size"
@@ -92,7 +110,7 @@ _ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
 def keep_truth(context: Context, inputs: torch.Tensor, labels: torch.Tensor) -> None:
     """Call in the client's train function with the examples it trained on this round.
 
-    They stay on the node (``context.state``, which Flower never sends); :class:`ClientTap`
+    They stay on the node (``context.state``, which Flower never sends); :class:`ClientRecorder`
     takes them from there and writes them apart from the observation.
     """
     if not isinstance(inputs, torch.Tensor) or not isinstance(labels, torch.Tensor):
@@ -195,10 +213,10 @@ def _save(directory: Path, name: str, payload: dict[str, Any]) -> None:
     tmp.replace(directory / name)  # whole files only, even if a run is killed
 
 
-class ClientTap:
+class ClientRecorder:
     """A Flower client mod that records each client's upload (leak point 1).
 
-    Place it first, ``ClientApp(mods=[ClientTap(d, ...), fixedclipping_mod])``, so that it
+    Place it first, ``ClientApp(mods=[ClientRecorder(d, ...), fixedclipping_mod])``, so that it
     sees the upload after the other mods (clipping, local noise). For each train message it
     writes ``obs-r{round}-p1-n{node}.pt`` (the update w_sent - w_global, the global weights,
     lr, local steps, batch size) and, when the train function called :func:`keep_truth`,
@@ -254,12 +272,12 @@ class ClientTap:
         return out
 
 
-class StrategyTap(Strategy):
+class StrategyRecorder(Strategy):
     """Wraps a Flower strategy (DP wrappers included) and records the aggregated update
     (leak point 0): ``obs-r{round}-p0-agg.pt`` in ``directory``, naming the nodes whose
     updates were aggregated. Everything else is the wrapped strategy's.
 
-    ``lr``, ``local_steps``, ``batch_size`` (per client) as for :class:`ClientTap`; the
+    ``lr``, ``local_steps``, ``batch_size`` (per client) as for :class:`ClientRecorder`; the
     aggregate's batch size is that of one client times the number of clients aggregated.
 
     Every round it also writes ``round-r{round}.pt`` (:class:`RoundRecord`): the clients
@@ -285,7 +303,7 @@ class StrategyTap(Strategy):
         self.weight_key = _weight_key(strategy)
 
     def __repr__(self) -> str:
-        return f"StrategyTap({self.strategy!r})"
+        return f"StrategyRecorder({self.strategy!r})"
 
     def summary(self) -> None:
         self.strategy.summary()
@@ -360,7 +378,7 @@ class Captured:
     #: client -> the rounds in which its update was aggregated (point 0 taps) or sent
     #: (point 1 taps, when no point 0 tap ran)
     participation: dict[int, list[int]]
-    #: round -> what it aggregated: from StrategyTap's records, else from the client taps'
+    #: round -> what it aggregated: from StrategyRecorder's records, else from the client taps'
     rounds: dict[int, RoundRecord] = field(default_factory=dict)
 
     def at(self, point: int) -> tuple[list[Observation], list[GroundTruth]]:
@@ -399,7 +417,7 @@ def load(directory: str | Path) -> Captured:
         if any(t is None for t in parts):
             missing = [n for n, t in zip(x["nodes"], parts) if t is None]
             raise ValueError(f"round {x['round']}: no truth for node(s) {missing}: the train "
-                             f"function must call keep_truth() (and ClientTap write to "
+                             f"function must call keep_truth() (and ClientRecorder write to "
                              f"{str(d)!r})")
         gts.append(truth_type(inputs=torch.cat([t["inputs"] for t in parts]),
                                labels=torch.cat([t["labels"] for t in parts])))
@@ -416,7 +434,7 @@ def load(directory: str | Path) -> Captured:
 
 
 def _rounds(d: Path, records: list[dict[str, Any]]) -> dict[int, RoundRecord]:
-    """StrategyTap's round records; without them, the client taps' uploads per round."""
+    """StrategyRecorder's round records; without them, the client taps' uploads per round."""
     out = {}
     for p in sorted(d.glob("round-r*.pt")):
         x = torch.load(p, weights_only=True)
@@ -442,9 +460,12 @@ def _rounds(d: Path, records: list[dict[str, Any]]) -> dict[int, RoundRecord]:
 CLAIMED_RELATION = "add-remove"
 
 
-def ledgers(dp: Any, participation: Captured | Mapping[int, Sequence[int]], *,
+def ledgers(dp: Any, *legacy: Any,
+            participation: Captured | Mapping[int, Sequence[int]] | None = None,
             num_clients: int, rounds: int, neighbouring: str = "replace-one") -> LedgerPair:
-    """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``.
+    """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``:
+    ``ledgers(dp, participation=load(d), num_clients=N, rounds=T)`` (keyword-only after
+    ``dp``; ``participation`` by position, the old form, still works and warns).
 
     Both dicts map every client 0..N-1 to its ledger; the returned
     :class:`~leakaudit.interop.LedgerPair` also names the relation, the sampling and why
@@ -470,6 +491,11 @@ def ledgers(dp: Any, participation: Captured | Mapping[int, Sequence[int]], *,
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
+    participation = keywords_after_first("ledgers", ("participation",), legacy,
+                                         {"participation": participation})["participation"]
+    if participation is None:
+        raise TypeError("ledgers() missing the keyword argument participation (a Captured "
+                        "or a mapping client -> rounds)")
     neighbouring = check_relation("neighbouring", neighbouring)
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
@@ -521,9 +547,9 @@ def _check_rounds(dp: Any, records: Mapping[int, RoundRecord] | None) -> None:
         return
     if not records:
         warnings.warn(f"ledgers: the Captured holds no round records (a tap directory without "
-                      f"StrategyTap's round-r*.pt or ClientTap's uploads), so the equal FedAvg "
-                      f"weights and the K = {k} updates per round that {name}'s ledger assumes "
-                      f"are not checked", stacklevel=3)
+                      f"StrategyRecorder's round-r*.pt or ClientRecorder's uploads), so the "
+                      f"equal FedAvg weights and the K = {k} updates per round that {name}'s "
+                      f"ledger assumes are not checked", stacklevel=3)
         return
     for r, rec in sorted(records.items()):
         if not rec.aggregated:

@@ -1,6 +1,6 @@
 """Audit an Opacus (DP-SGD) training run: tap its steps, read its accountant.
 
-:class:`Tap` records, at each step of an Opacus ``DPOptimizer``, what a type-2 attacker
+:class:`Recorder` records, at each step of an Opacus ``DPOptimizer``, what a type-2 attacker
 (Wei et al., "Securing distributed SGD against gradient leakage threats": the gradient a
 participant applies at one local step) sees: the weights before the step, the privatised
 gradient the optimizer is about to apply (clipped per example, summed, noised and scaled by
@@ -17,12 +17,17 @@ pass and amplifies nothing; a weighted sampler or one with replacement can put a
 into every step, up to B times. The pair says which relation and sampling the sound ledger
 assumes and why it differs.
 
+Names: like :class:`leakaudit.records.Recorder` (the simulator's), :class:`Recorder` records
+observations and ground truths; a :class:`leakaudit.fl.Tap` is only the spec of what to
+record. ``Tap``, this class's old name, is a deprecated alias.
+
 Opacus is imported only when these are used (``pip install leakaudit[opacus]``).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,9 +39,23 @@ from torch.overrides import TorchFunctionMode
 from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, new_ledger
+from ._ledgers import LedgerPair, check_relation, keywords_after_first, new_ledger
 
-__all__ = ["Tap", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
+__all__ = ["Recorder", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
+
+
+#: old names, deprecated: the old name -> the new one
+_RENAMED = {"Tap": "Recorder"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"leakaudit.interop.opacus.{name} is deprecated: use {new} (it records; "
+                      f"leakaudit.fl.Tap is the spec of what to record)", DeprecationWarning,
+                      stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: label recorded when the training loop's loss is not a cross-entropy / NLL loss
@@ -79,15 +98,15 @@ def _plain_module(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
-class Tap:
+class Recorder:
     """Record what a type-2 attacker sees at each step of an Opacus ``DPOptimizer``.
 
     Use as a context manager around the training loop::
 
         model, optimizer, loader = PrivacyEngine().make_private(...)
-        with Tap(optimizer, model) as tap:
+        with Recorder(optimizer, model) as rec:
             for x, y in loader: ...; optimizer.step()
-        report = leakaudit.audit_observations(tap.observations, model=net, truths=tap.truths,
+        report = leakaudit.audit_observations(rec.observations, model=net, truths=rec.truths,
                                               ...)
 
     Args:
@@ -144,9 +163,9 @@ class Tap:
         return [by_id[id(p)] for p in params]
 
     # ------------------------------------------------------------------ context
-    def __enter__(self) -> Tap:
+    def __enter__(self) -> Recorder:
         if self._active:
-            raise RuntimeError("this Tap is already active")
+            raise RuntimeError("this Recorder is already active")
         self._previous_hook = self.optimizer.step_hook
         self.optimizer.attach_step_hook(self._on_step)
         if self.model is not None:
@@ -227,9 +246,10 @@ _KNOWN = {"RDPAccountant": "rdp", "PRVAccountant": "prv", "GaussianAccountant": 
 CLAIMED_RELATION = "add-remove"
 
 
-def ledger_from_accountant(accountant: Any, orders: object = None, *,
+def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
                            data_loader: Any = None) -> PrivacyLedger:
-    """The privacy ledger of an Opacus accountant's history: Opacus's claim.
+    """The privacy ledger of an Opacus accountant's history: Opacus's claim. Keyword-only
+    after ``accountant`` (``orders`` by position, the old form, still works and warns).
 
     Opacus's RDP, PRV and GDP accountants all keep ``history``: a list of
     ``(noise_multiplier, sample_rate, num_steps)``, each ``num_steps`` Poisson-sampled Gaussian
@@ -255,6 +275,8 @@ def ledger_from_accountant(accountant: Any, orders: object = None, *,
     central limit theorem (Bu et al. 2020), an approximation that may under-report; the
     ledger gives sound bounds for the same steps instead.
     """
+    orders = keywords_after_first("ledger_from_accountant", ("orders",), legacy,
+                                  {"orders": orders})["orders"]
     opacus = _import_opacus()
     kind = _accountant_kind(accountant, opacus)
     if data_loader is not None:
@@ -264,13 +286,15 @@ def ledger_from_accountant(accountant: Any, orders: object = None, *,
                 f"data_loader draws {sampler.what}, not Poisson batches: "
                 f"ledger_from_accountant would copy Opacus's sample_rate as Poisson steps "
                 f"that did not run; use leakaudit.interop.opacus.ledgers(engine, "
-                f"data_loader), whose .sound accounts this loader")
+                f"data_loader=...), whose .sound accounts this loader")
     return _claimed(accountant, kind, orders)
 
 
-def ledgers(engine: Any, data_loader: Any, *, relation: str | None = None,
+def ledgers(engine: Any, *legacy: Any, data_loader: Any = None, relation: str | None = None,
             epochs: int | None = None, orders: object = None) -> LedgerPair:
-    """``(claimed, sound)`` ledgers of an Opacus run: Opacus's history, and the loader's.
+    """``(claimed, sound)`` ledgers of an Opacus run: Opacus's history, and the loader's:
+    ``ledgers(engine, data_loader=loader)`` (keyword-only after ``engine``; the loader by
+    position, the old form, still works and warns).
 
     *claimed* is :func:`ledger_from_accountant`: Opacus's history as Poisson-sampled
     Gaussian steps (add/remove). *sound* accounts the sampling ``data_loader`` really did:
@@ -315,6 +339,11 @@ def ledgers(engine: Any, data_loader: Any, *, relation: str | None = None,
     the accountant's no-amplification rule gives); an in-order loader must stay without
     amplification even if "shuffle" ever takes some from the random permutation.
     """
+    data_loader = keywords_after_first("ledgers", ("data_loader",), legacy,
+                                       {"data_loader": data_loader})["data_loader"]
+    if data_loader is None:
+        raise TypeError("ledgers() missing the keyword argument data_loader (the loader "
+                        "training read)")
     opacus = _import_opacus()
     accountant = engine.accountant if isinstance(engine, opacus.PrivacyEngine) else engine
     try:

@@ -101,7 +101,7 @@ def test_rdp_never_below_prv_lower_bound(q, sigma, t):
 @pytest.mark.slow
 @given(st.floats(0.3, 8.0), st.floats(1e-3, 0.2), st.integers(10, 5000), deltas)
 def test_calibrate_sigma_round_trips(target, q, t, delta):
-    sigma = A.calibrate_sigma(target, delta, q, t, rtol=1e-5)
+    sigma = A.calibrate_sigma(target, delta=delta, q=q, steps=t, rtol=1e-5)
     assert eps(q, sigma, t, delta) <= target  # conservative, always
     assert eps(q, sigma * (1 - 1e-4), t, delta) > target * (1 - 1e-6)  # and tight
 

@@ -67,7 +67,7 @@ def test_unsampled_small_sigma_has_no_index_error(sigma: float) -> None:
 
 def test_calibrate_sigma_at_q1_passes_through_small_sigmas() -> None:
     target = 50.0
-    sigma = A.calibrate_sigma(target, 1e-5, 1.0, 1, method="pld", rtol=1e-4)
+    sigma = A.calibrate_sigma(target, delta=1e-5, q=1.0, steps=1, method="pld", rtol=1e-4)
     assert _exact_gaussian(sigma, 1e-5) <= target
     assert _exact_gaussian(sigma * (1 - 2e-4), 1e-5) > target  # the smallest, to rtol
 

@@ -122,13 +122,14 @@ def test_ledger_api() -> None:
 
 @pytest.mark.slow
 def test_calibration_with_pld_is_feasible_and_needs_less_noise() -> None:
-    sigma_pld = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "pld", rtol=1e-2)
-    sigma_rdp = A.calibrate_sigma(1.0, 1e-5, 0.01, 300, "rdp", rtol=1e-2)
+    sigma_pld = A.calibrate_sigma(1.0, delta=1e-5, q=0.01, steps=300, method="pld", rtol=1e-2)
+    sigma_rdp = A.calibrate_sigma(1.0, delta=1e-5, q=0.01, steps=300, method="rdp", rtol=1e-2)
     ledger = A.PrivacyLedger()
     ledger.step(q=0.01, sigma=sigma_pld, count=300)
     assert ledger.epsilon(1e-5, "pld") <= 1.0
     assert sigma_pld < sigma_rdp
-    assert A.max_steps(1.0, 1e-5, 0.01, 1.0, "pld") >= A.max_steps(1.0, 1e-5, 0.01, 1.0, "rdp")
+    assert (A.max_steps(1.0, delta=1e-5, q=0.01, sigma=1.0, method="pld")
+            >= A.max_steps(1.0, delta=1e-5, q=0.01, sigma=1.0, method="rdp"))
 
 
 def test_no_noise_empty_and_nothing_leaking() -> None:

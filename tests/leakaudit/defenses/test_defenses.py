@@ -236,9 +236,9 @@ def test_sound_ledger_holds_exactly_the_noise_draws_of_the_baselines(name, kwarg
 
     # every client takes part every round, so the client-level ledgers (one step per client
     # and round, amplified by client sampling) also meet one draw per update
-    run = simulate(None, "digits", D.get(name, **kwargs), clients=3,
-                   clients_per_round=3, rounds=2, local_steps=2, batch_size=8,
-                   progress=False, seed=0)
+    run = simulate(None, dataset="digits", defense=D.get(name, **kwargs), clients=3,
+                   clients_per_round=3, rounds=2, local_steps=2, batch_size=8, progress=False,
+                   seed=0)
     held = ReleaseCounter.in_ledgers(run.sound)
     # fed-alpha-cdp's noise scale depends on the data: each draw is one inf-eps release
     alpha = name.startswith("fed-alpha-cdp")

@@ -116,7 +116,8 @@ def test_tight_on_a_gaussian_release_with_mu_one(seed):
     # statistic gives eps 2.09 +- 0.19 and mu 0.926 +- 0.023 (stats.PESSIMISM); the choice among
     # ~50 (canary, statistic) candidates must not cost that power (before the predicted-count
     # selection a normal fit of the llr won on a lucky tail: eps 1.69, mu 0.896 on seed 0).
-    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), 2, 10_000, seed=seed)
+    r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), point=2, trials=10_000,
+                      seed=seed).rows()[0]
     assert r["eps_sound"] == pytest.approx(4.377, abs=2e-3)
     assert r["mu_sound"] == pytest.approx(1.0)
     floor = (2.0, 0.9) if seed == 0 else (1.8, 0.87)   # seed 0 the claim, others ~1.5 sd
@@ -250,16 +251,17 @@ def test_batches_are_poisson_where_the_ledger_assumes_it_and_fixed_size_is_sound
 
     kw = dict(clients=2, clients_per_round=2, rounds=1, local_steps=2, batch_size=8,
               progress=False)
-    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0), **kw)
+    run = fl.simulate(None, dataset="digits", defense=D.get("fed-cdp", clip=1.0, sigma=2.0), **kw)
     assert run.settings["batch_sampling"] == "poisson"
     assert run.sound[0].events[0].q < 1.0
     # fixed-size batches: replace-one adjacency, sensitivity 2C, no amplification
-    run = fl.simulate(None, "digits", D.get("fed-cdp", clip=1.0, sigma=2.0),
+    run = fl.simulate(None, dataset="digits", defense=D.get("fed-cdp", clip=1.0, sigma=2.0),
                       batch_sampling="shuffle", **kw)
     ev = run.sound[0].events[0]  # sigma 2 drawn; a fixed-size batch is charged 2C: sigma/2
     assert (ev.q, ev.sigma, ev.count, ev.sampling) == (1.0, 2.0, 2, "fixed-size")
     assert effective_steps(run.sound[0])[0] == (1.0, 1.0, 2)
-    assert fl.simulate(None, "digits", "none", **kw).settings["batch_sampling"] == "shuffle"
+    assert fl.simulate(None, dataset="digits", defense="none",
+                       **kw).settings["batch_sampling"] == "shuffle"
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -304,11 +306,11 @@ class _FalselyBatched(_Undeclared):
 
 def test_a_new_defense_says_how_it_runs_and_is_never_silently_slow():
     with pytest.warns(UserWarning, match="audit_batched"):
-        r = audit_release(_Undeclared(), 2, 100, shapes=SMALL, background=4,
-                          statistic="projection")
+        r = audit_release(_Undeclared(), point=2, trials=100, shapes=SMALL, background=4,
+                          statistic="projection").rows()[0]
     assert r["eps_sound"] == math.inf          # it records nothing: no claim survives
     with pytest.raises(RuntimeError, match="audit_batched"):
-        audit_release(_FalselyBatched(), 2, 100, shapes=SMALL, background=4)
+        audit_release(_FalselyBatched(), point=2, trials=100, shapes=SMALL, background=4)
 
 
 def test_every_registered_defense_declares_how_the_audit_runs_it():

@@ -53,7 +53,8 @@ class _PureNoise(Defense):
 
 
 def test_an_audit_of_a_release_that_ignores_the_data_finds_nothing():
-    r = audit_release(_PureNoise(), 2, 600, shapes=SMALL, background=4, seed=0)
+    r = audit_release(_PureNoise(), point=2, trials=600, shapes=SMALL, background=4,
+                      seed=0).rows()[0]
     assert r["eps_lower"] <= 0.1 and r["mu_lower"] <= 0.1
     assert not r["sound_violated"] and r["mu_sound"] == pytest.approx(1.0)
 
@@ -121,15 +122,16 @@ def test_a_general_claim_is_tested_along_its_curve_not_at_one_delta():
 
 
 def test_the_row_names_the_canary_and_statistic_that_won():
-    r = audit_release(_PureNoise(), 2, 200, shapes=SMALL, background=4, seed=1,
-                      canaries=["large@1", "dirac"], statistic=["tensor", "projection"])
+    r = audit_release(_PureNoise(), point=2, trials=200, shapes=SMALL, background=4, seed=1,
+                      canaries=["large@1", "dirac"], statistic=["tensor", "projection"]
+                      ).rows()[0]
     assert r["canary"] in ("large@1", "dirac") and r["statistic"] in ("tensor", "projection")
     assert set(r["selection"]) == {"large@1", "dirac"}
     assert set(r["selection"]["dirac"]) == {"tensor", "projection"}
     with pytest.raises(ValueError, match="canaries"):
-        audit_release(_PureNoise(), 2, 200, shapes=SMALL, canaries=["large@7"])
+        audit_release(_PureNoise(), point=2, trials=200, shapes=SMALL, canaries=["large@7"])
     with pytest.raises(ValueError, match="canaries"):
-        audit_release(_PureNoise(), 2, 200, shapes=SMALL, canaries="dirac")
+        audit_release(_PureNoise(), point=2, trials=200, shapes=SMALL, canaries="dirac")
 
 
 @pytest.mark.parametrize("transform", [np.exp, lambda x: x ** 3, lambda x: np.sinh(3 * x)])

@@ -23,7 +23,8 @@ SEEDS = (0, 1, 2)
 def _audit(defense, trials: int, seed: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)   # users' code does not declare batching
-        return audit_release(defense, 2, trials, seed=seed, shapes=SHAPES, background=8)
+        return audit_release(defense, point=2, trials=trials, seed=seed, shapes=SHAPES,
+                             background=8).rows()[0]
 
 
 def test_the_suite_states_a_budget_and_a_finite_claim_for_every_mutant():

@@ -18,9 +18,9 @@ def weights(run):
 
 
 def test_same_seed_same_result_other_seed_differs(digits):
-    a = fl.simulate(None, digits, "fed-cdp", seed=3, **SMALL)
-    b = fl.simulate(None, digits, "fed-cdp", seed=3, **SMALL)
-    c = fl.simulate(None, digits, "fed-cdp", seed=4, **SMALL)
+    a = fl.simulate(None, dataset=digits, defense="fed-cdp", seed=3, **SMALL)
+    b = fl.simulate(None, dataset=digits, defense="fed-cdp", seed=3, **SMALL)
+    c = fl.simulate(None, dataset=digits, defense="fed-cdp", seed=4, **SMALL)
     assert all(torch.equal(x, y) for x, y in zip(weights(a), weights(b)))
     assert a.accuracy == b.accuracy
     assert not all(torch.equal(x, y) for x, y in zip(weights(a), weights(c)))
@@ -30,15 +30,15 @@ def test_same_seed_same_result_other_seed_differs(digits):
 @pytest.mark.parametrize("defense", ["none", "fed-cdp", "fed-sdp-client", "random-noise"])
 def test_taps_never_change_the_trajectory(digits, defense):
     taps = [fl.Tap(2, round=1, local_step=1, clients=2), fl.Tap(1, round=0), fl.Tap(0, round=2)]
-    plain = fl.simulate(None, digits, defense, seed=1, **SMALL)
-    tapped = fl.simulate(None, digits, defense, seed=1, taps=taps, **SMALL)
+    plain = fl.simulate(None, dataset=digits, defense=defense, seed=1, **SMALL)
+    tapped = fl.simulate(None, dataset=digits, defense=defense, seed=1, taps=taps, **SMALL)
     assert all(torch.equal(x, y) for x, y in zip(weights(plain), weights(tapped)))
     assert [o.point for o in tapped.observations] == [1, 2, 2, 0]
 
 
 def test_type2_observation_is_the_batch_gradient_for_no_defense(digits):
-    run = fl.simulate(None, digits, "none", seed=0, taps=[fl.Tap(2, round=1, local_step=1)],
-                      **SMALL)
+    run = fl.simulate(None, dataset=digits, defense="none", seed=0,
+                      taps=[fl.Tap(2, round=1, local_step=1)], **SMALL)
     obs = run.observations_at(2)[0]
     truth = run.truth(obs)
     model = models.default_for(digits)
@@ -50,7 +50,7 @@ def test_type2_observation_is_the_batch_gradient_for_no_defense(digits):
 
 
 def test_type1_update_is_minus_lr_times_gradient_with_one_local_step(digits):
-    run = fl.simulate(None, digits, "none", seed=0, taps=[fl.Tap(1)],
+    run = fl.simulate(None, dataset=digits, defense="none", seed=0, taps=[fl.Tap(1)],
                       **{**SMALL, "local_steps": 1})
     obs = run.observations_at(1)[0]
     truth = run.truth(obs)
@@ -74,16 +74,17 @@ def test_per_example_gradients_average_to_the_batch_gradient(digits):
 
 def test_fed_cdp_without_noise_or_clipping_is_plain_training(digits):
     # same (fixed-size) batches for both: fed-cdp alone would default to Poisson batches
-    plain = fl.simulate(None, digits, "none", seed=2, batch_sampling="shuffle", **SMALL)
-    dp = fl.simulate(None, digits, defenses.get("fed-cdp", clip=1e9, sigma=0.0), seed=2,
-                     batch_sampling="shuffle", **SMALL)
+    plain = fl.simulate(None, dataset=digits, defense="none", seed=2, batch_sampling="shuffle",
+                        **SMALL)
+    dp = fl.simulate(None, dataset=digits, defense=defenses.get("fed-cdp", clip=1e9, sigma=0.0),
+                     seed=2, batch_sampling="shuffle", **SMALL)
     for x, y in zip(weights(plain), weights(dp)):
         assert torch.allclose(x, y, atol=1e-5)
 
 
 def test_fed_sdp_server_leaves_type1_raw_and_sanitises_type0(digits):
     d = defenses.get("fed-sdp-server", clip=0.01, sigma=0.0)
-    run = fl.simulate(None, digits, d, seed=0, taps=[fl.Tap(1), fl.Tap(0)], **SMALL)
+    run = fl.simulate(None, dataset=digits, defense=d, seed=0, taps=[fl.Tap(1), fl.Tap(0)], **SMALL)
     raw = float(torch.sqrt(sum(t.pow(2).sum() for t in run.observations_at(1)[0].tensors)))
     san = float(torch.sqrt(sum(t.pow(2).sum() for t in run.observations_at(0)[0].tensors)))
     assert raw > 0.01 and san == pytest.approx(0.01, rel=1e-4)
@@ -91,26 +92,26 @@ def test_fed_sdp_server_leaves_type1_raw_and_sanitises_type0(digits):
 
 def test_ledgers_count_exactly_the_releases(digits):
     d = defenses.get("fed-cdp", clip=1.0, sigma=1.5)
-    run = fl.simulate(None, digits, d, seed=0, **SMALL)
+    run = fl.simulate(None, dataset=digits, defense=d, seed=0, **SMALL)
     # sound: L steps per participation; 3 rounds x 2 participants = 6 participations
     assert sum(lg.steps for lg in run.sound) == 3 * 2 * 2
     # claimed (the paper): T x L steps for every client, q = B K / |D|
     assert all(lg.steps == 3 * 2 for lg in run.claimed)
     assert run.epsilon(1e-5, "sound") > 0 and run.epsilon(1e-5, "claimed") > 0
-    none = fl.simulate(None, digits, "none", seed=0, **SMALL)
+    none = fl.simulate(None, dataset=digits, defense="none", seed=0, **SMALL)
     assert math.isinf(none.epsilon(1e-5)) and math.isinf(none.epsilon(1e-5, "claimed"))
 
 
 def test_decaying_defense_uses_the_schedule_over_rounds(digits):
     d = defenses.get("fed-alpha-cdp-exp", sigma=8.0, sigma_end=2.0)
-    fl.simulate(None, digits, d, seed=0, **SMALL)
+    fl.simulate(None, dataset=digits, defense=d, seed=0, **SMALL)
     assert [d.noise_multiplier(t) for t in range(3)] == pytest.approx([8.0, 4.0, 2.0])
 
 
 @pytest.mark.slow
 def test_non_private_model_learns_digits(digits):
-    run = fl.simulate(None, digits, "none", clients=5, clients_per_round=5, rounds=8,
-                      local_steps=10, batch_size=32, lr=0.01, optimizer="adam", seed=0,
+    run = fl.simulate(None, dataset=digits, defense="none", clients=5, clients_per_round=5,
+                      rounds=8, local_steps=10, batch_size=32, lr=0.01, optimizer="adam", seed=0,
                       progress=False)
     assert run.final_accuracy > 0.8
     assert run.accuracy[-1] > run.accuracy[0]
@@ -118,35 +119,38 @@ def test_non_private_model_learns_digits(digits):
 
 def test_poisson_batches_and_tabular_data():
     ds = data.load("breast-cancer")
-    run = fl.simulate(None, ds, defenses.get("fed-cdp", clip=1.0, sigma=0.5), clients=3,
-                      clients_per_round=3, rounds=2, local_steps=3, batch_size=16, lr=0.05,
-                      batch_sampling="poisson", progress=False)
+    run = fl.simulate(None, dataset=ds, defense=defenses.get("fed-cdp", clip=1.0, sigma=0.5),
+                      clients=3, clients_per_round=3, rounds=2, local_steps=3, batch_size=16,
+                      lr=0.05, batch_sampling="poisson", progress=False)
     assert 0.0 <= run.final_accuracy <= 1.0 and len(run.accuracy) == 2
 
 
 def test_bad_input_is_rejected_before_training(digits):
     with pytest.raises(ValueError, match="clients_per_round"):
-        fl.simulate(None, digits, "none", clients=3, clients_per_round=5, progress=False)
+        fl.simulate(None, dataset=digits, defense="none", clients=3, clients_per_round=5,
+                    progress=False)
     with pytest.raises(ValueError, match="client 1 has no data"):
-        fl.simulate(None, digits, "none", clients=2, partition=[[0, 1, 2], []],
+        fl.simulate(None, dataset=digits, defense="none", clients=2, partition=[[0, 1, 2], []],
                     progress=False)
     with pytest.raises(ValueError, match="local_step"):
-        fl.simulate(None, digits, "none", local_steps=1, taps=[fl.Tap(2, local_step=3)],
-                    progress=False)
+        fl.simulate(None, dataset=digits, defense="none", local_steps=1,
+                    taps=[fl.Tap(2, local_step=3)], progress=False)
     with pytest.raises(ValueError, match="round"):
-        fl.simulate(None, digits, "none", rounds=2, taps=[fl.Tap(0, round=2)], progress=False)
+        fl.simulate(None, dataset=digits, defense="none", rounds=2, taps=[fl.Tap(0, round=2)],
+                    progress=False)
     with pytest.raises(ValueError, match="point"):
         fl.Tap(3)
     with pytest.raises(ValueError, match="classes"):
-        fl.simulate(models.lenet(num_classes=4), digits, "none", progress=False)
+        fl.simulate(models.lenet(num_classes=4), dataset=digits, defense="none", progress=False)
     with pytest.raises(ValueError, match="cannot process"):
-        fl.simulate(models.mlp(30, 10), digits, "none", progress=False)
+        fl.simulate(models.mlp(30, 10), dataset=digits, defense="none", progress=False)
     with pytest.raises(ValueError, match="lr"):
-        fl.simulate(None, digits, "none", lr=-1.0, progress=False)
+        fl.simulate(None, dataset=digits, defense="none", lr=-1.0, progress=False)
     with pytest.raises(ValueError, match="defense"):
-        fl.simulate(None, digits, "no-such-defense", progress=False)
+        fl.simulate(None, dataset=digits, defense="no-such-defense", progress=False)
     with pytest.raises(ValueError, match="sigma"):
-        fl.simulate(None, digits, defenses.get("fed-cdp", sigma=-1.0), progress=False)
+        fl.simulate(None, dataset=digits, defense=defenses.get("fed-cdp", sigma=-1.0),
+                    progress=False)
 
 
 class _Exploding(nn.Module):
@@ -165,19 +169,19 @@ def test_nan_gradient_stops_naming_client_and_round(digits):
         model.fc.weight.zero_()
     # the forward pass check passes shapes; NaN appears in the loss gradient
     with pytest.raises(fl.NonFiniteGradientError, match=r"client \d+ in round 0"):
-        fl.simulate(model, digits, "none", **SMALL)
+        fl.simulate(model, dataset=digits, defense="none", **SMALL)
 
 
 def test_user_model_is_not_mutated(digits):
     model = models.lenet(generator=torch.Generator().manual_seed(5))
     before = [p.clone() for p in model.parameters()]
-    run = fl.simulate(model, digits, "none", **SMALL)
+    run = fl.simulate(model, dataset=digits, defense="none", **SMALL)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(before, run.model.parameters()))
 
 
 def test_partitions_by_name(digits):
-    run = fl.simulate(None, digits, "none", partition="dirichlet",
+    run = fl.simulate(None, dataset=digits, defense="none", partition="dirichlet",
                       partition_kwargs={"alpha": 0.5}, seed=0, **SMALL)
     assert len(run.accuracy) == 3
     assert np.isfinite(run.val_loss).all()
@@ -202,9 +206,9 @@ def test_an_update_says_how_many_examples_are_behind_it_without_the_truth():
     """adadp draws a second, fresh batch per iteration: the type-1 update comes from two
     examples at B = 1, and the observation says so (what the audit attacks), while a type-2
     view is one batch."""
-    run = fl.simulate(None, "digits", defenses.get("adadp"), clients=4, clients_per_round=1,
-                      rounds=1, local_steps=1, batch_size=1, batch_sampling="shuffle",
-                      progress=False, taps=[fl.Tap(1), fl.Tap(2)], seed=0)
+    run = fl.simulate(None, dataset="digits", defense=defenses.get("adadp"), clients=4,
+                      clients_per_round=1, rounds=1, local_steps=1, batch_size=1,
+                      batch_sampling="shuffle", progress=False, taps=[fl.Tap(1), fl.Tap(2)], seed=0)
     update = run.observations_at(1)[0]
     assert update.examples_behind == 2 == run.truth(update).inputs.shape[0]
     step = run.observations_at(2)[0]
@@ -214,17 +218,20 @@ def test_an_update_says_how_many_examples_are_behind_it_without_the_truth():
 # ----------------------------------------------------------------- client sampling (issue 18)
 def test_clients_per_round_is_a_count_and_client_fraction_a_rate(digits):
     with pytest.raises(ValueError, match="client_fraction"):
-        fl.simulate(None, digits, "none", clients=4, clients_per_round=0.5, progress=False)
-    with pytest.raises(ValueError, match="clients_per_round must be an int"):
-        fl.simulate(None, digits, "none", clients=4, clients_per_round=1.0, progress=False)
-    with pytest.raises(ValueError, match="not both"):
-        fl.simulate(None, digits, "none", clients=4, clients_per_round=2, client_fraction=0.5,
+        fl.simulate(None, dataset=digits, defense="none", clients=4, clients_per_round=0.5,
                     progress=False)
+    with pytest.raises(ValueError, match="clients_per_round must be an int"):
+        fl.simulate(None, dataset=digits, defense="none", clients=4, clients_per_round=1.0,
+                    progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        fl.simulate(None, dataset=digits, defense="none", clients=4, clients_per_round=2,
+                    client_fraction=0.5, progress=False)
     for bad in (0.0, 1.5, -0.1, "half", True):
         with pytest.raises(ValueError, match="client_fraction"):
-            fl.simulate(None, digits, "none", clients=4, client_fraction=bad, progress=False)
+            fl.simulate(None, dataset=digits, defense="none", clients=4, client_fraction=bad,
+                        progress=False)
     with pytest.raises(ValueError, match="expected_weight"):
-        fl.simulate(None, digits, "fed-sdp-server", clients=4, expected_weight=0.0,
+        fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4, expected_weight=0.0,
                     progress=False)
     cfg = fl.FLConfig.make(clients=4)            # default: every client, fixed-size
     assert (cfg.clients_per_round, cfg.client_sampling, cfg.denominator) == (4, "fixed-size", 4)
@@ -233,12 +240,12 @@ def test_clients_per_round_is_a_count_and_client_fraction_a_rate(digits):
 
 
 def test_poisson_client_sampling_draws_a_random_count(digits):
-    run = fl.simulate(None, digits, "none", clients=6, client_fraction=0.5, rounds=12,
-                      local_steps=1, batch_size=8, progress=False, eval_every=12)
+    run = fl.simulate(None, dataset=digits, defense="none", clients=6, client_fraction=0.5,
+                      rounds=12, local_steps=1, batch_size=8, progress=False, eval_every=12)
     counts = {len(u) for u in run.uploads}
     assert len(counts) > 1 and run.settings["client_sampling"] == "poisson"
-    fixed = fl.simulate(None, digits, "none", clients=6, clients_per_round=2, rounds=4,
-                        local_steps=1, batch_size=8, progress=False, eval_every=4)
+    fixed = fl.simulate(None, dataset=digits, defense="none", clients=6, clients_per_round=2,
+                        rounds=4, local_steps=1, batch_size=8, progress=False, eval_every=4)
     assert {len(u) for u in fixed.uploads} == {2}
 
 
@@ -246,10 +253,11 @@ def test_client_level_dp_divides_by_the_fixed_denominator(digits):
     # one client, clipped to C, no noise: the model moves by C / D, not by C (the realised
     # weighted mean), whatever the client's data size
     for d in (2.0, 8.0):
-        run = fl.simulate(None, digits, defenses.get("fed-sdp-server", clip=0.01, sigma=0.0),
-                          clients=1, client_fraction=1.0, expected_weight=d, rounds=1,
-                          local_steps=1, batch_size=8, progress=False, seed=0)
-        start = fl.simulate(None, digits, "none", clients=1, rounds=1, lr=1e-12,
+        run = fl.simulate(None, dataset=digits,
+                          defense=defenses.get("fed-sdp-server", clip=0.01, sigma=0.0), clients=1,
+                          client_fraction=1.0, expected_weight=d, rounds=1, local_steps=1,
+                          batch_size=8, progress=False, seed=0)
+        start = fl.simulate(None, dataset=digits, defense="none", clients=1, rounds=1, lr=1e-12,
                             progress=False, seed=0)
         moved = torch.cat([(a - b).reshape(-1) for a, b in zip(weights(run), weights(start))])
         assert float(moved.norm()) == pytest.approx(0.01 / d, rel=1e-3)
@@ -257,16 +265,16 @@ def test_client_level_dp_divides_by_the_fixed_denominator(digits):
 
 def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
     import accounting as A
-    run = fl.simulate(None, digits, "fed-sdp-server", clients=4, client_fraction=0.5,
-                      rounds=2, local_steps=1, batch_size=8, progress=False)
+    run = fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4,
+                      client_fraction=0.5, rounds=2, local_steps=1, batch_size=8, progress=False)
     tight = max(A.tightest_epsilon(lg, 1e-5) for lg in run.sound)
     assert run.epsilon(1e-5, "sound") == pytest.approx(tight)
     assert run.epsilon(1e-5, "sound", method="rdp") >= tight
     assert run.relation == "add-remove"
     text = run.describe_epsilon(1e-5)
     assert "delta = 1e-05" in text and "add-remove" in text and "poisson" in text
-    fixed = fl.simulate(None, digits, "fed-sdp-server", clients=4, clients_per_round=2,
-                        rounds=2, local_steps=1, batch_size=8, progress=False)
+    fixed = fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4,
+                        clients_per_round=2, rounds=2, local_steps=1, batch_size=8, progress=False)
     assert fixed.relation == "replace-one"
     # no amplification from fixed-size client sampling: two Gaussian steps at sigma / 2
     both = A.PrivacyLedger()
@@ -277,11 +285,24 @@ def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
 def test_run_ledgers_are_the_one_pair_type(digits):
     from leakaudit.records import LedgerPair
 
-    run = fl.simulate(None, digits, "fed-sdp-server", clients=4, clients_per_round=2,
-                      rounds=1, local_steps=1, batch_size=8, progress=False)
+    run = fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4,
+                      clients_per_round=2, rounds=1, local_steps=1, batch_size=8, progress=False)
     pair = run.ledgers
     assert isinstance(pair, LedgerPair)
     claimed, sound = pair
     assert claimed is run.claimed and sound is run.sound
     assert pair.relation == run.relation == "replace-one"
     assert "replace-one" in pair.describe(1e-5) and "delta 1e-05" in pair.describe(1e-5)
+
+
+def test_positional_dataset_and_defense_still_work_and_warn(digits):
+    kw = {**SMALL, "rounds": 1}
+    new = fl.simulate(None, dataset=digits, defense="fed-cdp", seed=5, **kw)
+    with pytest.warns(DeprecationWarning, match="dataset=..., defense=..."):
+        old = fl.simulate(None, digits, "fed-cdp", seed=5, **kw)
+    assert all(torch.equal(x, y) for x, y in zip(weights(new), weights(old)))
+    with pytest.warns(DeprecationWarning, match="by keyword"):
+        only = fl.simulate(None, digits, seed=5, **kw)  # defense: the default, "none"
+    assert only.defense.name == "none"
+    with pytest.raises(TypeError, match="1 positional argument"):
+        fl.simulate(None, digits, "none", 3, **kw)

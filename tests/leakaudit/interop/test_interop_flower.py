@@ -57,7 +57,8 @@ def _unchecked(*args, **kwargs):
 
 def test_fixed_clipping_ledgers_claimed_every_round_sound_with_participation():
     dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
-    claimed, sound = _unchecked(dp, {0: [1, 2, 3], 4: [2]}, num_clients=N, rounds=3)
+    claimed, sound = _unchecked(dp, participation={0: [1, 2, 3], 4: [2]}, num_clients=N,
+                                rounds=3)
     assert set(claimed) == set(range(N))
     for c in range(N):
         (ev,) = claimed[c].events
@@ -67,16 +68,18 @@ def test_fixed_clipping_ledgers_claimed_every_round_sound_with_participation():
     assert [(e.q, e.sigma, e.count) for e in sound[4].events] == [(1.0, Z, 1)]
     assert sound[1].steps == 0 and sound[1].epsilon(1e-5) == 0.0
     assert sound[0].epsilon(1e-5) > sound[4].epsilon(1e-5) > 0
-    zero = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="zero-out")
+    zero = _unchecked(dp, participation={0: [1, 2, 3]}, num_clients=N, rounds=3,
+                      neighbouring="zero-out")
     assert [(e.q, e.sigma, e.count) for e in zero.sound[0].events] == [(1.0, Z, 3)]
-    add = _unchecked(dp, {0: [1, 2, 3]}, num_clients=N, rounds=3, neighbouring="add-remove")
+    add = _unchecked(dp, participation={0: [1, 2, 3]}, num_clients=N, rounds=3,
+                     neighbouring="add-remove")
     assert [e.sigma for e in add.sound[0].events] == [Z]  # fixed K: a swap, as replace
 
 
 def test_relation_is_stated_and_the_readme_figure_is_10_not_4_38():
     """README example: z = 1, one round aggregated, delta 1e-5."""
     dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), 1.0, 1.0, num_sampled_clients=1)
-    pair = _unchecked(dp, {1: [1]}, num_clients=N, rounds=3)
+    pair = _unchecked(dp, participation={1: [1]}, num_clients=N, rounds=3)
     assert (pair.relation, pair.sampling) == ("replace-one", "fixed-size")
     assert (pair.claimed_relation, pair.claimed_sampling) == ("add-remove", "poisson")
     text = pair.describe(1e-5)
@@ -85,7 +88,8 @@ def test_relation_is_stated_and_the_readme_figure_is_10_not_4_38():
     eps = accounting.tightest_epsilon(pair.sound[1], 1e-5)
     assert eps == pytest.approx(_gaussian_eps(2.0, 1e-5), rel=1e-6)
     assert round(eps, 1) == 10.0
-    zero = _unchecked(dp, {1: [1]}, num_clients=N, rounds=3, neighbouring="zero-out")
+    zero = _unchecked(dp, participation={1: [1]}, num_clients=N, rounds=3,
+                      neighbouring="zero-out")
     assert round(accounting.tightest_epsilon(zero.sound[1], 1e-5), 2) == 4.38
 
 
@@ -106,10 +110,11 @@ def test_sound_ledger_of_a_client_in_every_round_is_flowers_own_accountant():
         return acc
 
     acc = flower(NeighboringRelation.ADD_OR_REMOVE_ONE, SamplingMethod.NO_AMPLIFICATION, Z)
-    _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds, neighbouring="zero-out")
+    _, sound = _unchecked(dp, participation=every, num_clients=N, rounds=rounds,
+                          neighbouring="zero-out")
     on_flowers_orders = PrivacyLedger(sound[0].relation, orders=acc._orders).merge(sound[0])
     assert on_flowers_orders.epsilon(delta) == pytest.approx(acc.get_epsilon(delta), rel=1e-6)
-    _, sound = _unchecked(dp, every, num_clients=N, rounds=rounds)
+    _, sound = _unchecked(dp, participation=every, num_clients=N, rounds=rounds)
     ours = PrivacyLedger(sound[0].relation, orders=acc._orders).merge(sound[0]).epsilon(delta)
     replace = NeighboringRelation.REPLACE_ONE, SamplingMethod.WITHOUT_REPLACEMENT
     assert ours == pytest.approx(flower(*replace, Z / 2).get_epsilon(delta), rel=1e-6)
@@ -126,27 +131,30 @@ def test_central_ledgers_check_equal_weights_and_the_reply_count():
     dp = DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a Captured is checked: no warning
-        claimed, sound = lf.ledgers(dp, _captured([3.0, 3.0]), num_clients=N, rounds=1)
+        claimed, sound = lf.ledgers(dp, participation=_captured([3.0, 3.0]), num_clients=N,
+                                    rounds=1)
     assert [e.sigma for e in sound[0].events] == [Z] and sound[5].steps == 0
     with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 4.0\] "
                                          r"\('num-examples'\).*assumes equal"):
-        lf.ledgers(dp, _captured([1.0, 4.0]), num_clients=N, rounds=1)
+        lf.ledgers(dp, participation=_captured([1.0, 4.0]), num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="round 1: 1 updates were aggregated.*"
                                          "num_sampled_clients=2.*z m / K"):
-        lf.ledgers(dp, _captured([1.0]), num_clients=N, rounds=1)
+        lf.ledgers(dp, participation=_captured([1.0]), num_clients=N, rounds=1)
     with pytest.raises(ValueError, match=r"node\(s\) \[1\] carry no 'num-examples'"):
-        lf.ledgers(dp, _captured([1.0, None]), num_clients=N, rounds=1)
-    lf.ledgers(dp, _captured([1.0], aggregated=False), num_clients=N, rounds=1)  # no release
+        lf.ledgers(dp, participation=_captured([1.0, None]), num_clients=N, rounds=1)
+    lf.ledgers(dp, participation=_captured([1.0], aggregated=False), num_clients=N,
+               rounds=1)  # no release
     with pytest.warns(UserWarning, match="holds no round records"):
-        lf.ledgers(dp, lf.Captured([], [], {0: [1]}), num_clients=N, rounds=1)
+        lf.ledgers(dp, participation=lf.Captured([], [], {0: [1]}), num_clients=N, rounds=1)
     # local DP noises each upload: FedAvg's weights are post-processing, nothing to check
     mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
-    assert lf.ledgers(mod, _captured([1.0, 4.0]), num_clients=N, rounds=1).sound[1].steps == 1
+    assert lf.ledgers(mod, participation=_captured([1.0, 4.0]), num_clients=N,
+                      rounds=1).sound[1].steps == 1
 
 
 def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
     mod = LocalDpMod(clipping_norm=C, sensitivity=C, epsilon=1.0, delta=1e-6)
-    pair = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2)
+    pair = lf.ledgers(mod, participation={3: [1, 2]}, num_clients=N, rounds=2)
     claimed, sound = pair
     assert pair.relation == pair.claimed_relation == "replace-one"
     (ev,) = claimed[3].events
@@ -162,7 +170,8 @@ def test_local_dp_ledgers_claimed_per_round_sound_from_the_noise_it_adds():
     assert accounting.gaussian_step_epsilon(ok, 1e-6, "analytic") <= 0.5
     assert claimed[0].steps == 0 and sound[0].steps == 0
     # the same convention as the central wrappers: zero-out halves the sensitivity
-    zero = lf.ledgers(mod, {3: [1, 2]}, num_clients=N, rounds=2, neighbouring="zero-out")
+    zero = lf.ledgers(mod, participation={3: [1, 2]}, num_clients=N, rounds=2,
+                      neighbouring="zero-out")
     assert zero.sound[3].events[0].sigma == pytest.approx(std / C)
 
 
@@ -171,7 +180,7 @@ def test_adaptive_clipping_claims_the_requested_multiplier():
         warnings.simplefilter("ignore")
         dp = DifferentialPrivacyServerSideAdaptiveClipping(
             FedAvg(), noise_multiplier=1.2, num_sampled_clients=N, clipped_count_stddev=2.0)
-        claimed, sound = lf.ledgers(dp, {0: [1]}, num_clients=N, rounds=1)
+        claimed, sound = lf.ledgers(dp, participation={0: [1]}, num_clients=N, rounds=1)
     assert claimed[0].events[0].sigma == pytest.approx(1.2)
     # the update's Gaussian at z_Delta/2 (replace-one); a 0/1 bit moves the count by 1
     assert [s for _, s, _ in effective_steps(sound[0])] == pytest.approx(
@@ -182,31 +191,46 @@ def test_adaptive_clipping_claims_the_requested_multiplier():
 def test_no_dp_is_infinite_for_participants_only():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        claimed, sound = lf.ledgers(None, {1: [1]}, num_clients=3, rounds=1)
+        claimed, sound = lf.ledgers(None, participation={1: [1]}, num_clients=3, rounds=1)
         assert math.isinf(sound[1].epsilon(1e-5)) and sound[0].epsilon(1e-5) == 0.0
 
 
 def test_ledgers_bad_input_is_named():
     with pytest.raises(ValueError, match="dp must be a Flower DP strategy wrapper.*FedAvg"):
-        lf.ledgers(FedAvg(), {}, num_clients=N, rounds=1)
+        lf.ledgers(FedAvg(), participation={}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="participation of client 2"):
-        lf.ledgers(None, {2: [0]}, num_clients=N, rounds=1)
+        lf.ledgers(None, participation={2: [0]}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="LocalDpMod has epsilon=0"):
-        lf.ledgers(LocalDpMod(C, C, 0.0, 1e-6), {}, num_clients=N, rounds=1)
+        lf.ledgers(LocalDpMod(C, C, 0.0, 1e-6), participation={}, num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="num_clients"):
-        lf.ledgers(None, {}, num_clients=0, rounds=1)
+        lf.ledgers(None, participation={}, num_clients=0, rounds=1)
     with pytest.raises(ValueError, match="neighbouring must be one of"):
-        lf.ledgers(None, {}, num_clients=N, rounds=1, neighbouring="add/remove")
+        lf.ledgers(None, participation={}, num_clients=N, rounds=1, neighbouring="add/remove")
     with pytest.raises(ValueError, match="participation must be a Captured"):
-        lf.ledgers(None, [(0, [1])], num_clients=N, rounds=1)
+        lf.ledgers(None, participation=[(0, [1])], num_clients=N, rounds=1)
     with pytest.raises(ValueError, match="strategy must be"):
-        lf.StrategyTap(object(), "/tmp")
+        lf.StrategyRecorder(object(), "/tmp")
     with pytest.raises(ValueError, match="does not exist"):
         lf.load("/nonexistent/leakaudit-taps")
     with pytest.raises(ValueError, match="lr must be a finite number > 0"):
-        lf.ClientTap("/tmp", lr=0.0)
+        lf.ClientRecorder("/tmp", lr=0.0)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
-        lf.StrategyTap(FedAvg(), "/tmp", batch_size=0)
+        lf.StrategyRecorder(FedAvg(), "/tmp", batch_size=0)
+
+
+def test_ledgers_take_keywords_after_the_dp_the_old_form_warns():
+    new = lf.ledgers(None, participation={1: [1]}, num_clients=3, rounds=1)
+    with pytest.warns(DeprecationWarning, match=r"ledgers\(\.\.\., participation=\.\.\.\)"):
+        old = lf.ledgers(None, {1: [1]}, num_clients=3, rounds=1)
+    assert old.sound[1].epsilon(1e-5) == new.sound[1].epsilon(1e-5) == math.inf
+    with pytest.raises(TypeError, match="missing the keyword argument participation"):
+        lf.ledgers(None, num_clients=3, rounds=1)
+
+
+def test_the_old_tap_names_are_deprecated_aliases_of_the_recorders():
+    for old, new in (("ClientTap", lf.ClientRecorder), ("StrategyTap", lf.StrategyRecorder)):
+        with pytest.warns(DeprecationWarning, match=f"flower.{old} is deprecated"):
+            assert getattr(lf, old) is new
 
 
 # ------------------------------------------------------------------------------ the mod alone
@@ -261,8 +285,8 @@ def _train_through(mods, tap_dir, update=1e-3, size=4000, node=7, examples=1):
 def test_local_dp_noise_is_on_the_upload_the_first_tap_sees(task_identity, tmp_path):
     np.random.seed(0)  # LocalDpMod draws from numpy's global generator
     mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
-    first = lf.ClientTap(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
-    inner = lf.ClientTap(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
+    first = lf.ClientRecorder(tmp_path / "first", lr=0.1, local_steps=1, batch_size=1)
+    inner = lf.ClientRecorder(tmp_path / "inner", lr=0.1, local_steps=1, batch_size=1)
     (obs,), (truth,) = _train_through([first, mod, inner], tmp_path / "first").at(1)
     # the std Flower logs for these settings, "local DP noise with 4.8448 stddev"
     assert lf.classical_gaussian_std(1.0, 1.0, 1e-5) == pytest.approx(4.8448, abs=1e-4)
@@ -279,14 +303,14 @@ def test_client_taps_record_the_weights_the_ledgers_check(task_identity, tmp_pat
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, num_sampled_clients=2)
     for weights, d in (((1, 3), tmp_path / "unequal"), ((2, 2), tmp_path / "equal")):
         for node, w in zip((7, 8), weights):
-            captured = _train_through([lf.ClientTap(d, lr=0.1, local_steps=1, batch_size=1)],
+            captured = _train_through([lf.ClientRecorder(d, lr=0.1, local_steps=1, batch_size=1)],
                                       d, size=4, node=node, examples=w)
         assert captured.rounds[1].nodes == (7, 8) and captured.rounds[1].sampled is None
         assert captured.rounds[1].weights == tuple(map(float, weights))
         assert captured.participation == {3: [1], 4: [1]}
     with pytest.raises(ValueError, match=r"round 1: unequal FedAvg weights \[1.0, 3.0\]"):
-        lf.ledgers(dp, lf.load(tmp_path / "unequal"), num_clients=N, rounds=1)
-    pair = lf.ledgers(dp, lf.load(tmp_path / "equal"), num_clients=N, rounds=1)
+        lf.ledgers(dp, participation=lf.load(tmp_path / "unequal"), num_clients=N, rounds=1)
+    pair = lf.ledgers(dp, participation=lf.load(tmp_path / "equal"), num_clients=N, rounds=1)
     assert [e.sigma for e in pair.sound[3].events] == [Z]
 
 
@@ -304,7 +328,7 @@ def _apps(tap_dir, clip, z):
     from flwr.clientapp.mod import fixedclipping_mod
     from flwr.serverapp import ServerApp
 
-    client = ClientApp(mods=[lf.ClientTap(tap_dir, label="client-side", lr=LR,
+    client = ClientApp(mods=[lf.ClientRecorder(tap_dir, label="client-side", lr=LR,
                                           local_steps=1, batch_size=1), fixedclipping_mod])
 
     @client.train()
@@ -331,7 +355,7 @@ def _apps(tap_dir, clip, z):
         base = FedAvg(fraction_train=1.0, min_train_nodes=NODES, min_available_nodes=NODES,
                       fraction_evaluate=0.0)
         dp = DifferentialPrivacyClientSideFixedClipping(base, z, clip, NODES)
-        lf.StrategyTap(dp, tap_dir, label="client-side", lr=LR, local_steps=1,
+        lf.StrategyRecorder(dp, tap_dir, label="client-side", lr=LR, local_steps=1,
                        batch_size=1).start(grid=grid, initial_arrays=ArrayRecord(
                            _net().state_dict()), num_rounds=1, train_config=ConfigRecord())
 
@@ -362,11 +386,12 @@ def test_taps_record_uploads_and_the_aggregate_with_the_truth_apart(flower_run):
     assert sorted(o.client for o in obs1) == list(range(NODES))
     assert obs0[0].client == lf.AGGREGATE and obs0[0].batch_size == NODES
     assert flower_run.participation == {c: [1] for c in range(NODES)}
-    (rec,) = flower_run.rounds.values()  # StrategyTap's record of the round
+    (rec,) = flower_run.rounds.values()  # StrategyRecorder's record of the round
     assert rec.nodes == rec.sampled and len(rec.nodes) == NODES and rec.failures == 0
     assert rec.weights == (1.0,) * NODES and rec.weight_key == "num-examples"
     dp = DifferentialPrivacyClientSideFixedClipping(FedAvg(), 1.0, 5.0, NODES)
-    pair = lf.ledgers(dp, flower_run, num_clients=NODES, rounds=1)  # checked: equal, K
+    pair = lf.ledgers(dp, participation=flower_run, num_clients=NODES,
+                      rounds=1)  # checked: equal, K
     assert [s for _, s, _ in effective_steps(pair.sound[0])] == [0.5]
     ds = data.load("digits")
     for o, t in zip(obs1, truth1):
@@ -392,8 +417,8 @@ def test_upload_leaks_and_the_aggregate_resists(flower_run):
     """Client-side fixed clipping: the upload (point 1) is only clipped, the noise comes at
     the server, so iDLG rebuilds the client's example from it; the aggregate resists."""
     obs, truths = flower_run.observations, flower_run.truths
-    report = leakaudit.audit_observations(
-        obs, ("idlg",), model=_net(), truths=truths, input_shape=(1, 28, 28),
-        num_classes=10, engine="serial", progress=False, max_iterations=20)
+    report = leakaudit.audit_observations(obs, attacks=("idlg",), model=_net(), truths=truths,
+                                          input_shape=(1, 28, 28), num_classes=10, engine="serial",
+                                          progress=False, max_iterations=20)
     assert report.resilience() == {"client-side": {1: False, 0: True}}
     assert all(c["success"] for c in report.cells if c["point"] == 1)

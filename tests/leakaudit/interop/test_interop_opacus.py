@@ -1,4 +1,4 @@
-"""leakaudit.interop.opacus: the Tap on a real Opacus run, the accountant's ledger."""
+"""leakaudit.interop.opacus: the Recorder on a real Opacus run, the accountant's ledger."""
 
 import math
 import subprocess
@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 import accounting  # noqa: E402
 import leakaudit  # noqa: E402
 from leakaudit import models  # noqa: E402
-from leakaudit.interop.opacus import Tap, ledger_from_accountant, ledgers  # noqa: E402
+from leakaudit.interop.opacus import Recorder, ledger_from_accountant, ledgers  # noqa: E402
 
 
 def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rdp"):
@@ -33,7 +33,7 @@ def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rd
             data_loader=loader, noise_multiplier=noise_multiplier,
             max_grad_norm=max_grad_norm, poisson_sampling=False,
             noise_generator=torch.Generator().manual_seed(1))
-    with Tap(opt, model) as tap:
+    with Recorder(opt, model) as tap:
         for x, y in loader:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -44,10 +44,11 @@ def _opacus_run(ds, noise_multiplier, max_grad_norm, n=2, lr=0.1, accountant="rd
 def _audit(ds, tap, label, max_iterations):
     for o in tap.observations:
         o.defense = label
-    return leakaudit.audit_observations(
-        tap.observations, ("idlg",), model=models.default_for(ds), truths=tap.truths,
-        input_shape=ds.input_shape, num_classes=ds.num_classes, engine="serial",
-        progress=False, max_iterations=max_iterations)
+    return leakaudit.audit_observations(tap.observations, attacks=("idlg",),
+                                        model=models.default_for(ds), truths=tap.truths,
+                                        input_shape=ds.input_shape, num_classes=ds.num_classes,
+                                        engine="serial", progress=False,
+                                        max_iterations=max_iterations)
 
 
 @pytest.mark.slow
@@ -102,7 +103,7 @@ def test_tap_without_model_records_observations_only(digits):
             module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
             data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
             poisson_sampling=False)
-    with Tap(opt, steps=[1]) as tap:
+    with Recorder(opt, steps=[1]) as tap:
         for _ in range(2):
             for x, y in loader:
                 opt.zero_grad()
@@ -164,10 +165,30 @@ def test_gdp_ledger_is_sound_where_opacus_clt_under_reports():
     assert acc.get_epsilon(1e-5) < lower <= upper <= ledger.epsilon(1e-5, "rdp")
 
 
+def test_the_ledger_calls_take_keywords_after_the_first_argument():
+    acc = _accountant("rdp", [(1.1, 0.01, 10)])
+    with pytest.warns(DeprecationWarning, match=r"ledger_from_accountant\(\.\.\., orders="):
+        old = ledger_from_accountant(acc, "default")
+    assert old.events == ledger_from_accountant(acc, orders="default").events
+    with pytest.raises(TypeError, match="multiple values for argument 'orders'"):
+        ledger_from_accountant(acc, "default", orders="default")
+    with pytest.raises(TypeError, match="missing the keyword argument data_loader"):
+        ledgers(acc)
+
+
+def test_the_old_name_tap_is_a_deprecated_alias_of_the_recorder():
+    from leakaudit.interop import opacus as lo
+
+    with pytest.warns(DeprecationWarning, match="opacus.Tap is deprecated: use Recorder"):
+        assert lo.Tap is Recorder
+    with pytest.raises(AttributeError, match="NoSuchThing"):
+        lo.NoSuchThing  # noqa: B018
+
+
 def test_bad_input_is_named():
     net = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="DPOptimizer.*torch.optim.sgd.SGD"):
-        Tap(torch.optim.SGD(net.parameters(), lr=0.1))
+        Recorder(torch.optim.SGD(net.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="RDPAccountant, PRVAccountant or GaussianAccountant"
                                          ".*builtins.dict"):
         ledger_from_accountant({"history": []})
@@ -197,14 +218,14 @@ def test_audit_observations_resumes_from_its_results_file(digits, tmp_path):
     kwargs = dict(model=models.default_for(digits), truths=tap.truths,
                   input_shape=digits.input_shape, num_classes=10, engine="serial",
                   progress=False, max_iterations=2, results=str(path))
-    first = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    first = leakaudit.audit_observations(tap.observations, attacks=("idlg", "dlg"), **kwargs)
     lines = path.read_text().splitlines()
     assert len(lines) == 2
-    again = leakaudit.audit_observations(tap.observations, ("idlg", "dlg"), **kwargs)
+    again = leakaudit.audit_observations(tap.observations, attacks=("idlg", "dlg"), **kwargs)
     assert path.read_text().splitlines() == lines  # nothing ran again
     assert again.cells == first.cells
     other = [type(o)(**{**o.__dict__, "lr": 0.2}) for o in tap.observations]
-    leakaudit.audit_observations(other, ("idlg",), **kwargs)  # other observations: new run
+    leakaudit.audit_observations(other, attacks=("idlg",), **kwargs)  # other observations: new run
     assert len(path.read_text().splitlines()) == 3
 
 
@@ -236,7 +257,7 @@ def test_tap_with_poisson_sampling_keeps_each_batch_with_its_step(digits):
             max_grad_norm=1.0, poisson_sampling=True,
             noise_generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)  # Opacus's Poisson sampler draws from torch's default generator
-    with Tap(opt, model) as tap:
+    with Recorder(opt, model) as tap:
         for x, y in loader:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -287,7 +308,7 @@ def _gaussian_eps(mu, delta):
 
 def test_poisson_run_sound_ledger_is_opacus_history():
     engine, loader = _tiny_run(dict(batch_size=2), n=8, poisson=True, epochs=2)
-    pair = ledgers(engine, loader)
+    pair = ledgers(engine, data_loader=loader)
     claimed, sound = pair  # unpacks as a pair
     assert pair.claimed is claimed and pair.sound is sound
     history = engine.accountant.history
@@ -301,7 +322,7 @@ def test_poisson_run_sound_ledger_is_opacus_history():
     assert "add-remove" in pair.describe(1e-5) and "delta 1e-05" in pair.describe(1e-5)
     # Poisson is accounted under add/remove (or zero-out): replace-one is refused
     with pytest.raises(ValueError, match="relation='replace-one' with Poisson"):
-        ledgers(engine, loader, relation="replace-one")
+        ledgers(engine, data_loader=loader, relation="replace-one")
     assert ledger_from_accountant(engine.accountant, data_loader=loader).events == claimed.events
 
 
@@ -312,7 +333,7 @@ def test_shuffled_or_ordered_run_sound_is_one_gaussian_per_pass(shuffle, n, batc
     sigma, delta = 1.0, 1e-5
     engine, loader = _tiny_run(dict(batch_size=batch, shuffle=shuffle), n=n, poisson=False,
                                sigma=sigma, epochs=epochs)
-    pair = ledgers(engine, loader)
+    pair = ledgers(engine, data_loader=loader)
     steps = epochs * n // batch
     assert engine.accountant.history == [(sigma, batch / n, steps)]  # Opacus's claim
     assert [(e.q, e.sigma, e.count) for e in pair.claimed.events] == [(batch / n, sigma, steps)]
@@ -327,7 +348,7 @@ def test_shuffled_or_ordered_run_sound_is_one_gaussian_per_pass(shuffle, n, batc
                                       rel=1e-6)
     assert sound_eps > claimed_eps
     # zeroing an example instead of replacing it moves the sum by C: multiplier sigma
-    zero = ledgers(engine, loader, relation="zero-out")
+    zero = ledgers(engine, data_loader=loader, relation="zero-out")
     assert [(e.q, e.sigma, e.count) for e in zero.sound.events] == [(1.0, sigma, epochs)]
     assert accounting.tightest_epsilon(zero.sound, delta) < sound_eps
     # ledger_from_accountant refuses to copy the Poisson rate for this loader
@@ -341,11 +362,12 @@ def test_weighted_sampler_accounts_every_step_at_batch_multiplicity():
     sampler = torch.utils.data.WeightedRandomSampler([1.0, 2.0, 3.0, 4.0], num_samples=4,
                                                      generator=torch.Generator().manual_seed(0))
     engine, loader = _tiny_run(dict(batch_size=2, sampler=sampler), n=4, poisson=False)
-    pair = ledgers(engine, loader)
+    pair = ledgers(engine, data_loader=loader)
     # every one of the 2 steps: a batch of 2 can hold one example twice: sensitivity 4C
     assert _effective(pair.sound) == [(1.0, 0.25, 2)]
     assert pair.sampling == "arbitrary" and "WeightedRandomSampler" in pair.reason
-    shuffled = ledgers(*_tiny_run(dict(batch_size=2, shuffle=True), n=4, poisson=False))
+    engine, loader = _tiny_run(dict(batch_size=2, shuffle=True), n=4, poisson=False)
+    shuffled = ledgers(engine, data_loader=loader)
     assert accounting.tightest_epsilon(pair.sound, 1e-5) > accounting.tightest_epsilon(
         shuffled.sound, 1e-5)
 
@@ -367,27 +389,27 @@ def test_passes_take_the_smallest_noise_of_each_pass():
 def test_epochs_and_bad_input_are_named():
     engine, loader = _tiny_run(dict(batch_size=1), n=3, poisson=False, epochs=2)
     # gradient accumulation makes more passes than steps / len(loader): epochs= says so
-    assert ledgers(engine, loader, epochs=3).sound.events[0].count == 3
+    assert ledgers(engine, data_loader=loader, epochs=3).sound.events[0].count == 3
     with pytest.raises(ValueError, match="epochs=1 passes of 3 batches cannot hold the 6"):
-        ledgers(engine, loader, epochs=1)
+        ledgers(engine, data_loader=loader, epochs=1)
     with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-        ledgers(engine, loader, epochs=0)
+        ledgers(engine, data_loader=loader, epochs=0)
     with pytest.raises(ValueError, match="relation must be one of"):
-        ledgers(engine, loader, relation="add/remove")
+        ledgers(engine, data_loader=loader, relation="add/remove")
     with pytest.raises(ValueError, match="data_loader must be a torch DataLoader"):
-        ledgers(engine, list(loader))
+        ledgers(engine, data_loader=list(loader))
     with pytest.raises(ValueError, match="engine must be an Opacus PrivacyEngine"):
-        ledgers(object(), loader)
+        ledgers(object(), data_loader=loader)
     # add/remove shifts every later batch: every step at multiplicity B
     assert [(s, c) for _, s, c in _effective(
-        ledgers(engine, loader, relation="add-remove").sound)] == [(0.5, 6)]
+        ledgers(engine, data_loader=loader, relation="add-remove").sound)] == [(0.5, 6)]
 
 
 def test_ledgers_work_with_prv_accountant_and_pickle():
     import pickle
 
     engine, loader = _tiny_run(dict(batch_size=2), n=4, poisson=False, accountant="prv")
-    pair = ledgers(engine.accountant, loader)  # the accountant alone also works
+    pair = ledgers(engine.accountant, data_loader=loader)  # the accountant alone also works
     again = pickle.loads(pickle.dumps(pair))
     assert again.relation == pair.relation and again.reason == pair.reason
     assert [s for _, s, _ in _effective(again.sound)] == [0.5]
