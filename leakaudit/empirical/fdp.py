@@ -28,9 +28,10 @@ Checked, not only ported: the tests draw the paper's idealised game (every canar
 N(mu, 1) in, N(0, 1) out) and check the bound is never above the true mu more often than the
 confidence allows, gives a larger eps (eps_lower_gdp, its eps at delta) than the Steinke et
 al. bound on the same guesses, and is monotone in v. The recursion is the one both public
-implementations compute (the authors' own, PrivacyGuard's ``FDPAnalysisNode`` at Meta, and jax_privacy's ``auditing``); the paper's figure
-values could not be read here, so the idealised check compares with the bound at the
-expected counts (within sampling error), as for the Steinke et al. bound.
+implementations compute (the authors' own, PrivacyGuard's ``FDPAnalysisNode`` at Meta, and
+jax_privacy's ``auditing``); the paper's figure values could not be read here, so the
+idealised check compares with the bound at the expected counts (within sampling error), as
+for the Steinke et al. bound.
 """
 
 from __future__ import annotations
