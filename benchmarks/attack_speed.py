@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, jvp, vmap
 
 import leakaudit
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit import attacks, fl, grads, models
 from leakaudit.attacks import base
 from leakaudit.metrics import matched_mse

@@ -48,7 +48,7 @@ from torch import nn
 
 import accounting as A
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit import models
 from leakaudit.fl import per_example_gradients
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit.defenses import ClientContext, Defense, RoundContext
 from leakaudit.empirical import PrivacyReport, audit_release, privacy_audit, stats
 

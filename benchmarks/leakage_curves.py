@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
 from leakaudit.auditing.results import ResultsFile

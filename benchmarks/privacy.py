@@ -57,7 +57,7 @@ import numpy as np
 
 import accounting as A
 from accounting import schedules
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 
 Q = 0.01
 DELTA = 1e-5

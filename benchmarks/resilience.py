@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit import auditing, data
 from leakaudit.auditing import AuditReport
 

@@ -54,7 +54,7 @@ import accounting as A
 from benchmarks import accounting_speed as acc_bench
 from benchmarks import attack_speed as att_bench
 from benchmarks import dp_step_speed as dp_bench
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 
 
 class Profile(NamedTuple):

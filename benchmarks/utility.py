@@ -44,7 +44,7 @@ from typing import Any
 import torch
 
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import Report
 from leakaudit import data, fl
 from leakaudit.fl import simulate
 

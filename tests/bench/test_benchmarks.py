@@ -3,16 +3,37 @@
 import pytest
 from conftest import load_benchmark
 
+import accounting as A
 
-@pytest.mark.slow
+
 def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
     bench = load_benchmark("accounting_speed")
-    assert bench.main(["--peer-steps", "3", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "accounting_speed.md").read_text()
-    for heading in ("## 1.", "## 2. Conservative", "## 3. Scaling", "## 4."):
+    assert text == capsys.readouterr().out
+    for heading in ("## 1.", "## 2. Conservative", "## 3. Scaling", "## 4.", "## 5."):
         assert heading in text
-    assert "extrapolated" in text and "0.41280281" in text  # our exact eps, 10,000 steps
-    assert capsys.readouterr().out.strip()
+    prof = bench.PROFILES["tiny"]
+    assert f"extrapolated from {prof.peer_steps} steps" in text
+    # the table's eps is the accountant's, on the same schedule and orders
+    eps, order = bench.ours_eps(A.schedules.exponential(bench.SIGMA0, bench.SIGMA_END,
+                                                        prof.steps), bench.ORDERS)
+    assert f"| all {prof.steps:,} | {bench.fmt_eps(eps, order)} |" in text
+    # the peers agree with ours on the prefix they ran (relative differences < 1e-9)
+    prefix = next(line for line in text.splitlines()
+                  if line.startswith(f"| first {prof.peer_steps} |"))
+    diffs = [float(c) for c in prefix.strip("|").split("|")[-2:]]
+    assert all(abs(d) < 1e-9 for d in diffs), prefix
+    # section 4: ours within 1e-8 of the 40-digit integral at both fractional orders
+    frac = text.split("## 4.")[1].split("## 5.")[0]
+    rows = [line.split("|") for line in frac.splitlines() if line.startswith("| 1.")]
+    assert len(rows) == 2 and all(abs(float(r[8])) < 1e-8 for r in rows)
+    # section 5: the certified bracket is ordered and the peer's eps lies in or above it
+    pld = text.split("## 5.")[1]
+    for line in pld.splitlines():
+        if line.startswith("| exponential") or line.startswith("| constant"):
+            lower, upper = (float(v) for v in line.split("|")[3].split("/"))
+            assert 0 < lower <= upper
 
 
 @pytest.mark.slow
