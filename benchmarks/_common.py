@@ -94,6 +94,11 @@ def version(dist: str) -> str:
         return "not installed"
 
 
+def today() -> str:
+    """Today's date (UTC), as the first line of every output states it."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+
+
 def environment(packages: Sequence[str] = ("numpy", "torch")) -> str:
     """One line saying when and where a benchmark ran: date, cores, CPU, Python, the load
     average and the versions of ``packages`` (those installed)."""
