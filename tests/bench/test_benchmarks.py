@@ -1,5 +1,8 @@
 """The benchmark scripts run end to end at a tiny size, so they cannot rot."""
 
+import csv
+import math
+
 import pytest
 from conftest import load_benchmark
 
@@ -36,14 +39,23 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
             assert 0 < lower <= upper
 
 
-@pytest.mark.slow
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = load_benchmark("utility")
-    assert bench.main(["--defenses", "none,fed-cdp", "--rounds", "2", "--jobs", "1",
+    assert bench.main(["--tiny", "--defenses", "none,fed-cdp", "--jobs", "1",
                        "--out", str(tmp_path)]) == 0
     text = (tmp_path / "utility.md").read_text()
     assert "| none |" in text and "| fed-cdp |" in text
-    assert (tmp_path / "utility.csv").read_text().count("\n") == 3  # header + 2 rows
+    with (tmp_path / "utility.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        assert tuple(reader.fieldnames) == tuple(bench.CSV_FIELDS)
+        rows = {r["defense"]: r for r in reader}
+    assert set(rows) == {"none", "fed-cdp"}
+    for r in rows.values():
+        assert 0.0 <= float(r["final_accuracy"]) <= float(r["best_accuracy"]) <= 1.0
+        assert int(r["rounds"]) == bench.PROFILES["tiny"]["rounds"]
+    assert math.isinf(float(rows["none"]["sound_eps"]))
+    cdp = rows["fed-cdp"]
+    assert 0 < float(cdp["claimed_eps"]) <= float(cdp["sound_eps"]) < math.inf
     # the equal-privacy table: fed-cdp's own budget keeps both of its rounds
     assert "## Accuracy at the same sound eps budget" in text
     assert "| fed-cdp | " in text.split("## Accuracy at the same")[1]
