@@ -71,11 +71,28 @@ def test_accuracy_within_a_budget_reads_the_last_round_inside_it():
     assert bench.accuracy_within(row, 4.0) == (2, 0.4)
 
 
-@pytest.mark.slow
+def table_cells(text: str) -> list[list[str]]:
+    """The body cells of the first Markdown table in ``text``."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
 def test_dp_step_speed_runs(tmp_path):
     bench = load_benchmark("dp_step_speed")
-    assert bench.main(["--batches", "8", "--repeats", "1", "--out", str(tmp_path)]) == 0
-    assert "ours/opacus" in (tmp_path / "dp_step_speed.md").read_text()
+    assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "dp_step_speed.md").read_text()
+    best = text.split("Best of the repetitions:")[1].split("Where our DP step")[0]
+    rows = table_cells(best)
+    assert len(rows) == len(bench.MODELS) * len(bench.PROFILES["tiny"].batches)
+    for r in rows:  # positive times; the ratios are the times' ratios
+        plain, ours = float(r[2]), float(r[3])
+        assert plain > 0 and ours > 0
+        assert float(r[5]) == pytest.approx(ours / plain, rel=0.02, abs=0.01)
+    if "opacus not installed" not in text:  # ours agrees with Opacus's per-example gradients
+        agree = text.split("Opacus support and agreement")[1].split("Best of")[0]
+        diffs = table_cells(agree)
+        assert len(diffs) == len(bench.MODELS)
+        assert all(d[2] == "yes" and float(d[3]) < 1e-5 and float(d[4]) < 1e-5 for d in diffs)
 
 
 @pytest.mark.slow
