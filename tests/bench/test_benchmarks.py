@@ -9,6 +9,7 @@ from conftest import load_benchmark
 import accounting as A
 
 
+@pytest.mark.slow  # imports torch (and Opacus)
 def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
     bench = load_benchmark("accounting_speed")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
@@ -39,6 +40,7 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
             assert 0 < lower <= upper
 
 
+@pytest.mark.slow  # imports torch (and Opacus)
 def test_utility_runs_and_writes_its_table(tmp_path):
     bench = load_benchmark("utility")
     assert bench.main(["--tiny", "--defenses", "none,fed-cdp", "--jobs", "1",
@@ -77,6 +79,7 @@ def table_cells(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
 
 
+@pytest.mark.slow  # imports torch (and Opacus)
 def test_dp_step_speed_runs(tmp_path):
     bench = load_benchmark("dp_step_speed")
     assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
@@ -106,6 +109,15 @@ def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
     assert "| defense | type 0 | type 2 |" in text
     for ext in ("csv", "tex", "json", "png"):
         assert (tmp_path / f"resilience.{ext}").stat().st_size > 0
+    with (tmp_path / "resilience.csv").open() as fh:
+        cells = list(csv.DictReader(fh))
+    assert {(c["point"], c["attack"]) for c in cells} == {("0", "dlg"), ("2", "dlg")}
+    assert len(cells) == 4 and {c["defense"].split("(")[0] for c in cells} == {"none", "fed-cdp"}
+    for c in cells:  # scores in range; resilient exactly when the attack failed
+        assert float(c["mse"]) >= 0 and 0 <= float(c["asr"]) <= 1
+        assert 0 <= float(c["accuracy"]) <= 1
+        assert (c["resilient"] == "True") == (float(c["asr"]) == 0)
+        assert 1 <= float(c["tau"]) <= bench.PROFILES["tiny"]["max_iterations"]
     results = tmp_path / "resilience.jsonl"
     lines = results.read_text().splitlines()
     assert len(lines) == 2 + 2 * 2  # two training records, 2 defenses x 2 points

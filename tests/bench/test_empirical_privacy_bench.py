@@ -4,9 +4,11 @@ realised-batch normaliser is caught, and every section and output is written."""
 
 import math
 
+import pytest
 from conftest import load_benchmark
 
 
+@pytest.mark.slow  # trains and audits (torch)
 def test_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
     bench = load_benchmark("empirical_privacy")
     report = bench.main(["--tiny", "--defenses", "fed-cdp,fed-sdp-server",
