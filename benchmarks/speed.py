@@ -60,6 +60,7 @@ from benchmarks._common import (
     load,
     parser,
     profile,
+    version,
     write_outputs,
 )
 
@@ -180,10 +181,8 @@ def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
     rows = []
     notes = []
     if "opacus" in best:
-        from importlib import metadata
-
         rows.append(Row("b", what, best["ours"],
-                        f"Opacus {metadata.version('opacus')} GradSampleModule + DPOptimizer",
+                        f"Opacus {version('opacus')} GradSampleModule + DPOptimizer",
                         best["opacus"], how))
     else:
         notes.append("(b) Opacus not installed: its row is left out.")
