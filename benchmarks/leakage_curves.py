@@ -47,6 +47,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import math
 import multiprocessing
 import sys
@@ -167,6 +168,13 @@ PROFILES["tiny"] = dataclasses.replace(PROFILES["quick"], **TINY)
 
 
 # ------------------------------------------------------------------------------ the cells
+@functools.lru_cache(maxsize=2)
+def load_dataset(name: str, seed: int) -> data.Dataset:
+    """``data.load`` once per process (every job reads the same data; the jobs never change
+    it), not once per job."""
+    return data.load(name, seed=seed)
+
+
 def build_model(name: str, ds: data.Dataset, seed: int) -> torch.nn.Module:
     gen = torch.Generator().manual_seed(seed)
     if name == "lenet":
@@ -279,7 +287,7 @@ def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _job_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
-    ds = data.load(job["dataset"], seed=job["seed"])
+    ds = load_dataset(job["dataset"], job["seed"])
     if job["kind"] == "eps":
         defense = D.get(job["defense"], sigma=job["sigma"])
         run = fl.simulate(None, dataset=ds, defense=defense, seed=job["seed"], progress=False,
@@ -630,7 +638,7 @@ def label_section(report: Report, dataset: str, seed: int, batches: int) -> None
     """(c) Multiset accuracy of the label counts on untrained LeNet-Sigmoid, real data."""
     from leakaudit.attacks.labels import labels_from_last_layer
 
-    ds = data.load(dataset, seed=seed)
+    ds = load_dataset(dataset, seed)
     rows = []
     for b in (8, 32):
         ours, sign = [], []
@@ -789,7 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.data:
         prof = dataclasses.replace(prof, dataset=args.data)
     try:
-        ds = data.load(prof.dataset, seed=args.seed)
+        ds = load_dataset(prof.dataset, args.seed)
     except (FileNotFoundError, OSError, ValueError) as exc:
         ap.error(f"cannot load {prof.dataset!r} ({exc}); give --data")
     args.out.mkdir(parents=True, exist_ok=True)
