@@ -163,7 +163,16 @@ class RealisedMeanSDP(D.FedSDP):
 
     fixed_denominator = False
 
-    def _sanitise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
+    def privatize_update(self, update: list[torch.Tensor],
+                         ctx: ClientContext) -> list[torch.Tensor]:
+        return self.whole_noise(update, ctx) if self.where == "client" else update
+
+    def sanitize_update(self, update: list[torch.Tensor],
+                        ctx: ClientContext) -> list[torch.Tensor]:
+        return self.whole_noise(update, ctx) if self.where == "server" else update
+
+    def whole_noise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
+        """Clip to C and add the round's whole noise N(0, sigma^2 C^2) to this update."""
         norm = float(torch.sqrt(sum((u ** 2).sum() for u in update)))
         factor = min(1.0, self.clip / (norm + 1e-12))
         noise = [torch.randn(u.shape, generator=ctx.generator) * self.sigma * self.clip
