@@ -69,7 +69,7 @@ from benchmarks._common import (
 class Profile:
     """Sizes of one run."""
 
-    peer_steps: int | None  # accountant steps the peers run (None: all 10,000)
+    peer_steps: int | None  # accountant steps the peers run (None: all of ``steps``)
     acc_repeats: int  # repetitions of our accountant, best kept
     batch: int  # DP-step batch size
     step_warmup: int  # DP-step warm-up calls per method
@@ -77,6 +77,7 @@ class Profile:
     eval_repeats: int  # repetitions of one attack evaluation, best kept
     attack_steps: int  # L-BFGS steps per timed DLG run
     attack_repeats: int  # DLG runs per implementation, best kept
+    steps: int = acc_bench.STEPS  # steps of the accountant's schedule (a)
 
 
 PROFILES: dict[str, Profile] = {
@@ -86,7 +87,7 @@ PROFILES: dict[str, Profile] = {
                     eval_repeats=100, attack_steps=30, attack_repeats=5),
     #: a few seconds, for the tests (the numbers are then mostly noise)
     "tiny": Profile(peer_steps=20, acc_repeats=1, batch=8, step_warmup=1, step_repeats=2,
-                    eval_repeats=3, attack_steps=2, attack_repeats=1),
+                    eval_repeats=3, attack_steps=2, attack_repeats=1, steps=1_000),
 }
 
 
@@ -108,22 +109,22 @@ class Row(NamedTuple):
 
 # ---------------------------------------------------------------------------- (a) accountant
 def accountant_rows(prof: Profile) -> tuple[list[Row], list[str]]:
-    """Ours vs Opacus and dp-accounting on the 10,000-step exponential schedule."""
-    sigmas = A.schedules.exponential(acc_bench.SIGMA0, acc_bench.SIGMA_END, acc_bench.STEPS)
-    n_peer = acc_bench.STEPS if prof.peer_steps is None else min(prof.peer_steps,
-                                                                 acc_bench.STEPS)
+    """Ours vs Opacus and dp-accounting on the exponential schedule (10,000 steps; tiny
+    1,000)."""
+    sigmas = A.schedules.exponential(acc_bench.SIGMA0, acc_bench.SIGMA_END, prof.steps)
+    n_peer = prof.steps if prof.peer_steps is None else min(prof.peer_steps, prof.steps)
     prefix = sigmas[:n_peer]
-    scale = acc_bench.STEPS / n_peer
+    scale = prof.steps / n_peer
     orders = acc_bench.ORDERS
     timed = best_of(lambda: acc_bench.ours_eps(sigmas, orders), prof.acc_repeats)
     t_ours, (e_ours, _) = timed.best, timed.result
     e_prefix, _ = acc_bench.ours_eps(prefix, orders)
-    what = (f"(a) accountant: eps of a {acc_bench.STEPS:,}-step exponential schedule "
+    what = (f"(a) accountant: eps of a {prof.steps:,}-step exponential schedule "
             f"({np.unique(sigmas).size:,} distinct sigmas)")
-    how = ("measured" if n_peer == acc_bench.STEPS
+    how = ("measured" if n_peer == prof.steps
            else f"{n_peer:,} steps measured, x{scale:g} extrapolated")
     rows: list[Row] = []
-    notes = [f"(a) ours: eps = {e_ours:.8g} on {acc_bench.STEPS:,} steps (best of "
+    notes = [f"(a) ours: eps = {e_ours:.8g} on {prof.steps:,} steps (best of "
              f"{prof.acc_repeats}, fresh ledger each time)."]
     op_cls, op_status = acc_bench.load_opacus()
     dp_mod, dp_status = acc_bench.load_dp_accounting()
