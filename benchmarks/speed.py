@@ -239,7 +239,7 @@ def naive_dlg_steps(variables: list[torch.Tensor], closure: Callable[[], torch.T
     opt = torch.optim.LBFGS(variables, line_search_fn="strong_wolfe")
     loss = math.nan
     for _ in range(steps):
-        loss = float(opt.step(closure))
+        loss = float(opt.step(closure).detach())
     return loss
 
 
