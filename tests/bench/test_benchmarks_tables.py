@@ -50,7 +50,9 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
         assert float(r["pld_lower"]) <= float(r["pld"]) <= float(r["rdp"])
     # the tiny profile runs prv-accountant where the schedule has one sigma: a real bracket
     assert not const["prv_note"]
-    assert float(const["prv_lower"]) <= float(const["rdp"]) <= float(const["prv_upper"]) + 0.05
+    lower, estimate, upper = (float(const[k]) for k in ("prv_lower", "prv", "prv_upper"))
+    assert 0 <= lower <= estimate <= upper and lower <= float(const["rdp"])
+    assert lower <= float(const["pld"]) and float(const["pld_lower"]) <= upper
 
 
 @pytest.mark.slow
