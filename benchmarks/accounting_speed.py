@@ -23,31 +23,36 @@ Usage::
     python -m benchmarks.accounting_speed                  # quick profile (about a minute)
     python -m benchmarks.accounting_speed --profile full   # peers on all 10,000 steps
     python -m benchmarks.accounting_speed --out results    # also write results/accounting_speed.md
+    python -m benchmarks.accounting_speed --tiny           # seconds: 1,000 steps, no prv (tests)
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
-import os
-import platform
-import time
 import warnings
-from collections.abc import Callable, Sequence
-from importlib import metadata
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 import accounting as A
-from benchmarks._markdown import Report
-
-T = TypeVar("T")
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    best_of,
+    environment,
+    parser,
+    profile,
+    version,
+    write_outputs,
+)
 
 Q = 1.0 / 120.0
 DELTA = 1e-5
+#: steps of the schedule of sections 1, 2 and 5 in the quick and full profiles
 STEPS = 10_000
 SIGMA0 = 15.0
 SIGMA_END = 4.85
@@ -63,6 +68,38 @@ FRACTIONAL_CASES = ((1.1, 1.0 / 120.0, 6.0), (1.5, 0.01, 2.5))
 #: its expected RDP at order 1.5 for 50 composed steps of (q=0.01, sigma=2.5).
 DP_ACCOUNTING_TEST_VALUE = 6.70579741e-04
 DP_ACCOUNTING_TEST_COUNT = 50
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one run."""
+
+    steps: int  # the exponential schedule of sections 1, 2 and 5
+    peer_steps: int | None  # steps Opacus and dp-accounting run in section 1 (None: all)
+    repeats: int  # timed repetitions of our accountant, best kept
+    prv: bool  # prv-accountant in section 1 (a few seconds whatever the steps)
+    big: int  # the large schedule of section 3
+    step_grid: tuple[int, ...]  # section 3: cost against steps
+    distinct_grid: tuple[int, ...]  # section 3: cost against distinct sigmas ...
+    distinct_steps: int  # ... at this many steps
+    distinct: int  # distinct sigmas of the large schedule and of the steps grid
+    pld_short: int  # section 5: the short schedule dp-accounting's PLD always runs
+    pld_peer_all: bool  # section 5: dp-accounting's PLD on the whole schedule too
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(steps=STEPS, peer_steps=200, repeats=5, prv=True, big=1_000_000,
+                     step_grid=(10_000, 100_000, 1_000_000),
+                     distinct_grid=(10, 100, 1_000, 10_000), distinct_steps=100_000,
+                     distinct=1_000, pld_short=2_000, pld_peer_all=False),
+    "full": Profile(steps=STEPS, peer_steps=None, repeats=5, prv=True, big=1_000_000,
+                    step_grid=(10_000, 100_000, 1_000_000),
+                    distinct_grid=(10, 100, 1_000, 10_000), distinct_steps=100_000,
+                    distinct=1_000, pld_short=2_000, pld_peer_all=True),
+    "tiny": Profile(steps=1_000, peer_steps=3, repeats=1, prv=False, big=20_000,
+                    step_grid=(1_000, 10_000), distinct_grid=(10, 100), distinct_steps=10_000,
+                    distinct=100, pld_short=20, pld_peer_all=False),
+}
 
 
 # ---------------------------------------------------------------------------------- output
@@ -90,18 +127,6 @@ def rel(a: float, b: float) -> str:
     return f"{(a - b) / b:+.2e}"
 
 
-# ---------------------------------------------------------------------------------- timing
-def best_of(fn: Callable[[], T], repeats: int) -> tuple[float, T]:
-    """Best wall-clock time (time.perf_counter) over ``repeats`` calls, and the last result."""
-    best = math.inf
-    result: Any = None
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, result
-
-
 # ---------------------------------------------------------------------------------- peers
 def load_opacus() -> tuple[Any, str]:
     """Opacus's RDPAccountant class (or None) and a status line."""
@@ -124,14 +149,6 @@ def load_dp_accounting() -> tuple[Any, str]:
     except Exception as exc:  # noqa: BLE001
         return None, f"unavailable ({type(exc).__name__}: {exc})"
     return dp_accounting, version("dp-accounting")
-
-
-def version(dist: str) -> str:
-    """Installed version of a distribution, or "not installed"."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def ours_eps(sigmas: np.ndarray, orders: Sequence[float] | None = None,
@@ -184,26 +201,28 @@ def fmt_prv(b: A.PRVBounds | str) -> str:
 
 
 # ---------------------------------------------------------------------------------- sections
-def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> dict[str, float]:
+def section_peers(rep: Report, prof: Profile) -> dict[str, float]:
     """Section 1: the 10,000-step schedule, ours against the peers. Returns per-step costs."""
-    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, STEPS)
-    n_peer = STEPS if profile == "full" else min(peer_steps, STEPS)
+    steps, repeats = prof.steps, prof.repeats
+    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, steps)
+    n_peer = steps if prof.peer_steps is None else min(prof.peer_steps, steps)
     prefix = sigmas[:n_peer]
-    extrapolated = n_peer < STEPS
-    scale = STEPS / n_peer
+    extrapolated = n_peer < steps
+    scale = steps / n_peer
 
-    rep.line(f"## 1. {STEPS:,}-step schedule, a different sigma every step")
+    rep.line(f"## 1. {steps:,}-step schedule, a different sigma every step")
     rep.line()
-    rep.line(f"Exponential decay sigma {SIGMA0:g} -> {SIGMA_END:g} over {STEPS:,} steps "
+    rep.line(f"Exponential decay sigma {SIGMA0:g} -> {SIGMA_END:g} over {steps:,} steps "
              f"({np.unique(sigmas).size:,} distinct sigmas), q = 1/120, delta = {DELTA:g}. "
              f"Ours: best of {repeats}, a fresh ledger each time. Peers: one run each on "
-             f"{n_peer:,} steps" + (f", time x{scale:g} = **extrapolated** to {STEPS:,} steps "
+             f"{n_peer:,} steps" + (f", time x{scale:g} = **extrapolated** to {steps:,} steps "
                                     "(their cost is linear in distinct steps)."
                                     if extrapolated else " (all of them, measured)."))
     rep.line()
 
-    t_ours, (e_ours, o_ours) = best_of(lambda: ours_eps(sigmas, ORDERS), repeats)
-    _, (e_ours_p, o_ours_p) = best_of(lambda: ours_eps(prefix, ORDERS), 1)
+    timed = best_of(lambda: ours_eps(sigmas, ORDERS), repeats)
+    t_ours, (e_ours, o_ours) = timed.best, timed.result
+    e_ours_p, o_ours_p = ours_eps(prefix, ORDERS)
     e_classic, _ = ours_eps(sigmas, ORDERS, "rdp-classic")
     e_opacus_orders, o_opacus_orders = ours_eps(sigmas, OPACUS_DEFAULT_ORDERS)
 
@@ -217,14 +236,19 @@ def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> d
         if not available:
             peers[name] = None
             continue
-        t, (e, o) = best_of(fn, 1)
-        peers[name] = (t, e, o)
+        timed = best_of(fn, 1)
+        peers[name] = (timed.best, *timed.result)
 
-    t_prv, prv_full = best_of(lambda: prv_bounds(sigmas), 1)
-    prv_prefix = prv_bounds(prefix) if extrapolated else prv_full
+    if prof.prv:
+        timed = best_of(lambda: prv_bounds(sigmas), 1)
+        t_prv, prv_full = timed.best, timed.result
+        prv_prefix = prv_bounds(prefix) if extrapolated else prv_full
+    else:
+        t_prv, prv_full = math.nan, "not run (this profile)"
+        prv_prefix = prv_full
 
     how = f"extrapolated from {n_peer:,} steps" if extrapolated else "measured"
-    rows = [["ours (exact RDP)", f"{STEPS:,}", fmt_s(t_ours), fmt_s(t_ours), "measured", "1"]]
+    rows = [["ours (exact RDP)", f"{steps:,}", fmt_s(t_ours), fmt_s(t_ours), "measured", "1"]]
     per_step: dict[str, float] = {}
     for name, label, status in (("opacus", "Opacus RDPAccountant", op_status),
                                 ("dp-accounting", "dp-accounting RdpAccountant", dp_status)):
@@ -240,11 +264,11 @@ def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> d
         rows.append(["prv-accountant", "-", prv_full, "-", "-", "-"])
     else:
         rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
-                     "sigmas bucketed to <= 16)", f"{STEPS:,}", fmt_s(t_prv), fmt_s(t_prv),
+                     "sigmas bucketed to <= 16)", f"{steps:,}", fmt_s(t_prv), fmt_s(t_prv),
                      "measured (one run)", f"{t_prv / t_ours:.0f}x"])
     rep.line("Time:")
     rep.line()
-    rep.table(["accountant", "steps run", "time (s)", f"time for {STEPS:,} steps (s)", "how",
+    rep.table(["accountant", "steps run", "time (s)", f"time for {steps:,} steps (s)", "how",
                "speed-up (peer / ours)"], rows)
 
     def cell(name: str) -> str:
@@ -269,26 +293,27 @@ def section_peers(rep: Report, profile: str, peer_steps: int, repeats: int) -> d
         eps_rows.append([f"first {n_peer:,}", fmt_eps(e_ours_p, o_ours_p), cell("opacus"),
                          cell("dp-accounting"), fmt_prv(prv_prefix),
                          rdiff("opacus", e_ours_p), rdiff("dp-accounting", e_ours_p)])
-        eps_rows.append([f"all {STEPS:,}", fmt_eps(e_ours, o_ours), "not run (quick profile)",
-                         "not run (quick profile)", fmt_prv(prv_full), "-", "-"])
+        eps_rows.append([f"all {steps:,}", fmt_eps(e_ours, o_ours), "not run (this profile)",
+                         "not run (this profile)", fmt_prv(prv_full), "-", "-"])
     else:
-        eps_rows.append([f"all {STEPS:,}", fmt_eps(e_ours, o_ours), cell("opacus"),
+        eps_rows.append([f"all {steps:,}", fmt_eps(e_ours, o_ours), cell("opacus"),
                          cell("dp-accounting"), fmt_prv(prv_full),
                          rdiff("opacus", e_ours), rdiff("dp-accounting", e_ours)])
     rep.table(headers, eps_rows)
-    rep.line(f"Ours on {STEPS:,} steps with other settings: classic conversion (Mironov 2017) "
+    rep.line(f"Ours on {steps:,} steps with other settings: classic conversion (Mironov 2017) "
              f"eps = {e_classic:.8g}; Opacus's default orders (no 64/128/256) "
              f"eps = {fmt_eps(e_opacus_orders, o_opacus_orders)}.")
     rep.line()
     return per_step
 
 
-def section_conservative(rep: Report, repeats: int) -> None:
+def section_conservative(rep: Report, prof: Profile) -> None:
     """Section 2: the conservative (grid-rounded) eps against the exact one."""
-    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, STEPS)
+    repeats = prof.repeats
+    sigmas = A.schedules.exponential(SIGMA0, SIGMA_END, prof.steps)
     rep.line("## 2. Conservative mode (sigmas rounded down onto a geometric grid)")
     rep.line()
-    rep.line(f"Same {STEPS:,}-step schedule. `epsilon_conservative(delta, resolution)`: grid "
+    rep.line(f"Same {prof.steps:,}-step schedule. `epsilon_conservative(delta, resolution)`: grid "
              "(1 + resolution)^k; max_excess is its own bound on (conservative - exact); "
              f"actual excess is measured against the exact eps. Best of {repeats}, fresh "
              "ledger each time.")
@@ -299,7 +324,8 @@ def section_conservative(rep: Report, repeats: int) -> None:
         ledger.step_schedule(Q, sigmas)
         return ledger.epsilon(DELTA, warn=False)
 
-    t_exact, e_exact = best_of(exact, repeats)
+    timed = best_of(exact, repeats)
+    t_exact, e_exact = timed.best, timed.result
     rows = [["exact", f"{np.unique(sigmas).size:,}", f"{e_exact:.8g}", "-", "0",
              fmt_ms(t_exact), "1"]]
     for res in RESOLUTIONS:
@@ -308,7 +334,8 @@ def section_conservative(rep: Report, repeats: int) -> None:
             ledger.step_schedule(Q, sigmas)
             return ledger.epsilon_conservative(DELTA, resolution=res)
 
-        t, c = best_of(conservative, repeats)
+        timed = best_of(conservative, repeats)
+        t, c = timed.best, timed.result
         grid = np.unique(A.round_sigmas(sigmas, res, "down")).size
         rows.append([f"{res:g}", f"{grid:,}", f"{c.eps:.8g}", f"{c.max_excess:.3e}",
                      f"{c.eps - e_exact:.3e}", fmt_ms(t), f"{t_exact / t:.2g}"])
@@ -323,7 +350,7 @@ def random_schedule(steps: int, distinct: int, seed: int = 0) -> np.ndarray:
     return rng.choice(values, size=steps)
 
 
-def _scaling_row(steps: int, distinct: int, repeats: int) -> tuple[list[str], np.ndarray]:
+def scaling_row(steps: int, distinct: int, repeats: int) -> tuple[list[str], np.ndarray]:
     sigmas = random_schedule(steps, distinct)
 
     def exact() -> float:
@@ -336,15 +363,16 @@ def _scaling_row(steps: int, distinct: int, repeats: int) -> tuple[list[str], np
         ledger.step_schedule(Q, sigmas)
         return ledger.epsilon_conservative(DELTA, resolution=1e-3)
 
-    t_e, e = best_of(exact, repeats)
-    t_c, c = best_of(conservative, repeats)
+    exact_t, cons_t = best_of(exact, repeats), best_of(conservative, repeats)
+    t_e, e, t_c, c = exact_t.best, exact_t.result, cons_t.best, cons_t.result
     row = [f"{steps:,}", f"{np.unique(sigmas).size:,}", fmt_ms(t_e), fmt_ms(t_c),
            f"{e:.6g}", f"{c.eps:.6g}", f"{c.eps - e:.2e}"]
     return row, sigmas
 
 
-def section_scaling(rep: Report, repeats: int, per_step: dict[str, float]) -> None:
+def section_scaling(rep: Report, prof: Profile, per_step: dict[str, float]) -> None:
     """Section 3: cost against number of steps and number of distinct sigmas."""
+    repeats = prof.repeats
     headers = ["steps", "distinct sigmas", "exact (ms)", "conservative 1e-3 (ms)", "eps exact",
                "eps conservative", "excess"]
     rep.line("## 3. Scaling")
@@ -353,8 +381,8 @@ def section_scaling(rep: Report, repeats: int, per_step: dict[str, float]) -> No
              f"in [{SIGMA_END:g}, {SIGMA0:g}], q = 1/120, delta = {DELTA:g}; best of "
              f"{repeats}, fresh ledger each time (recording included).")
     rep.line()
-    row, big = _scaling_row(1_000_000, 1_000, repeats)
-    rep.line("### 1,000,000 steps, 1,000 distinct sigmas")
+    row, big = scaling_row(prof.big, prof.distinct, repeats)
+    rep.line(f"### {prof.big:,} steps, {prof.distinct:,} distinct sigmas")
     rep.line()
     rep.table(headers, [row])
     runs = 1 + int(np.count_nonzero(big[1:] != big[:-1]))
@@ -363,13 +391,13 @@ def section_scaling(rep: Report, repeats: int, per_step: dict[str, float]) -> No
                  f"runs, so at its measured {per_step['opacus'] * 1e3:.3g} ms per run it would "
                  f"need about {runs * per_step['opacus'] / 3600:.2g} h (extrapolated, not run).")
         rep.line()
-    rep.line("### Cost against steps (1,000 distinct sigmas)")
+    rep.line(f"### Cost against steps ({prof.distinct:,} distinct sigmas)")
     rep.line()
-    rep.table(headers, [_scaling_row(n, 1_000, repeats)[0] for n in (10_000, 100_000,
-                                                                    1_000_000)])
-    rep.line("### Cost against distinct sigmas (100,000 steps)")
+    rep.table(headers, [scaling_row(n, prof.distinct, repeats)[0] for n in prof.step_grid])
+    rep.line(f"### Cost against distinct sigmas ({prof.distinct_steps:,} steps)")
     rep.line()
-    rep.table(headers, [_scaling_row(100_000, d, repeats)[0] for d in (10, 100, 1_000, 10_000)])
+    rep.table(headers, [scaling_row(prof.distinct_steps, d, repeats)[0]
+                        for d in prof.distinct_grid])
 
 
 def mpmath_rdp(alpha: float, q: float, sigma: float) -> tuple[float, float]:
@@ -445,19 +473,6 @@ def section_fractional(rep: Report) -> None:
 
 
 # ---------------------------------------------------------------------------------- main
-def best_cpu_of(fn: Callable[[], T], repeats: int) -> tuple[float, float, T]:
-    """Best wall-clock and best process CPU time over ``repeats`` calls, and the last result
-    (CPU time is what a loaded, shared machine does not inflate)."""
-    walls, cpus = [], []
-    out = None
-    for _ in range(max(1, repeats)):
-        w, c = time.perf_counter(), time.process_time()
-        out = fn()
-        walls.append(time.perf_counter() - w)
-        cpus.append(time.process_time() - c)
-    return min(walls), min(cpus), out  # type: ignore[return-value]
-
-
 def dp_accounting_pld_eps(sigmas: np.ndarray, q: float) -> float:
     """dp-accounting's PLD (pessimistic connect-the-dots, its default grid 1e-4) composing one
     event per step, grouped only where consecutive sigmas are equal (as a user would)."""
@@ -483,8 +498,9 @@ def ours_pld(sigmas: np.ndarray, q: float) -> A.PLDBounds:
     return A.PLDBounds(*ledger.epsilon_bounds(DELTA, method="pld"))
 
 
-def section_pld(rep: Report, profile: str, repeats: int) -> None:
+def section_pld(rep: Report, prof: Profile) -> None:
     """Section 5: the certified PLD bracket against dp-accounting's PLD, same run."""
+    repeats = min(prof.repeats, 3)
     rep.line("## 5. Privacy loss distributions: certified (lower, upper) against dp-accounting")
     rep.line()
     rep.line(f"`ledger.epsilon_bounds(delta, method=\"pld\")` (`accounting.pld`), delta = "
@@ -492,27 +508,27 @@ def section_pld(rep: Report, profile: str, repeats: int) -> None:
              "shared: CPU time is the load-independent figure). dp-accounting "
              f"{version('dp-accounting')}: its PLD (connect-the-dots, grid 1e-4) composing "
              "every event (a constant sigma self-composed once), one run, timed in this run"
-             + ("." if profile == "full" else "; the 10,000-step schedule is run by "
-                "`--profile full` only (about a minute)."))
+             + ("." if prof.pld_peer_all else f"; the {prof.steps:,}-step schedule is run "
+                "by `--profile full` only (about a minute)."))
     rep.line()
-    exp = A.schedules.exponential(SIGMA0, SIGMA_END, STEPS)
+    exp = A.schedules.exponential(SIGMA0, SIGMA_END, prof.steps)
     cases = [("exponential 15 -> 4.85, q = 1/120",
-              A.schedules.exponential(SIGMA0, SIGMA_END, 2000), Q, True),
-             ("exponential 15 -> 4.85, q = 1/120", exp, Q, profile == "full"),
-             ("constant sigma 6, q = 0.01", np.full(STEPS, 6.0), 0.01, True)]
+              A.schedules.exponential(SIGMA0, SIGMA_END, prof.pld_short), Q, True),
+             ("exponential 15 -> 4.85, q = 1/120", exp, Q, prof.pld_peer_all),
+             ("constant sigma 6, q = 0.01", np.full(prof.steps, 6.0), 0.01, True)]
     rows = []
     for what, sig, q, run_peer in cases:
-        wall, cpu, b = best_cpu_of(lambda sig=sig, q=q: ours_pld(sig, q), repeats)
+        timed = best_of(lambda sig=sig, q=q: ours_pld(sig, q), repeats)
+        wall, cpu, b = timed.best, timed.cpu, timed.result
         width = (b.upper - b.lower) / b.upper
         if run_peer:
-            w0, c0 = time.perf_counter(), time.process_time()
-            ref = dp_accounting_pld_eps(sig, q)
-            t_ref, c_ref = time.perf_counter() - w0, time.process_time() - c0
+            peer_t = best_of(lambda sig=sig, q=q: dp_accounting_pld_eps(sig, q), 1)
+            ref, t_ref, c_ref = peer_t.result, peer_t.best, peer_t.cpu
             peer = f"{ref:.4f} in {fmt_s(t_ref)} (CPU {fmt_s(c_ref)})"
             diff = rel(b.upper, ref)
             speed = f"{t_ref / wall:.0f}x (CPU {c_ref / cpu:.0f}x)"
         else:
-            peer, diff, speed = "not run (quick profile)", "-", "-"
+            peer, diff, speed = "not run (this profile)", "-", "-"
         rows.append([what, f"{sig.size:,}", f"{b.lower:.4f} / {b.upper:.4f}", f"{width:.2%}",
                      f"{fmt_s(wall)} (CPU {fmt_s(cpu)})", peer, diff, speed])
     rep.table(["schedule", "steps", "ours: lower / upper", "bracket width", "ours: time (s)",
@@ -526,56 +542,42 @@ def section_pld(rep: Report, profile: str, repeats: int) -> None:
     rep.line()
 
 
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--profile", choices=("quick", "full"), default="quick",
-                   help="quick: peers on the first --peer-steps steps, extrapolated; "
-                        "full: peers on all 10,000 steps (several minutes)")
-    p.add_argument("--peer-steps", type=int, default=200,
-                   help="steps the peers run in the quick profile (default 200)")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="timed repetitions of our accountant, best kept (default 5)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="also write the Markdown to DIR/accounting_speed.md")
+    """Command-line options; ``args.prof`` is the chosen profile with the overrides."""
+    p = parser(__doc__, PROFILES, out_help="also write the Markdown to DIR/accounting_speed.md")
+    p.add_argument("--peer-steps", type=at_least(1), default=None,
+                   help="steps the peers run (default: the profile's, quick 200; full: all)")
+    p.add_argument("--repeats", type=at_least(1), default=None,
+                   help="timed repetitions of our accountant, best kept (default: the "
+                        "profile's, 5)")
     args = p.parse_args(argv)
-    if args.peer_steps < 1:
-        p.error("--peer-steps must be >= 1")
-    if args.repeats < 1:
-        p.error("--repeats must be >= 1")
+    prof = profile(PROFILES, args.profile)
+    if args.peer_steps is not None:
+        prof = replace(prof, peer_steps=args.peer_steps)
+    if args.repeats is not None:
+        prof = replace(prof, repeats=args.repeats)
+    args.prof = prof
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every section; print Markdown (and write it under --out)."""
     args = parse_args(argv)
+    prof: Profile = args.prof
     rep = Report()
-    t0 = time.perf_counter()
-    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    clock = Stopwatch()
     rep.line("# Accounting speed benchmark")
     rep.line()
-    rep.line(f"{now}, profile `{args.profile}`, {_cpus()} cores, {platform.processor() or 'CPU'}"
-             f" ({platform.machine()}), Python {platform.python_version()}, numpy "
-             f"{np.__version__}, leakaudit {version('leakaudit')}; opacus {version('opacus')}, "
-             f"dp-accounting {version('dp-accounting')}, prv-accountant "
-             f"{version('prv-accountant')}, mpmath {version('mpmath')}.")
+    rep.line(environment(("numpy", "leakaudit", "opacus", "dp-accounting", "prv-accountant",
+                          "mpmath")) + f"; profile `{args.profile}`.")
     rep.line()
-    per_step = section_peers(rep, args.profile, args.peer_steps, args.repeats)
-    section_conservative(rep, args.repeats)
-    section_scaling(rep, args.repeats, per_step)
+    per_step = section_peers(rep, prof)
+    section_conservative(rep, prof)
+    section_scaling(rep, prof, per_step)
     section_fractional(rep)
-    section_pld(rep, args.profile, min(args.repeats, 3))
-    rep.line(f"Total benchmark time: {time.perf_counter() - t0:.0f} s.")
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "accounting_speed.md").write_text(rep.text())
+    section_pld(rep, prof)
+    rep.line(f"Total benchmark time: {clock.seconds:.0f} s.")
+    write_outputs(args.out, "accounting_speed", markdown=rep.text())
     return 0
 
 

@@ -5,7 +5,8 @@ Cases: ``leakaudit.models.lenet`` (sigmoid, U(-0.5, 0.5) weights, seed 0) at 1x2
 3x32x32 with 10 classes, batch 1 and 4; the observed gradient is
 ``leakaudit.fl.batch_gradient`` of random inputs in [0, 1] with distinct random labels (seed 1).
 Every timing uses one torch thread (``torch.set_num_threads(1)``, as the attacks do by
-default) with subnormals flushed (as the attacks do), ``time.perf_counter``, best of the
+default) with subnormals flushed (as the attacks do), ``benchmarks._common.best_of``
+(``time.perf_counter``), best of the
 repetitions; the variants being compared are interleaved inside each repetition so that a busy
 machine slows all of them alike.
 
@@ -40,19 +41,16 @@ Usage::
     python -m benchmarks.attack_speed --no-audit           # sections 1-2 only (~6 min)
     python -m benchmarks.attack_speed --audit-repeats 2 --out results
     python -m benchmarks.attack_speed --profile full       # 30 steps, more repetitions
+    python -m benchmarks.attack_speed --tiny               # seconds: one step, no audit (tests)
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
-import os
-import platform
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import torch
@@ -60,7 +58,17 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad, grad_and_value, jvp, vmap
 
 import leakaudit
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    best_of,
+    environment,
+    load,
+    parser,
+    profile,
+    write_outputs,
+)
 from leakaudit import attacks, fl, grads, models
 from leakaudit.attacks import base
 from leakaudit.metrics import matched_mse
@@ -70,7 +78,8 @@ BATCHES = (1, 4)
 CLASSES = 10
 
 
-class Profile(NamedTuple):
+@dataclass(frozen=True)
+class Profile:
     """Sizes of one benchmark run."""
 
     steps: int  # L-BFGS steps per timed attack (section 1 and 2a)
@@ -80,6 +89,8 @@ class Profile(NamedTuple):
     restart_steps: int  # L-BFGS steps per restart in section 2b
     restart_batches: tuple[int, ...]  # batch sizes of section 2b
     audit_repeats: int  # (workers=1, workers=2) pairs in section 3
+    sections: tuple[str, ...] = ("1", "2a", "2b", "3")  # the sections run by default
+    compile: bool = True  # torch.compile in section 2a
 
 
 PROFILES: dict[str, Profile] = {
@@ -87,6 +98,9 @@ PROFILES: dict[str, Profile] = {
                      restart_batches=(1,), audit_repeats=1),
     "full": Profile(steps=30, repeats=5, eval_repeats=100, restarts=4, restart_steps=40,
                     restart_batches=(1, 4), audit_repeats=2),
+    "tiny": Profile(steps=1, repeats=1, eval_repeats=1, restarts=2, restart_steps=1,
+                    restart_batches=(1,), audit_repeats=1, sections=("1", "2a", "2b"),
+                    compile=False),
 }
 
 
@@ -100,22 +114,9 @@ def _ratio(before: float, after: float) -> str:
     return f"{before / after:.2f}x" if after > 0 else "-"
 
 
-def _best(fn: Callable[[], Any], repeats: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    best = math.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _load() -> str:
-    try:
-        return "load average " + " / ".join(f"{v:.2f}" for v in os.getloadavg()) + " (1/5/15 min)"
-    except OSError:
-        return "load average unavailable"
+def seconds_of(fn: Callable[[], Any], repeats: int) -> float:
+    """Best wall-clock seconds of ``fn`` over ``repeats`` calls after two warm-up calls."""
+    return best_of(fn, repeats, warmup=2).best
 
 
 # ------------------------------------------------------------------------------- the cases
@@ -144,7 +145,7 @@ def _cases() -> list[Case]:
 
 
 # ---------------------------------------------------------------- helpers
-def _start(name: str, case: Case, seed: int = 0, index: int = 0) -> base.Start:
+def start_of(name: str, case: Case, seed: int = 0, index: int = 0) -> base.Start:
     """The ``index``-th start ``reconstruct(name, ..., seed=seed)`` draws (no retries)."""
     attack = attacks.get(name)
     cfg = _config(name, case, 1, seed)
@@ -167,11 +168,11 @@ def _problem(name: str, case: Case) -> base.GradientProblem:
     return problem
 
 
-def _eval_costs(name: str, case: Case, repeats: int) -> tuple[float, float]:
+def eval_costs(name: str, case: Case, repeats: int) -> tuple[float, float]:
     """Seconds of one evaluation with create_graph + backward (what the closure does) and of
     one without (the tracked value), at the attack's first start."""
     problem = _problem(name, case)
-    start = _start(name, case)
+    start = start_of(name, case)
     x = start.inputs.clone().requires_grad_(True)
     logits = None if problem.labels is not None else start.label_logits.clone().requires_grad_(
         True)
@@ -186,21 +187,18 @@ def _eval_costs(name: str, case: Case, repeats: int) -> tuple[float, float]:
         problem.l2(x.detach(), None if logits is None else logits.detach(), create_graph=False)
 
     with grads.flush_denormals():
-        return _best(full, repeats), _best(cheap, repeats)
+        return seconds_of(full, repeats), seconds_of(cheap, repeats)
 
 
 # ------------------------------------------------------------------------- section 1
 def _timed_reconstruct(name: str, case: Case, repeats: int, **kwargs: Any
                        ) -> tuple[float, list[Any]]:
     """Best wall time of ``reconstruct(name, case, **kwargs)`` and the results of every run."""
-    best, recs = math.inf, []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        recs.append(attacks.reconstruct(name, case.model, case.grads, input_shape=case.shape,
-                                        num_classes=CLASSES, batch_size=case.batch, seed=0,
-                                        **kwargs))
-        best = min(best, time.perf_counter() - t0)
-    return best, recs
+    recs: list[Any] = []
+    timed = best_of(lambda: recs.append(attacks.reconstruct(
+        name, case.model, case.grads, input_shape=case.shape, num_classes=CLASSES,
+        batch_size=case.batch, seed=0, **kwargs)), repeats)
+    return timed.best, recs
 
 
 def _same(recs: list[Any]) -> bool:
@@ -225,7 +223,7 @@ def section_steps(rep: Report, prof: Profile, cases: list[Case]) -> list[dict[st
             seconds, recs = _timed_reconstruct(name, case, prof.repeats,
                                                max_iterations=prof.steps, early_stop=0.0)
             steps = max(recs[0].iterations, 1)
-            full_s, _ = _eval_costs(name, case, prof.eval_repeats)
+            full_s, _ = eval_costs(name, case, prof.eval_repeats)
             row = {"attack": name, "input": case.name, "batch": case.batch, "steps": steps,
                    "step_s": seconds / steps, "eval_ms": 1e3 * full_s, "same": _same(recs)}
             out.append(row)
@@ -327,16 +325,16 @@ def _compile(variant: Variant, x: torch.Tensor) -> tuple[Variant, float, str]:
     import torch._dynamo
 
     torch._dynamo.reset()
-    t0 = time.perf_counter()
+    clock = Stopwatch()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled = torch.compile(variant.value_and_grad, dynamic=False)
             compiled(x.clone())
     except Exception as exc:  # noqa: BLE001 - report whatever went wrong
-        return variant._replace(value_and_grad=None), time.perf_counter() - t0, (
+        return variant._replace(value_and_grad=None), clock.seconds, (
             f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
-    seconds = time.perf_counter() - t0
+    seconds = clock.seconds
     return variant._replace(value_and_grad=compiled), seconds, f"compile {seconds:.0f} s"
 
 
@@ -377,7 +375,7 @@ def section_variants(rep: Report, prof: Profile, cases: list[Case],
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the oneDNN TF32 notice of mkldnn.flags
         for case in cases:
-            x0 = _start("cpl", case).inputs.clone()
+            x0 = start_of("cpl", case).inputs.clone()
             variants = _variants(case, use_compile)
             notes: dict[str, str] = {}
             ready = []
@@ -401,14 +399,15 @@ def section_variants(rep: Report, prof: Profile, cases: list[Case],
                     continue
                 diffs[v.name] = float((gx - ref_grad).abs().max() / ref_grad.abs().max())
                 fn = v.value_and_grad
-                per_eval[v.name] = _best(lambda fn=fn, x0=x0: fn(x0.clone()), prof.eval_repeats)
+                per_eval[v.name] = seconds_of(lambda fn=fn, x0=x0: fn(x0.clone()),
+                                              prof.eval_repeats)
             for _ in range(prof.repeats):  # interleaved
                 for v in ready:
                     if v.name not in per_eval:
                         continue
-                    t0 = time.perf_counter()
-                    _, loss, evals = lbfgs_steps(v.value_and_grad, x0, prof.steps)
-                    dt = time.perf_counter() - t0
+                    timed = best_of(lambda v=v, x0=x0: lbfgs_steps(v.value_and_grad, x0,
+                                                                   prof.steps), 1)
+                    (_, loss, evals), dt = timed.result, timed.best
                     per_step[v.name] = min(per_step.get(v.name, math.inf), dt / prof.steps)
                     finals[v.name] = (loss, evals)
             cur = ready[0].name
@@ -443,7 +442,7 @@ def _joint(name: str, case: Case, restarts: int, steps: int, seed: int
     params = {n: p.detach() for n, p in zip(names, problem.params)}
     consts = dict(problem.constants)
     observed = problem.observed
-    starts = [_start(name, case, seed, i) for i in range(restarts)]
+    starts = [start_of(name, case, seed, i) for i in range(restarts)]
     xs = torch.stack([s.inputs for s in starts])
 
     def l2_one(x: torch.Tensor, logits: torch.Tensor | None) -> torch.Tensor:
@@ -502,22 +501,20 @@ def section_restarts(rep: Report, prof: Profile) -> list[dict[str, Any]]:
         for b in prof.restart_batches:
             case = make_case(c, s, b)
             for name in ("dlg", "cpl"):
-                t0 = time.perf_counter()
-                rec = attacks.reconstruct(name, case.model, case.grads,
-                                          input_shape=case.shape, num_classes=CLASSES,
-                                          batch_size=b, max_iterations=steps, restarts=r,
-                                          early_stop=0.0, seed=0)
-                seq_s = time.perf_counter() - t0
+                timed = best_of(lambda case=case, b=b, name=name: attacks.reconstruct(
+                    name, case.model, case.grads, input_shape=case.shape, num_classes=CLASSES,
+                    batch_size=b, max_iterations=steps, restarts=r, early_stop=0.0, seed=0), 1)
+                rec, seq_s = timed.result, timed.best
                 # every attempt's final MSE is not reported by reconstruct: rerun each start
                 seq_losses = [a["gradient_loss"] for a in rec.attempts]
                 seq_mse = matched_mse(rec.inputs, case.truth)
                 seq_solved = _solved_sequential(name, case, r, steps)
-                full_s, _ = _eval_costs(name, case, prof.eval_repeats)
+                full_s, _ = eval_costs(name, case, prof.eval_repeats)
                 with grads.flush_denormals():
-                    t0 = time.perf_counter()
-                    losses, mses, evals, one = _joint(name, case, r, steps, 0)
-                    joint_s = time.perf_counter() - t0
-                    joint_eval = _best(one, prof.eval_repeats)
+                    timed = best_of(lambda case=case, name=name: _joint(name, case, r, steps, 0),
+                                    1)
+                    (losses, mses, evals, one), joint_s = timed.result, timed.best
+                    joint_eval = seconds_of(one, prof.eval_repeats)
                 win = min(range(r), key=lambda i: losses[i])
                 row = {"attack": name, "input": case.name, "batch": b, "sequential_s": seq_s,
                        "joint_s": joint_s, "seq_eval_ms": 1e3 * full_s,
@@ -544,7 +541,7 @@ def _solved_sequential(name: str, case: Case, restarts: int, steps: int) -> int:
     only, not timed)."""
     solved = 0
     for i in range(restarts):
-        start = _start(name, case, 0, i)
+        start = start_of(name, case, 0, i)
         attack = attacks.get(name)
         problem = _problem(name, case)
         cfg = _config(name, case, steps, 0)
@@ -557,11 +554,10 @@ def _solved_sequential(name: str, case: Case, restarts: int, steps: int) -> int:
 # ------------------------------------------------------------------------- section 3
 def _audit(workers: int) -> dict[str, Any]:
     """One default audit, timed, with the load average before and after."""
-    load0 = _load()
-    t0 = time.perf_counter()
-    report = leakaudit.audit(workers=workers, progress=False)
-    seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "report": report, "load_before": load0, "load_after": _load()}
+    load0 = load()
+    timed = best_of(lambda: leakaudit.audit(workers=workers, progress=False), 1)
+    return {"seconds": timed.best, "report": timed.result, "load_before": load0,
+            "load_after": load()}
 
 
 def _outcome(report: Any) -> list[tuple[Any, ...]]:
@@ -598,10 +594,8 @@ def section_audit(rep: Report, repeats: int) -> list[dict[str, Any]]:
             out.append(row)
             rows.append([str(workers), f"{row['seconds']:.0f}", f"{attack_s:.0f}",
                          f"{wins}/{len(report.cells)}", str(changed),
-                         row["load_before"].replace("load average ", "").replace(
-                             " (1/5/15 min)", ""),
-                         row["load_after"].replace("load average ", "").replace(
-                             " (1/5/15 min)", "")])
+                         row["load_before"].replace("load ", "") or "-",
+                         row["load_after"].replace("load ", "") or "-"])
     rep.table(["W", "wall s", "attack s (sum)", "successful cells",
                "cells differing from the first run", "load before (1/5/15)", "load after"], rows)
     best = {w: min(r["seconds"] for r in out if r["workers"] == w) for w in (1, 2)}
@@ -614,31 +608,37 @@ def section_audit(rep: Report, repeats: int) -> list[dict[str, Any]]:
 
 # ------------------------------------------------------------------------------ main
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    p.add_argument("--out", type=Path, default=None, help="also write DIR/attack_speed.md")
-    p.add_argument("--steps", type=int, default=None, help="override the profile's steps")
-    p.add_argument("--repeats", type=int, default=None, help="override the repetitions")
+    """Command-line options; ``args.prof`` is the chosen profile with the overrides."""
+    p = parser(__doc__, PROFILES, out_help="also write DIR/attack_speed.md")
+    p.add_argument("--steps", type=at_least(1), default=None,
+                   help="override the profile's steps")
+    p.add_argument("--repeats", type=at_least(1), default=None,
+                   help="override the repetitions")
     p.add_argument("--no-audit", action="store_true", help="skip section 3")
-    p.add_argument("--audit-repeats", type=int, default=None,
+    p.add_argument("--audit-repeats", type=at_least(1), default=None,
                    help="(workers=1, workers=2) pairs in section 3 (quick 1, full 2)")
-    p.add_argument("--audit-threads", type=int, default=1,
+    p.add_argument("--audit-threads", type=at_least(0), default=1,
                    help="torch threads in this process during the audit (default 1; 0 keeps "
                         "torch's default)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (2a)")
-    p.add_argument("--sections", default="1,2a,2b,3",
-                   help="comma-separated subset of 1,2a,2b,3 (default: all)")
+    p.add_argument("--sections", default=None,
+                   help="comma-separated subset of 1,2a,2b,3 (default: the profile's; all "
+                   "but tiny's, which leaves out the audit)")
     args = p.parse_args(argv)
-    prof = PROFILES[args.profile]
+    prof = profile(PROFILES, args.profile)
     if args.steps is not None:
-        prof = prof._replace(steps=args.steps, restart_steps=args.steps)
+        prof = replace(prof, steps=args.steps, restart_steps=args.steps)
     if args.repeats is not None:
-        prof = prof._replace(repeats=args.repeats, eval_repeats=max(3, args.repeats))
+        prof = replace(prof, repeats=args.repeats, eval_repeats=max(3, args.repeats))
     if args.audit_repeats is not None:
-        prof = prof._replace(audit_repeats=max(1, args.audit_repeats))
+        prof = replace(prof, audit_repeats=args.audit_repeats)
+    if args.no_compile:
+        prof = replace(prof, compile=False)
     args.prof = prof
-    args.sections = {s.strip() for s in args.sections.split(",") if s.strip()}
+    chosen = prof.sections if args.sections is None else args.sections.split(",")
+    args.sections = {x.strip() for x in chosen if x.strip()}
+    if args.sections - {"1", "2a", "2b", "3"}:
+        p.error(f"--sections must be a subset of 1,2a,2b,3, got {args.sections!r}")
     if args.no_audit:
         args.sections.discard("3")
     return args
@@ -651,14 +651,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rep = Report()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
+    clock = Stopwatch()
     try:
         rep.line("# Attack speed benchmark")
         rep.line()
-        rep.line(f"{_dt.datetime.now():%Y-%m-%d %H:%M}, profile `{args.profile}` "
-                 f"({prof.steps} steps, best of {prof.repeats}), {os.cpu_count()} cores, "
-                 f"{platform.machine()}, Python {platform.python_version()}, torch "
-                 f"{torch.__version__}, torch threads 1 (was {threads}); {_load()}.")
+        rep.line(environment(("torch",)) + f"; profile `{args.profile}` ({prof.steps} steps, "
+                 f"best of {prof.repeats}), torch threads 1 (was {threads}).")
         rep.line()
         cases = _cases()
         with warnings.catch_warnings():
@@ -668,18 +666,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 section_audit_cells(rep, prof, cases)
             if "2a" in args.sections:
                 with grads.flush_denormals():
-                    section_variants(rep, prof, cases, not args.no_compile)
+                    section_variants(rep, prof, cases, prof.compile)
             if "2b" in args.sections:
                 section_restarts(rep, prof)
             if "3" in args.sections:
                 torch.set_num_threads(args.audit_threads or threads)
                 section_audit(rep, prof.audit_repeats)
-        rep.line(f"Total benchmark time: {time.perf_counter() - t0:.0f} s; {_load()}.")
+        rep.line(f"Total benchmark time: {clock.seconds:.0f} s; {load() or 'load unknown'}.")
     finally:
         torch.set_num_threads(threads)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "attack_speed.md").write_text(rep.text())
+    write_outputs(args.out, "attack_speed", markdown=rep.text())
     return 0
 
 

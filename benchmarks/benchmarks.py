@@ -1,7 +1,7 @@
 """Lets ``python benchmarks/<name>.py`` import this repository's ``benchmarks`` package.
 
 Run directly, a script puts its own folder (``benchmarks/``) first on ``sys.path``, so its
-``from benchmarks._markdown import ...`` finds this file before anything installed, and in
+``from benchmarks._common import ...`` finds this file before anything installed, and in
 particular before the stray top-level package ``benchmarks`` that Opacus installs into
 site-packages. This file puts the repository root first and hands over to the real package.
 ``python -m benchmarks.<name>`` from the repository root (the documented way) never loads it.

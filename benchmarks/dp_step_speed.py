@@ -30,16 +30,11 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import copy
-import datetime as _dt
-import platform
 import statistics
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from importlib import metadata
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -48,7 +43,17 @@ from torch import nn
 
 import accounting as A
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    best_of,
+    environment,
+    parser,
+    profile,
+    today,
+    write_outputs,
+)
 from leakaudit import models
 from leakaudit.fl import per_example_gradients
 
@@ -56,8 +61,20 @@ BATCHES = (8, 64, 256)
 LR = 0.05
 CLIP = 1.0
 SIGMA = 1.0
-#: profile -> (warm-up calls, timed repetitions) per (model, batch, method)
-PROFILES: dict[str, tuple[int, int]] = {"quick": (3, 20), "full": (5, 60)}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one run: per (model, batch, method) ``warmup`` untimed calls, then ``repeats``
+    interleaved timed ones, at each of ``batches``."""
+
+    warmup: int
+    repeats: int
+    batches: tuple[int, ...] = BATCHES
+
+
+PROFILES: dict[str, Profile] = {"quick": Profile(3, 20), "full": Profile(5, 60),
+                                "tiny": Profile(1, 1, (8,))}
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "LeNet (sigmoid)": lambda: models.lenet(generator=torch.Generator().manual_seed(0)),
     "Adap DP-FL CNN": lambda: models.adap_cnn(generator=torch.Generator().manual_seed(0)),
@@ -173,37 +190,28 @@ def check_against_opacus(make: Callable[[], nn.Module], x: torch.Tensor,
     return verdict, diff, sum_diff
 
 
-def _flushing_denormals() -> bool:
+def flushing_denormals() -> bool:
     """Whether subnormal floats are flushed to zero now (torch has no getter)."""
     return torch.tensor([1e-40], dtype=torch.float32).item() == 0.0
-
-
-def _time(fn: Callable[[], None]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def _fmt(ms: float) -> str:
     return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
 
 
-def run(profile: str, threads: int | None, flush_denormal: bool, report: Report,
-        repeats: int | None = None,
-        batches: Sequence[int] = BATCHES) -> list[dict[str, object]]:
+def run(name: str, prof: Profile, threads: int | None, flush_denormal: bool,
+        report: Report) -> list[dict[str, object]]:
     """Time every (model, batch) and print the tables; return the rows as dicts."""
-    warmup, default_repeats = PROFILES[profile]
-    repeats = default_repeats if repeats is None else repeats
+    warmup, repeats, batches = prof.warmup, prof.repeats, prof.batches
     if threads is not None:
         torch.set_num_threads(threads)
     flushing = torch.set_flush_denormal(flush_denormal) and flush_denormal
     have_opacus = _opacus_available()
-    versions = [f"Python {platform.python_version()}", f"torch {torch.__version__}"]
-    versions.append(f"opacus {metadata.version('opacus')}" if have_opacus
-                    else "opacus not installed")
-    report.line(f"# DP step speed ({_dt.date.today().isoformat()}, profile {profile})")
+    report.line(f"# DP step speed ({today()}, profile {name})")
     report.line()
-    report.line(", ".join(versions) + f"; torch threads: {torch.get_num_threads()}; "
+    report.line(environment(("torch", "opacus")) + ("" if have_opacus else
+                                                    ", opacus not installed")
+                + f"; torch threads: {torch.get_num_threads()}; "
                 f"{warmup} warm-up calls, best of {repeats} interleaved repetitions; "
                 f"fed-cdp clip={CLIP}, sigma={SIGMA}; SGD lr={LR}; inputs 1x28x28, 10 classes; "
                 f"subnormals flushed to zero: {'yes' if flushing else 'no'} (for all three, "
@@ -236,7 +244,7 @@ def run(profile: str, threads: int | None, flush_denormal: bool, report: Report,
                         fn()
                 for _ in range(repeats):
                     for key, fn in methods.items():
-                        times[key].append(_time(fn))
+                        times[key].append(best_of(fn, 1).best)
             best = {k: 1e3 * min(v) for k, v in times.items()}
             median = {k: 1e3 * statistics.median(v) for k, v in times.items()}
             rows.append(dict(model=model_name, batch=batch, best=best, median=median))
@@ -288,44 +296,39 @@ def run(profile: str, threads: int | None, flush_denormal: bool, report: Report,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch.set_num_threads (default: leave torch's default)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed repetitions (default: 20 quick, 60 full)")
-    parser.add_argument("--batches", default=",".join(map(str, BATCHES)),
-                        help="comma-separated batch sizes (default: 8,64,256)")
-    parser.add_argument("--no-flush-denormal", action="store_true",
-                        help="keep subnormal floats (torch's default); by default they are "
-                        "flushed to zero, as in leakaudit.fl.simulate")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="also write the Markdown to DIR/dp_step_speed.md")
-    args = parser.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        parser.error("--threads must be >= 1")
-    if args.repeats is not None and args.repeats < 1:
-        parser.error("--repeats must be >= 1")
-    try:
-        batches = [int(b) for b in args.batches.split(",")]
-    except ValueError:
-        parser.error(f"--batches must be comma-separated integers, got {args.batches!r}")
-    if not batches or min(batches) < 1:
-        parser.error("--batches must be integers >= 1")
+    ap = parser(__doc__, PROFILES, out_help="also write the Markdown to DIR/dp_step_speed.md")
+    ap.add_argument("--threads", type=at_least(1), default=None,
+                    help="torch.set_num_threads (default: leave torch's default)")
+    ap.add_argument("--repeats", type=at_least(1), default=None,
+                    help="timed repetitions (default: the profile's, 20 quick, 60 full)")
+    ap.add_argument("--batches", default=None,
+                    help="comma-separated batch sizes (default: the profile's, 8,64,256)")
+    ap.add_argument("--no-flush-denormal", action="store_true",
+                    help="keep subnormal floats (torch's default); by default they are "
+                    "flushed to zero, as in leakaudit.fl.simulate")
+    args = ap.parse_args(argv)
+    prof = profile(PROFILES, args.profile)
+    if args.repeats is not None:
+        prof = replace(prof, repeats=args.repeats)
+    if args.batches is not None:
+        try:
+            batches = tuple(int(b) for b in args.batches.split(","))
+        except ValueError:
+            ap.error(f"--batches must be comma-separated integers, got {args.batches!r}")
+        if not batches or min(batches) < 1:
+            ap.error("--batches must be integers >= 1")
+        prof = replace(prof, batches=batches)
     report = Report()
     before = torch.get_num_threads()
-    flush_before = _flushing_denormals()
-    t0 = time.perf_counter()
+    flush_before = flushing_denormals()
+    clock = Stopwatch()
     try:
-        run(args.profile, args.threads, not args.no_flush_denormal, report, args.repeats,
-            batches)
+        run(args.profile, prof, args.threads, not args.no_flush_denormal, report)
     finally:
         torch.set_num_threads(before)
         torch.set_flush_denormal(flush_before)
-    report.line(f"Total time: {time.perf_counter() - t0:.0f} s.")
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "dp_step_speed.md").write_text("\n".join(report.lines) + "\n")
+    report.line(f"Total time: {clock.seconds:.0f} s.")
+    write_outputs(args.out, "dp_step_speed", markdown=report.text())
     return 0
 
 

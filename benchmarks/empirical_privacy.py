@@ -24,14 +24,12 @@ Usage::
     python -m benchmarks.empirical_privacy --profile full     # 10,000 runs per side
     python -m benchmarks.empirical_privacy --defenses fed-cdp,fed-alpha-cdp --points 2 \\
         --trials 2000 --out results --results results/privacy_audit.jsonl
+    python -m benchmarks.empirical_privacy --tiny   # seconds, small shapes (the tests)
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,16 +37,36 @@ import numpy as np
 import torch
 
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    load,
+    parser,
+    profile,
+    today,
+    write_outputs,
+)
 from leakaudit.defenses import ClientContext, Defense, RoundContext
-from leakaudit.empirical import PrivacyReport, audit_release, privacy_audit, stats
+from leakaudit.empirical import PrivacyReport, privacy_audit, stats
+from leakaudit.empirical.mutants import SHAPES as SMALL_SHAPES
 
+#: runs per side of each section; ``game``: the release's shapes (None: LeNet's, else the
+#: small shapes of the mutation suite with 8 background examples)
 PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(trials=500, tight_trials=10_000, speed_trials=20_000, mutant_seeds=(0,)),
-    "full": dict(trials=10_000, tight_trials=10_000, speed_trials=20_000,
-                 mutant_seeds=(0, 1, 2)),
-    "tiny": dict(trials=100, tight_trials=200, speed_trials=200, mutant_seeds=(0,)),
+    "quick": dict(trials=500, tight_trials=10_000, exposure_trials=500, game_trials=500,
+                  speed_trials=20_000, mutant_seeds=(0,), mutant_budget=None, shapes=None),
+    "full": dict(trials=10_000, tight_trials=10_000, exposure_trials=1000, game_trials=500,
+                 speed_trials=20_000, mutant_seeds=(0, 1, 2), mutant_budget=None,
+                 shapes=None),
+    "tiny": dict(trials=100, tight_trials=200, exposure_trials=100, game_trials=8,
+                 speed_trials=200, mutant_seeds=(0,), mutant_budget=100, shapes="small"),
 }
+
+
+def game_options(prof: dict[str, Any]) -> dict[str, Any]:
+    """The canary game's options of ``privacy_audit`` for a profile (shapes, background)."""
+    return {} if prof["shapes"] is None else dict(shapes=SMALL_SHAPES, background=8)
 
 
 class RealisedBatchCDP(Defense):
@@ -85,13 +103,13 @@ def _f(v: Any) -> str:
 
 
 def sweep(names: Sequence[str], points: Sequence[int], trials: int, seed: int,
-          results: str | None, out: Report) -> PrivacyReport:
+          results: str | None, out: Report, **options: Any) -> PrivacyReport:
     """All (defense, point) pairs where the defense releases something."""
-    t0 = time.perf_counter()
+    clock = Stopwatch()
     report = privacy_audit(list(names), points=list(points), trials=trials, seed=seed,
-                           results=results, skip_silent=True, progress=False)
+                           results=results, skip_silent=True, progress=False, **options)
     out.line(f"## Claimed vs sound vs measured ({trials:,} held-out runs per side, seed {seed}, "
-             f"{time.perf_counter() - t0:.0f} s)")
+             f"{clock.seconds:.0f} s)")
     out.line()
     cols = ("defense", "point", "adjacency", "eps_claimed", "eps_sound", "eps_lower",
             "statistic", "mu_lower", "eps_lower_gdp", "claim_violated", "sound_violated")
@@ -108,25 +126,32 @@ def sweep(names: Sequence[str], points: Sequence[int], trials: int, seed: int,
     return report
 
 
+def release(defense: Defense, trials: int, seed: int, **options: Any) -> dict[str, Any]:
+    """The audit of one release at point 2 (``privacy_audit``'s one row)."""
+    (row,) = privacy_audit(defense, points=2, trials=trials, seed=seed, **options).rows()
+    return row
+
+
 def tightness(trials: int, seed: int, out: Report) -> None:
     out.line(f"## Tightness: fed-cdp C = 1, sigma = 1, point 2 ({trials:,} held-out runs per side)")
     out.line()
     rows = []
     for s, stat in ((seed, "projection"), (seed + 1, "projection"), (seed, None)):
-        t0 = time.perf_counter()
-        r = audit_release(D.get("fed-cdp", clip=1.0, sigma=1.0), 2, trials, seed=s,
-                          statistic=stat)
+        clock = Stopwatch()
+        r = release(D.get("fed-cdp", clip=1.0, sigma=1.0), trials, s, statistic=stat)
         rows.append([str(s), stat or "all three (Bonferroni)", _f(r["eps_sound"]),
                      _f(r["eps_lower"]), _f(r["mu_lower"]), _f(r["eps_lower_gdp"]),
-                     f"{time.perf_counter() - t0:.1f}"])
+                     f"{clock.seconds:.1f}"])
     out.table(["seed", "statistics", "eps (true, mu = 1)", "eps >= (Clopper-Pearson)",
                "mu >=", "eps >= if GDP", "seconds"], rows)
 
 
-def exposure(trials: int, seed: int, out: Report) -> None:
-    out.line("## Exposure: a data-dependent normaliser (LeNet shapes, C = 4, sigma = 6)")
+def exposure(trials: int, seed: int, out: Report, **options: Any) -> None:
+    shapes = "small shapes" if options else "LeNet shapes"
+    out.line(f"## Exposure: a data-dependent normaliser ({shapes}, C = 4, sigma = 6)")
     out.line()
-    report = privacy_audit([RealisedBatchCDP(), "fed-cdp"], points=2, trials=trials, seed=seed)
+    report = privacy_audit([RealisedBatchCDP(), "fed-cdp"], points=2, trials=trials, seed=seed,
+                           **options)
     out.table(["defense", "sound eps", "measured eps >=", "statistic", "sound violated"],
               [[r["defense"], _f(r["eps_sound"]), _f(r["eps_lower"]), r["statistic"],
                 _f(r["sound_violated"])] for r in report.rows()])
@@ -138,7 +163,16 @@ class RealisedMeanSDP(D.FedSDP):
 
     fixed_denominator = False
 
-    def _sanitise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
+    def privatize_update(self, update: list[torch.Tensor],
+                         ctx: ClientContext) -> list[torch.Tensor]:
+        return self.whole_noise(update, ctx) if self.where == "client" else update
+
+    def sanitize_update(self, update: list[torch.Tensor],
+                        ctx: ClientContext) -> list[torch.Tensor]:
+        return self.whole_noise(update, ctx) if self.where == "server" else update
+
+    def whole_noise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
+        """Clip to C and add the round's whole noise N(0, sigma^2 C^2) to this update."""
         norm = float(torch.sqrt(sum((u ** 2).sum() for u in update)))
         factor = min(1.0, self.clip / (norm + 1e-12))
         noise = [torch.randn(u.shape, generator=ctx.generator) * self.sigma * self.clip
@@ -156,23 +190,20 @@ _SAMPLINGS = {"fixed K=3": dict(clients_per_round=3), "Poisson q=0.6": dict(clie
               "every client": dict()}
 
 
-def _game_bound(runs: dict[str, list[dict[str, float]]], alpha: float = 0.05
-                ) -> tuple[float, str]:
-    """Best eps lower bound over the statistics (Bonferroni), threshold on half the runs."""
+def game_bound(runs: dict[str, list[dict[str, float]]], seed: int, alpha: float = 0.05
+               ) -> tuple[float, str]:
+    """Best eps lower bound over the statistics, each through the auditor's
+    ``stats.bounds_from_scores`` (threshold chosen on half the runs, Clopper-Pearson on the
+    other half) at confidence 1 - alpha / (number of statistics) (Bonferroni)."""
     out_runs, in_runs = runs.values()
     keys = list(in_runs[0])
-    a = alpha / len(keys)
     best, name = 0.0, keys[0]
     for k in keys:
         o, i = np.array([r[k] for r in out_runs]), np.array([r[k] for r in in_runs])
-        half = o.size // 2
-        n = o.size - half
-        rule = stats.choose_threshold(o[:half], i[:half], a, 1e-5, "eps", (n, n))
-        fp, fn = stats.error_counts(o[half:], i[half:], rule)
-        eps = stats.eps_lower_bound(stats.clopper_pearson_upper(fp, n, a / 2),
-                                    stats.clopper_pearson_upper(fn, n, a / 2), 1e-5)
-        if eps > best:
-            best, name = eps, k
+        got = stats.bounds_from_scores(o, i, confidence=1.0 - alpha / len(keys), delta=1e-5,
+                                       select_fraction=0.5, seed=seed)
+        if got["eps_lower"] > best:
+            best, name = got["eps_lower"], k
     return best, name
 
 
@@ -195,7 +226,7 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
             if label.startswith("fed-sdp (before") and sampling != "every client":
                 continue
             runs, sound = cg.play(d, trials, seed, 1e-5, **kw)
-            eps, stat = _game_bound(runs)
+            eps, stat = game_bound(runs, seed)
             world_out, _ = worlds(d)
             relation = "add-remove" if world_out == "out" else "zero-out"
             rows.append([label, sampling, relation, _f(sound), _f(eps), stat,
@@ -208,8 +239,10 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
              "added to the population (add-remove) or, where the ledger's relation is "
              "zero-out / instance level, present with a zero example; the released global "
              "model after one round; statistics projection, energy and quantile-clip's next "
-             f"clip; {trials:,} runs per side, threshold on half, Clopper-Pearson (95 %, "
-             "Bonferroni) on the other half; sound = `Run.epsilon(1e-5, 'sound')`.")
+             f"clip; {trials:,} runs per side, threshold on a random half, Clopper-Pearson "
+             "(95 %, Bonferroni over the statistics) on the other half "
+             "(`leakaudit.empirical.stats.bounds_from_scores`); sound = "
+             "`Run.epsilon(1e-5, 'sound')`.")
     out.line()
     out.table(["defense", "client sampling", "game", "sound eps", "measured eps >=",
                "statistic", "sound violated"], rows)
@@ -217,28 +250,26 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
 
 
 def speed(trials: int, seed: int, out: Report) -> None:
-    """Wall time of one whole audit_release of a LeNet-sized fed-cdp release: every canary
-    (dirac, large, large@k for 8 tensors) and statistic, ``trials`` held-out runs per side."""
-    import os
-
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    r = audit_release(D.get("fed-cdp"), 2, trials, seed=seed)
-    wall = time.perf_counter() - t0
+    """Wall time of one whole audit of a LeNet-sized fed-cdp release: every canary (dirac,
+    large, large@k for 8 tensors) and statistic, ``trials`` held-out runs per side."""
+    before = load()
+    clock = Stopwatch()
+    r = release(D.get("fed-cdp"), trials, seed)
+    wall = clock.seconds
     out.line("## Speed: one LeNet-sized fed-cdp release (13,426 values), all canaries and "
              "statistics, noise drawn for 512 runs per call")
     out.line()
     out.table(["runs per side", "canaries", "seconds (whole audit)", "torch threads",
                "load average (1 min)"],
               [[f"{trials:,}", str(len(r["selection"])), f"{wall:.1f}",
-                str(torch.get_num_threads()), f"{load:.1f}"]])
+                str(torch.get_num_threads()), (before.split() or ["-", "-"])[1]]])
 
 
 def mutants(seeds: Sequence[int], out: Report, budget: int | None = None) -> None:
     """The mutation suite: each mutant at its budget on every seed; the catch rate."""
     import warnings
 
-    from leakaudit.empirical.mutants import MUTANTS, SHAPES
+    from leakaudit.empirical.mutants import MUTANTS
 
     out.line("## Mutation suite (leakaudit/empirical/mutants, point 2, clip 1, sigma 2 "
              f"unless stated, seeds {', '.join(map(str, seeds))})")
@@ -250,7 +281,7 @@ def mutants(seeds: Sequence[int], out: Report, budget: int | None = None) -> Non
         for s in seeds:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                r = audit_release(m.factory(), 2, n, seed=s, shapes=SHAPES, background=8)
+                r = release(m.factory(), n, s, shapes=SMALL_SHAPES, background=8)
             flags.append(r["sound_violated"])
             winners.add(f"{r['canary']}/{r['statistic']} ({r['violated_by'].split(' ')[0]})")
         caught += sum(flags)
@@ -263,43 +294,58 @@ def mutants(seeds: Sequence[int], out: Report, budget: int | None = None) -> Non
     out.line()
 
 
+SECTIONS = ("tight", "exposure", "aggregate", "speed", "mutants")
+
+
 def main(argv: Sequence[str] | None = None) -> PrivacyReport:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", choices=sorted(PROFILES), default="quick")
+    ap = parser(__doc__, PROFILES, out_help="write empirical_privacy.{md,csv,json,png} here")
     ap.add_argument("--defenses", default=None, help="comma-separated (default: all)")
     ap.add_argument("--points", default="2,1,0")
-    ap.add_argument("--trials", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=None,
-                    help="write empirical_privacy.{md,csv,json,png} here")
+    ap.add_argument("--trials", type=at_least(100), default=None,
+                    help="held-out runs per side of the sweep (default: the profile's); "
+                    "the exposure and aggregate sections then use min(trials, 1000 / 500)")
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--results", default=None, help="resumable JSON-lines results file")
-    ap.add_argument("--skip", default="",
-                    help="sections to skip: tight,exposure,aggregate,speed,mutants")
+    ap.add_argument("--skip", default="", help="sections to skip: " + ",".join(SECTIONS))
     args = ap.parse_args(argv)
-    prof = dict(PROFILES[args.profile])
-    trials = args.trials or prof["trials"]
+    prof = dict(profile(PROFILES, args.profile))
+    if args.trials is not None:
+        prof.update(trials=args.trials, exposure_trials=min(args.trials, 1000),
+                    game_trials=min(args.trials, 500))
     names = D.available() if args.defenses is None else args.defenses.split(",")
-    points = [int(p) for p in args.points.split(",")]
+    try:
+        points = [int(p) for p in args.points.split(",")]
+    except ValueError:
+        ap.error(f"--points must be comma-separated integers, got {args.points!r}")
     skip = set(filter(None, args.skip.split(",")))
+    if skip - set(SECTIONS):
+        ap.error(f"--skip: unknown section(s) {', '.join(sorted(skip - set(SECTIONS)))}; "
+                 f"choose from {', '.join(SECTIONS)}")
+    options = game_options(prof)
     out = Report()
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    out.line(f"# Measured privacy ({stamp}, profile {args.profile}, delta = 1e-5, 95 % "
-             "confidence)")
+    out.line(f"# Measured privacy ({today()}, profile {args.profile}, delta = 1e-5, "
+             "95 % confidence)")
     out.line()
-    report = sweep(names, points, trials, args.seed, args.results, out)
+    if options:
+        out.line("Profile tiny: the release has the small shapes of the mutation suite "
+                 f"({', '.join('x'.join(map(str, s)) for s in SMALL_SHAPES)}) with 8 "
+                 "background examples, not LeNet's.")
+        out.line()
+    report = sweep(names, points, prof["trials"], args.seed, args.results, out, **options)
     if "tight" not in skip:
         tightness(prof["tight_trials"], args.seed, out)
     if "exposure" not in skip:
-        exposure(max(100, min(trials, 1000)), args.seed, out)
+        exposure(prof["exposure_trials"], args.seed, out, **options)
     if "aggregate" not in skip:
-        simulator_game(names, max(100, min(trials, 500)), args.seed, out)
+        simulator_game(names, prof["game_trials"], args.seed, out)
     if "speed" not in skip:
         speed(prof["speed_trials"], args.seed, out)
     if "mutants" not in skip:
-        mutants(prof["mutant_seeds"], out, budget=100 if args.profile == "tiny" else None)
+        mutants(prof["mutant_seeds"], out, budget=prof["mutant_budget"])
     if args.out:
         paths = report.save(args.out, stem="empirical_privacy")
-        paths["md"].write_text(out.text())  # the whole printed page, not the table alone
+        # the whole printed page, not the table alone
+        paths.update(write_outputs(args.out, "empirical_privacy", markdown=out.text()))
         print("wrote", ", ".join(str(p) for p in paths.values()))
     return report
 

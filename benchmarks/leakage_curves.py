@@ -34,8 +34,8 @@ steps) instead; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8}
 grid (idlg 50, fedavg-l2 30 L-BFGS steps); under 15 minutes on 2 cores),
 ``full`` (Fashion-MNIST, LeNet and the ReLU CNN, stages initial / round1 / round5, L up to
 10, sweeps at B in {1, 4, 8} and every leak point, 2000-step attacks with 2 restarts;
-many CPU hours: not run on the shared 2-core machine). ``--tiny`` shrinks any profile to a
-smoke run.
+many CPU hours: not run on the shared 2-core machine), ``tiny`` (``--tiny``: the quick
+profile shrunk to a smoke run of seconds, for the tests).
 
 Usage::
 
@@ -46,14 +46,12 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import dataclasses
-import datetime as _dt
+import functools
 import math
 import multiprocessing
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -62,7 +60,15 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    parser,
+    profile,
+    today,
+    write_outputs,
+)
 from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
 from leakaudit.auditing.results import ResultsFile
@@ -111,6 +117,8 @@ class Profile:
     #: defense -> attacks of its sweep lines at every B instead of ``sweep_attacks`` (the
     #: per-tensor attacks against per-layer clipping)
     defense_attacks: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: batches per batch size of the label-count section (c)
+    label_batches: int = 10
 
 
 _TRAIN = (("clients", 10), ("clients_per_round", 5), ("rounds", 10), ("local_steps", 5),
@@ -147,16 +155,26 @@ PROFILES: dict[str, Profile] = {
         eps_sigmas=(0.1, 0.3, 0.5, 1.0, 2.0), refine=3, options=_OPTIONS, restarts=2,
         defense_attacks=(("fed-alpha-cdp", ("idlg-layer", "ig-layer")),)),
 }
+#: what the tiny profile changes in the quick one (one optimiser step per attack)
 TINY = dict(batch_sizes=(1, 2), local_steps=(1, 2), sigmas=(0.0, 1.0),
             sweep_defenses=("fed-cdp",), sweep_attacks=((1, ("idlg",)),), points=(2,),
-            iterations=(("ig", 4), ("fedavg", 4), ("idlg", 2), ("fedavg-l2", 2),
-                        ("idlg-norm", 2), ("idlg-layer", 2), ("ig-layer", 4)),
+            iterations=(("ig", 2), ("fedavg", 2), ("idlg", 1), ("fedavg-l2", 1),
+                        ("idlg-norm", 1), ("idlg-layer", 1), ("ig-layer", 2)),
             sweep_examples=1, eps_sigmas=(1.0,), refine=1, restarts=1, defense_attacks=(),
             train=(("clients", 2), ("clients_per_round", 2), ("rounds", 1),
-                   ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")))
+                   ("local_steps", 1), ("batch_size", 4), ("lr", 0.01), ("optimizer", "sgd")),
+            label_batches=1)
+PROFILES["tiny"] = dataclasses.replace(PROFILES["quick"], **TINY)
 
 
 # ------------------------------------------------------------------------------ the cells
+@functools.lru_cache(maxsize=2)
+def load_dataset(name: str, seed: int) -> data.Dataset:
+    """``data.load`` once per process (every job reads the same data; the jobs never change
+    it), not once per job."""
+    return data.load(name, seed=seed)
+
+
 def build_model(name: str, ds: data.Dataset, seed: int) -> torch.nn.Module:
     gen = torch.Generator().manual_seed(seed)
     if name == "lenet":
@@ -176,7 +194,8 @@ def observe(model: torch.nn.Module, ds: data.Dataset, defense: Any, idx: list[in
             local_steps: int, lr: float, points: Sequence[int], seed: int) -> fl.Run:
     """One client holding ``idx`` takes ``local_steps`` full-batch SGD steps under
     ``defense``; the taps record what leaves it."""
-    return fl.simulate(model, ds, defense, clients=1, clients_per_round=1, rounds=1,
+    return fl.simulate(model, dataset=ds, defense=defense, clients=1, clients_per_round=1,
+                       rounds=1,
                        local_steps=local_steps, batch_size=len(idx), lr=lr, partition=[idx],
                        taps=[fl.Tap(p) for p in points], seed=seed, progress=False)
 
@@ -259,19 +278,19 @@ def _with_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> t
 def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
     """One job: a training run for eps, or one attack on every view of one observed client
     (the simulation is repeated per attack: cheap, and it keeps each job a pure function)."""
-    t0 = time.perf_counter()
+    clock = Stopwatch()
     with grads.torch_threads(1):  # one thread per worker; the caller's setting is restored
         rows = _job_rows(job)
     for row in rows:
-        row["seconds"] = (time.perf_counter() - t0) / len(rows)
+        row["seconds"] = clock.seconds / len(rows)
     return rows
 
 
 def _job_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
-    ds = data.load(job["dataset"], seed=job["seed"])
+    ds = load_dataset(job["dataset"], job["seed"])
     if job["kind"] == "eps":
         defense = D.get(job["defense"], sigma=job["sigma"])
-        run = fl.simulate(None, ds, defense, seed=job["seed"], progress=False,
+        run = fl.simulate(None, dataset=ds, defense=defense, seed=job["seed"], progress=False,
                           **dict(job["train"]))
         return [{"eps_sound": run.epsilon(DELTA, "sound")}]
     model = build_model(job["model"], ds, job["seed"])
@@ -385,8 +404,8 @@ def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str,
                 out[(m, stage)] = None
                 continue
             train = {**dict(prof.train), "rounds": rounds}
-            run = fl.simulate(build_model(m, ds, seed), ds, "none", seed=seed, progress=False,
-                              **train)
+            run = fl.simulate(build_model(m, ds, seed), dataset=ds, defense="none", seed=seed,
+                              progress=False, **train)
             out[(m, stage)] = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
     return out
 
@@ -472,13 +491,10 @@ def _mean(rs: list[dict[str, Any]], name: str) -> float:
     return float(np.mean([r.get(name, math.nan) for r in rs]))
 
 
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
-                             for k, v in row.items()})
+def csv_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CSV's rows: floats with 6 significant digits."""
+    return [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
+            for row in rows]
 
 
 def above_bound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -622,7 +638,7 @@ def label_section(report: Report, dataset: str, seed: int, batches: int) -> None
     """(c) Multiset accuracy of the label counts on untrained LeNet-Sigmoid, real data."""
     from leakaudit.attacks.labels import labels_from_last_layer
 
-    ds = data.load(dataset, seed=seed)
+    ds = load_dataset(dataset, seed)
     rows = []
     for b in (8, 32):
         ours, sign = [], []
@@ -750,7 +766,7 @@ def reading_section(report: Report, grid: dict[str, Any], sweep: dict[str, Any],
 
 
 def run_summary(report: Report, prof: Profile, busy: float, args: argparse.Namespace,
-                argv: Sequence[str] | None, t0: float) -> None:
+                argv: Sequence[str] | None, clock: Stopwatch) -> None:
     train = dict(prof.train)
     report.line(f"Standard training run behind eps run and stages: N = {train['clients']}, "
                 f"K = {train['clients_per_round']}, T = {train['rounds']}, L = "
@@ -761,47 +777,45 @@ def run_summary(report: Report, prof: Profile, busy: float, args: argparse.Names
                 f"{ {a: dict(o) for a, o in prof.options} }, restarts {prof.restarts} (best "
                 f"by the attack's own loss); job time summed over workers {busy:.0f} s.")
     report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
-                f" ({time.perf_counter() - t0:.0f} s, {args.workers} worker(s)).")
+                f" ({clock.seconds:.0f} s, {args.workers} worker(s)).")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (1 when a measured success
     exceeds its bound)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--data", default=None, help="dataset (default: the profile's)")
-    parser.add_argument("--tiny", action="store_true", help="smoke-run sizes (CI)")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
-    parser.add_argument("--labels-only", action="store_true", help="only section (c)")
-    args = parser.parse_args(argv)
-    if args.workers < 1:
-        parser.error("--workers must be >= 1")
-    prof = PROFILES[args.profile]
-    if args.tiny:
-        prof = dataclasses.replace(prof, **TINY)
+    ap = parser(__doc__, PROFILES, out="results/benchmarks",
+                out_help="directory for leakage_curves.{md,csv,png,jsonl} and "
+                "leakage_reconstructions.png")
+    ap.add_argument("--data", default=None, help="dataset (default: the profile's)")
+    ap.add_argument("--workers", type=at_least(1), default=2)
+    ap.add_argument("--seed", type=at_least(0), default=0)
+    ap.add_argument("--labels-only", action="store_true", help="only section (c)")
+    args = ap.parse_args(argv)
+    if args.out is None:
+        ap.error("--out is required (the resumable results file lives there)")
+    prof = profile(PROFILES, args.profile)
     if args.data:
         prof = dataclasses.replace(prof, dataset=args.data)
     try:
-        ds = data.load(prof.dataset, seed=args.seed)
+        ds = load_dataset(prof.dataset, args.seed)
     except (FileNotFoundError, OSError, ValueError) as exc:
-        parser.error(f"cannot load {prof.dataset!r} ({exc}); give --data")
+        ap.error(f"cannot load {prof.dataset!r} ({exc}); give --data")
     args.out.mkdir(parents=True, exist_ok=True)
     report = Report()
-    report.line(f"# Leakage curves ({_dt.date.today().isoformat()}, profile {args.profile}"
-                f"{' tiny' if args.tiny else ''}, {ds.name})")
+    report.line(f"# Leakage curves ({today()}, profile {args.profile}, {ds.name})")
     report.line()
-    t0 = time.perf_counter()
-    label_section(report, prof.dataset, args.seed, 2 if args.tiny else 10)
-    status = 0
+    clock = Stopwatch()
+    label_section(report, prof.dataset, args.seed, prof.label_batches)
+    status, rows, figure = 0, None, None
     if not args.labels_only:
-        status = curves(report, prof, ds, args)
+        status, rows, figure = curves(report, prof, ds, args)
         busy = sum(r.get("seconds", 0.0) for _, rec in
                    ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
                    .items("job") for r in rec["rows"])
-        run_summary(report, prof, busy, args, argv, t0)
-    (args.out / "leakage_curves.md").write_text(report.text())
+        run_summary(report, prof, busy, args, argv, clock)
+    write_outputs(args.out, "leakage_curves", markdown=report.text(),
+                  rows=None if rows is None else csv_rows(rows),
+                  columns=None if rows is None else COLUMNS, figure=figure)
     return status
 
 
@@ -811,8 +825,10 @@ def store_config(prof: Profile, args: argparse.Namespace) -> dict[str, Any]:
             "version": 2}
 
 
-def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Namespace) -> int:
-    """Sections (a) and (b), the figures; 1 when a measured success exceeds its bound."""
+def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Namespace
+           ) -> tuple[int, list[dict[str, Any]], Callable[[Path], None]]:
+    """Sections (a) and (b) and the reconstructions figure; returns the status (1 when a
+    measured success exceeds its bound), the CSV's rows and the drawer of the main figure."""
     store = ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
     kappas = {"id": metrics.prior_success_identification(len(ds.x_train)),
               "asr": metrics.prior_success_psnr(ds.x_train)}
@@ -820,9 +836,11 @@ def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Names
     first = list(plan(prof, args.seed, weights, kappas))
     jobs = first + run_sweeps(prof, args.seed, weights, kappas, store, args.workers, first)
     rows = collect(jobs, store)
-    write_csv(rows, args.out / "leakage_curves.csv")
     sweep_b = [b for b, _ in prof.sweep_attacks]
-    plot(rows, sweep_b, args.out / "leakage_curves.png")
+
+    def figure(path: Path) -> None:
+        plot(rows, sweep_b, path)
+
     plot_reconstructions(jobs, store, rows, args.out / "leakage_reconstructions.png")
     grid = grid_section(report, rows, prof)
     sweep = sweep_section(report, rows, prof)
@@ -831,8 +849,8 @@ def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Names
         for r in sweep["above"]:
             print(f"MEASURED ABOVE BOUND: {r}", file=sys.stderr)
         report.line(f"**FAILED: {len(sweep['above'])} row(s) measured above the bound.**")
-        return 1
-    return 0
+        return 1, rows, figure
+    return 0, rows, figure
 
 
 if __name__ == "__main__":

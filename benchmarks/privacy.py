@@ -30,7 +30,8 @@ zero-out), with the seconds each bracket took (``privacy_sampling.csv``).
 Profiles: ``quick`` (default; 25 s on 2 idle cores, 75 s under heavy load); ``full`` also
 refines the best Rényi order by a continuous search (``optimize_order=True``), asks
 prv-accountant for a 2.5x tighter bracket and adds three schedule variants (staircase with 4
-stairs, cyclic with 2 and with 8 cycles).
+stairs, cyclic with 2 and with 8 cycles); ``tiny`` (``--tiny``, for the tests: seconds) runs
+60 steps, prv-accountant on the constant setting only, one sampler row over t = 30 steps.
 
 Usage::
 
@@ -42,14 +43,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import math
-import platform
-import time
 import warnings
 from collections.abc import Sequence
-from importlib import metadata
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,7 +54,16 @@ import numpy as np
 
 import accounting as A
 from accounting import schedules
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    best_of,
+    environment,
+    parser,
+    profile,
+    write_outputs,
+)
 
 Q = 0.01
 DELTA = 1e-5
@@ -81,17 +87,29 @@ class Setting(NamedTuple):
     how: str
 
 
-class Profile(NamedTuple):
-    """What a profile computes beyond the quick table."""
+@dataclass(frozen=True)
+class Profile:
+    """Sizes of one run."""
 
+    steps: int  # steps of every setting
     optimize_order: bool  # continuous refinement of the best Rényi order (RDP, RDP-classic)
     prv_eps_error: float  # prv-accountant's eps_error (its bracket is about 2x as wide)
+    prv_max_distinct: int | None  # prv only where a schedule has at most this many sigmas
     extra: bool  # add schedule variants
+    sampling_sigmas: tuple[float, ...]  # rows of the sampler comparison ...
+    sampling_t: int  # ... over one epoch of this many steps
+    curve_points: int  # points of each eps curve of the figure
 
 
 PROFILES: dict[str, Profile] = {
-    "quick": Profile(optimize_order=False, prv_eps_error=0.05, extra=False),
-    "full": Profile(optimize_order=True, prv_eps_error=0.02, extra=True),
+    "quick": Profile(steps=STEPS, optimize_order=False, prv_eps_error=0.05,
+                     prv_max_distinct=None, extra=False, sampling_sigmas=SAMPLING_SIGMAS,
+                     sampling_t=SAMPLING_T, curve_points=CURVE_POINTS),
+    "full": Profile(steps=STEPS, optimize_order=True, prv_eps_error=0.02,
+                    prv_max_distinct=None, extra=True, sampling_sigmas=SAMPLING_SIGMAS,
+                    sampling_t=SAMPLING_T, curve_points=CURVE_POINTS),
+    "tiny": Profile(steps=60, optimize_order=False, prv_eps_error=0.05, prv_max_distinct=1,
+                    extra=False, sampling_sigmas=(1.0,), sampling_t=30, curve_points=20),
 }
 
 #: (key, column header) of the eps columns, in table order.
@@ -152,30 +170,33 @@ def evaluate(setting: Setting, prof: Profile) -> dict[str, Any]:
                                 ("zcdp", ledger, "zcdp"), ("moments", ledger, "moments"),
                                 ("moments-int", integer, "moments"),
                                 ("rdp", ledger, "rdp"), ("rdp-classic", ledger, "rdp-classic")):
-            t0 = time.perf_counter()
             optimize = prof.optimize_order and method in ("rdp", "rdp-classic")
-            res = lg.epsilon_and_order(DELTA, method, optimize_order=optimize)
-            times[key] = time.perf_counter() - t0
-            row[key] = res.eps
-            row[f"{key}_order"] = res.order
+            timed = best_of(lambda lg=lg, method=method, optimize=optimize:
+                            lg.epsilon_and_order(DELTA, method, optimize_order=optimize), 1)
+            times[key] = timed.best
+            row[key] = timed.result.eps
+            row[f"{key}_order"] = timed.result.order
         for w in log:
             caught.append(f"{w.category.__name__}: {w.message}")
-    t0 = time.perf_counter()
-    try:
-        lo, est, up = ledger.epsilon_bounds(DELTA, eps_error=prof.prv_eps_error)
-    except ImportError:
-        row["prv_note"] = "n/a (prv-accountant not installed)"
-        lo = est = up = math.nan
-    except A.PRVUnavailable as exc:
-        row["prv_note"] = f"n/a ({exc})"
-        lo = est = up = math.nan
+    clock = Stopwatch()
+    distinct = np.unique(setting.sigmas).size
+    lo = est = up = math.nan
+    if prof.prv_max_distinct is not None and distinct > prof.prv_max_distinct:
+        row["prv_note"] = f"not run (profile: {distinct} distinct sigmas)"
     else:
-        row["prv_note"] = ""
-    times["prv"] = time.perf_counter() - t0
+        try:
+            lo, est, up = ledger.epsilon_bounds(DELTA, eps_error=prof.prv_eps_error)
+        except ImportError:
+            row["prv_note"] = "n/a (prv-accountant not installed)"
+        except A.PRVUnavailable as exc:
+            row["prv_note"] = f"n/a ({exc})"
+        else:
+            row["prv_note"] = ""
+    times["prv"] = clock.seconds
     row.update({"prv_lower": lo, "prv": est, "prv_upper": up})
-    t0 = time.perf_counter()
-    pld_lo, _, pld_up = ledger.epsilon_bounds(DELTA, method="pld")
-    times["pld"] = time.perf_counter() - t0
+    timed = best_of(lambda: ledger.epsilon_bounds(DELTA, method="pld"), 1)
+    times["pld"] = timed.best
+    pld_lo, _, pld_up = timed.result
     row.update({"pld_lower": pld_lo, "pld": pld_up})
     row["times"] = times
     row["warnings"] = sorted(set(caught))
@@ -204,19 +225,17 @@ def sampling_row(sigma: float, t: int = SAMPLING_T, delta: float = DELTA) -> dic
     row: dict[str, Any] = {"sigma": sigma, "t": t}
     ledger = A.PrivacyLedger()
     ledger.step(q=1.0 / t, sigma=sigma, count=t)
-    t0 = time.perf_counter()
-    row["poisson_lower"], _, row["poisson_upper"] = ledger.epsilon_bounds(delta, method="pld")
-    row["poisson_s"] = time.perf_counter() - t0
+    timed = best_of(lambda: ledger.epsilon_bounds(delta, method="pld"), 1)
+    row["poisson_lower"], _, row["poisson_upper"] = timed.result
+    row["poisson_s"] = timed.best
     row["poisson_rdp"] = ledger.epsilon(delta, warn=False)
     allocation.clear_cache()  # time the whole computation, not a cached one
-    t0 = time.perf_counter()
-    ra = A.allocation_epsilon_bounds(sigma, t, delta)
-    row["alloc_s"] = time.perf_counter() - t0
+    timed = best_of(lambda: A.allocation_epsilon_bounds(sigma, t, delta), 1)
+    ra, row["alloc_s"] = timed.result, timed.best
     row["alloc_lower"], row["alloc_upper"] = ra.lower, ra.upper
     row["alloc_width"] = (ra.upper - ra.lower) / ra.upper
-    t0 = time.perf_counter()
-    sh = A.shuffle_epsilon_bounds(sigma, t, 1, delta)
-    row["shuffle_s"] = time.perf_counter() - t0
+    timed = best_of(lambda: A.shuffle_epsilon_bounds(sigma, t, 1, delta), 1)
+    sh, row["shuffle_s"] = timed.result, timed.best
     row["shuffle_lower"], row["shuffle_upper"] = sh.lower, sh.upper
     row["shuffle_lower_max"], row["shuffle_lower_alloc"] = (sh.lower_max_statistic,
                                                             sh.lower_allocation)
@@ -228,8 +247,9 @@ SAMPLING_FIELDS = ("sigma", "t", "poisson_lower", "poisson_upper", "poisson_rdp"
                    "shuffle_upper", "shuffle_lower_max", "shuffle_lower_alloc", "shuffle_s")
 
 
-def sampling_table(rep: Report, rows: list[dict[str, Any]], path: Path) -> None:
-    """The sampler comparison as Markdown (into ``rep``) and CSV (``path``)."""
+def sampling_table(rep: Report, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sampler comparison as Markdown (into ``rep``); returns its CSV rows (floats at
+    full precision)."""
     t = rows[0]["t"]
     rep.line("## Poisson vs random allocation vs shuffling (one epoch)")
     rep.line()
@@ -263,11 +283,8 @@ def sampling_table(rep: Report, rows: list[dict[str, Any]], path: Path) -> None:
              "reported for them: their certified lower end exceeds Poisson's upper end in "
              f"{sum(r['shuffle_lower'] > r['poisson_upper'] for r in rows)} of {len(rows)} rows.")
     rep.line()
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=SAMPLING_FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: repr(v) if isinstance(v, float) else v for k, v in r.items()})
+    return [{k: repr(r[k]) if isinstance(r[k], float) else r[k] for k in SAMPLING_FIELDS}
+            for r in rows]
 
 
 # ---------------------------------------------------------------------------------- output
@@ -309,16 +326,15 @@ CSV_FIELDS = ("setting", "how", "steps", "q", "delta", "sigma_max", "sigma_min",
               "prv_lower", "prv", "prv_upper", "prv_note", "pld_lower", "pld")
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """The table at full precision (repr of floats), one line per setting."""
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for r in rows:
-            rec = {k: r.get(k) for k in CSV_FIELDS}
-            rec["q"], rec["delta"] = Q, DELTA
-            w.writerow({k: ("" if v is None else repr(v) if isinstance(v, float) else v)
-                        for k, v in rec.items()})
+def csv_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The table at full precision (repr of floats), one row per setting."""
+    out = []
+    for r in rows:
+        rec = {k: r.get(k) for k in CSV_FIELDS}
+        rec["q"], rec["delta"] = Q, DELTA
+        out.append({k: ("" if v is None else repr(v) if isinstance(v, float) else v)
+                    for k, v in rec.items()})
+    return out
 
 
 def write_png(path: Path, sets: list[Setting],
@@ -428,54 +444,44 @@ def conventions(rep: Report, rows: list[dict[str, Any]]) -> None:
         rep.line()
 
 
-def version(dist: str) -> str:
-    """Installed version of a distribution, or "not installed"."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    p.add_argument("--steps", type=int, default=STEPS,
-                   help=f"steps of every setting (default {STEPS:,})")
-    p.add_argument("--out", type=Path, default=Path("results/benchmarks"),
-                   help="directory for privacy.md, privacy.csv, privacy.png "
-                        "(default results/benchmarks)")
+    """Command-line options; ``args.prof`` is the chosen profile with the overrides."""
+    p = parser(__doc__, PROFILES, out="results/benchmarks",
+               out_help="directory for privacy.md, privacy.csv, privacy_sampling.csv, "
+               "privacy.png (default results/benchmarks)")
+    p.add_argument("--steps", type=at_least(1), default=None,
+                   help=f"steps of every setting (default: the profile's, {STEPS:,})")
     p.add_argument("--sampling-sigmas", type=str, default=None,
-                   help="comma-separated sigmas of the sampler comparison (default "
-                        + ",".join(f"{x:g}" for x in SAMPLING_SIGMAS) + ")")
+                   help="comma-separated sigmas of the sampler comparison (default: the "
+                        "profile's, " + ",".join(f"{x:g}" for x in SAMPLING_SIGMAS) + ")")
     args = p.parse_args(argv)
-    if args.sampling_sigmas is None:
-        args.sampling_sigmas = SAMPLING_SIGMAS
-    else:
+    prof = profile(PROFILES, args.profile)
+    if args.sampling_sigmas is not None:
         try:
-            args.sampling_sigmas = tuple(float(x) for x in args.sampling_sigmas.split(","))
+            sigmas = tuple(float(x) for x in args.sampling_sigmas.split(","))
         except ValueError:
             p.error("--sampling-sigmas must be comma-separated numbers")
-        if not all(x > 0 for x in args.sampling_sigmas):
+        if not all(x > 0 for x in sigmas):
             p.error("--sampling-sigmas must be > 0")
-    if args.steps < 1:
-        p.error("--steps must be >= 1")
+        prof = replace(prof, sampling_sigmas=sigmas)
+    if args.steps is not None:
+        prof = replace(prof, steps=args.steps)
+    args.prof = prof
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Compute the table and the figure; print the Markdown and write the three files."""
+    """Compute the table and the figure; print the Markdown and write the four files."""
     args = parse_args(argv)
-    prof = PROFILES[args.profile]
-    t_start = time.perf_counter()
+    prof: Profile = args.prof
+    clock = Stopwatch()
     rep = Report()
     rep.line("# Privacy of the Fed-alphaCDP MNIST setting under every accountant")
     rep.line()
-    rep.line(f"{_dt.datetime.now():%Y-%m-%d %H:%M}, profile `{args.profile}`; Python "
-             f"{platform.python_version()}, numpy {np.__version__}, leakaudit "
-             f"{version('leakaudit')}, prv-accountant {version('prv-accountant')}.")
+    rep.line(environment(("numpy", "leakaudit", "prv-accountant"))
+             + f"; profile `{args.profile}`.")
     rep.line()
-    rep.line(f"q = {Q:g} (Poisson sampling per step), delta = {DELTA:g}, {args.steps:,} steps. "
+    rep.line(f"q = {Q:g} (Poisson sampling per step), delta = {DELTA:g}, {prof.steps:,} steps. "
              f"Default Rényi orders ({A.DEFAULT_ORDERS.size}: 1.1..10.9 by 0.1, 12..64, 128, "
              "256) except the integer-order column"
              + ("; the best order refined by a continuous search (`optimize_order=True`)"
@@ -488,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "certified (sigmas rounded onto a 0.5% geometric grid, down for the upper and up "
              "for the lower bound). α: the optimal order.")
     rep.line()
-    sets = settings(args.steps, prof.extra)
+    sets = settings(prof.steps, prof.extra)
     rows = [evaluate(s, prof) for s in sets]
     headers = ["setting", "steps", "sigma"] + [h for _, h in COLUMNS]
     rep.table(headers, table_rows(rows))
@@ -501,13 +507,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             rep.line(f"- {w} ({where})")
         rep.line()
     conventions(rep, rows)
-    args.out.mkdir(parents=True, exist_ok=True)
-    sampling_table(rep, [sampling_row(x) for x in args.sampling_sigmas],
-                   args.out / "privacy_sampling.csv")
+    sampling = sampling_table(rep, [sampling_row(x, prof.sampling_t)
+                                    for x in prof.sampling_sigmas])
 
-    t0 = time.perf_counter()
-    curves = {s.name: eps_curve(s.sigmas) for s in sets}
-    t_curves = time.perf_counter() - t0
+    timed = best_of(lambda: {s.name: eps_curve(s.sigmas, prof.curve_points) for s in sets}, 1)
+    curves, t_curves = timed.result, timed.best
     for s, r in zip(sets, rows):  # the curve ends where the table's RDP column is
         end = curves[s.name][1][-1]
         if not prof.optimize_order and not math.isclose(end, r["rdp"], rel_tol=1e-9):
@@ -516,15 +520,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     slow = {k: max(r["times"][k] for r in rows) for k in rows[0]["times"]}
     rep.line("Slowest time per method over the rows (s): "
              + ", ".join(f"{k} {v:.3g}" for k, v in slow.items())
-             + f"; eps curves for the figure ({CURVE_POINTS} points each) {t_curves:.3g}; "
-             f"total {time.perf_counter() - t_start:.0f} s.")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "privacy.csv", rows)
-    write_png(args.out / "privacy.png", sets, curves)
-    rep.line()
-    rep.line(f"Files: {args.out / 'privacy.md'}, {args.out / 'privacy.csv'}, "
-             f"{args.out / 'privacy_sampling.csv'}, {args.out / 'privacy.png'}.")
-    (args.out / "privacy.md").write_text(rep.text())
+             + f"; eps curves for the figure ({prof.curve_points} points each) "
+             f"{t_curves:.3g}; total {clock.seconds:.0f} s.")
+    if args.out is not None:
+        rep.line()
+        rep.line(f"Files: {args.out / 'privacy.md'}, {args.out / 'privacy.csv'}, "
+                 f"{args.out / 'privacy_sampling.csv'}, {args.out / 'privacy.png'}.")
+    write_outputs(args.out, "privacy", markdown=rep.text(), rows=csv_rows(rows),
+                  columns=CSV_FIELDS, extra={"sampling": sampling},
+                  figure=lambda path: write_png(path, sets, curves))
     return 0
 
 

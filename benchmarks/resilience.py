@@ -13,9 +13,12 @@ Profiles:
 * ``paper``: Fashion-MNIST when installed (Debian's ``dataset-fashion-mnist``), or the data
   given with ``--data`` (``mnist:<dir>``, ``cifar10:<dir>``, ``images:<lfw dir>``), the
   papers' client counts and attack budget (hours).
-``--tiny`` shrinks any profile to a smoke run (CI). The run is resumable: every finished
-cell goes to ``--results`` (default ``OUT/resilience.jsonl``); rerun the same command to
-continue. ``--engine ray`` runs the cells as Ray tasks (``--ray-address`` for a cluster).
+* ``tiny`` (``--tiny``): the quick profile shrunk to a smoke run of seconds (the tests).
+The run is resumable: every finished cell goes to ``--results`` (default
+``OUT/resilience.jsonl``); rerun the same command to continue. ``--engine ray`` runs the cells
+as Ray tasks (``--ray-address`` for a cluster). The work is ``leakaudit.audit`` and its
+report's ``save``/``to_markdown``, as the CLI's ``leakaudit audit`` does; this script adds the
+profiles, the sizes and the summary table.
 
 Usage::
 
@@ -26,16 +29,13 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+import leakaudit
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import Report, Stopwatch, at_least, parser, profile, today, write_outputs
 from leakaudit import auditing, data
 from leakaudit.auditing import AuditReport
 
@@ -45,12 +45,16 @@ DEFENSES = auditing.DEFAULT_DEFENSES + ("adap-dp-fl", "dpfl-agn", "adadp",
                                        "cos-adaptive-laplace", "dssgd", "quantile-clip",
                                        "adaclip")
 
-#: sizes per profile: the audit profile and its overrides
+#: sizes per profile: the dataset, the audit's profile and its overrides (keywords of
+#: ``leakaudit.audit``)
 PROFILES: dict[str, dict[str, Any]] = {
     "quick": dict(dataset="digits", audit_profile="quick", examples=1, rounds=5),
     "paper": dict(dataset="fashion-mnist", audit_profile="paper"),
+    "tiny": dict(dataset="digits", audit_profile="quick", examples=1, rounds=1,
+                 max_iterations=3, restarts=1),
 }
-TINY = dict(examples=1, rounds=1, max_iterations=3, restarts=1)
+#: the overrides a flag may set
+SIZES = ("examples", "rounds", "max_iterations", "restarts")
 
 
 def summary(report: AuditReport) -> tuple[list[str], list[list[str]]]:
@@ -62,76 +66,64 @@ def summary(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     return ["defense"] + [f"type {p}" for p in points], rows
 
 
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--data", default=None,
-                        help="dataset name or '<kind>:<dir>' (default: the profile's)")
-    parser.add_argument("--defenses", default=None,
-                        help="comma-separated names (default: baselines + adaptive)")
-    parser.add_argument("--attacks", default="dlg,idlg,cpl")
-    parser.add_argument("--points", default="0,1,2")
-    parser.add_argument("--examples", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=None, help="training rounds")
-    parser.add_argument("--max-iterations", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tiny", action="store_true", help="smoke-run sizes (CI)")
-    parser.add_argument("--engine", choices=auditing.ENGINES, default="process")
-    parser.add_argument("--ray-address", default=None)
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=Path("results/benchmarks"))
-    parser.add_argument("--results", type=Path, default=None,
-                        help="JSON-lines results file to resume from (default "
-                        "OUT/resilience.jsonl)")
-    parser.add_argument("--progress", action="store_true")
-    args = parser.parse_args(argv)
+    ap = parser(__doc__, PROFILES, out="results/benchmarks",
+                out_help="directory for resilience.{md,csv,tex,json,png}")
+    ap.add_argument("--data", default=None,
+                    help="dataset name or '<kind>:<dir>' (default: the profile's)")
+    ap.add_argument("--defenses", default=None,
+                    help="comma-separated names (default: baselines + adaptive)")
+    ap.add_argument("--attacks", default="dlg,idlg,cpl")
+    ap.add_argument("--points", default="0,1,2")
+    ap.add_argument("--examples", type=at_least(1), default=None)
+    ap.add_argument("--rounds", type=at_least(1), default=None, help="training rounds")
+    ap.add_argument("--max-iterations", type=at_least(1), default=None)
+    ap.add_argument("--seed", type=at_least(0), default=0)
+    ap.add_argument("--engine", choices=auditing.ENGINES, default="process")
+    ap.add_argument("--ray-address", default=None)
+    ap.add_argument("--workers", type=at_least(1), default=None)
+    ap.add_argument("--results", default=None,
+                    help="JSON-lines results file to resume from (default OUT/resilience.jsonl)")
+    ap.add_argument("--progress", action="store_true")
+    args = ap.parse_args(argv)
 
-    prof = dict(PROFILES[args.profile])
-    if args.tiny:
-        prof.update(TINY)
-    for key in ("examples", "rounds", "max_iterations"):
-        value = getattr(args, key)
-        if value is not None:
-            if value < 1:
-                parser.error(f"--{key.replace('_', '-')} must be >= 1")
-            prof[key] = value
+    prof = dict(profile(PROFILES, args.profile))
+    prof.update({k: getattr(args, k) for k in SIZES if getattr(args, k, None) is not None})
     known = D.available()
-    names = ([n.strip() for n in args.defenses.split(",") if n.strip()] if args.defenses
-             else [n for n in DEFENSES if n in known])
-    unknown = [n for n in names if n not in known]
-    if unknown or not names:
-        parser.error(f"unknown defense(s) {', '.join(unknown) or '(none given)'}; "
-                     f"available: {', '.join(known)}")
+    names = _csv(args.defenses) if args.defenses else [n for n in DEFENSES if n in known]
     try:
-        points = tuple(int(p) for p in args.points.split(","))
+        points = [int(p) for p in _csv(args.points)]
     except ValueError:
-        parser.error(f"--points must be comma-separated integers, got {args.points!r}")
-    attacks = tuple(a.strip() for a in args.attacks.split(",") if a.strip())
+        ap.error(f"--points must be comma-separated integers, got {args.points!r}")
     dataset = args.data or prof["dataset"]
     try:
         ds = data.load(dataset, seed=args.seed)
     except (FileNotFoundError, OSError, ValueError) as exc:
-        parser.error(f"cannot load {dataset!r} ({exc}); give --data mnist:<dir>, "
-                     "cifar10:<dir> or images:<dir>")
+        ap.error(f"cannot load {dataset!r} ({exc}); give --data mnist:<dir>, "
+                 "cifar10:<dir> or images:<dir>")
     args.out.mkdir(parents=True, exist_ok=True)
-    results = args.results or args.out / "resilience.jsonl"
+    results = args.results or str(args.out / "resilience.jsonl")
 
     report = Report()
-    report.line(f"# Resilience ({_dt.date.today().isoformat()}, profile {args.profile}"
-                f"{' tiny' if args.tiny else ''}, {ds.name})")
+    report.line(f"# Resilience ({today()}, profile {args.profile}, {ds.name})")
     report.line()
-    t0 = time.perf_counter()
-    audited = auditing.audit(
-        names, dataset=ds, attacks=attacks, points=points, examples=prof.get("examples"),
-        rounds=prof.get("rounds"), seed=args.seed, profile=prof["audit_profile"],
-        results=str(results), max_iterations=prof.get("max_iterations"),
-        restarts=prof.get("restarts"), workers=args.workers, progress=args.progress,
-        engine=args.engine, ray_address=args.ray_address)
-    seconds = time.perf_counter() - t0
+    clock = Stopwatch()
+    try:
+        audited = leakaudit.audit(
+            names, dataset=ds, attacks=_csv(args.attacks), points=points, seed=args.seed,
+            profile=prof["audit_profile"], results=results, workers=args.workers,
+            progress=args.progress, engine=args.engine, ray_address=args.ray_address,
+            **{k: prof[k] for k in SIZES if k in prof})
+    except ValueError as exc:  # the library names the argument; say it as a flag
+        ap.error(str(exc))
     sizes = auditing.PROFILES[prof["audit_profile"]]
     report.line(f"Command: `python -m benchmarks.resilience {' '.join(argv or sys.argv[1:])}`"
-                f" ({seconds:.0f} s, engine {args.engine}; results file {results}).")
+                f" ({clock.seconds:.0f} s, engine {args.engine}; results file {results}).")
     report.line(f"Training run: N = {audited.config['clients']} clients, "
                 f"K = {sizes.clients_per_round}, T = {audited.config['rounds']} rounds, "
                 f"L = {sizes.local_steps}, B = {sizes.batch_size}, {sizes.optimizer} lr "
@@ -142,12 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.line()
     report.line("## Resilient against every attack, per leak point")
     report.line()
-    headers, rows = summary(audited)
-    report.table(headers, rows)
+    report.table(*summary(audited))
     for line in audited.to_markdown().splitlines():
         report.line(line)
     paths = audited.save(args.out, "resilience")
-    (args.out / "resilience.md").write_text(report.text())
+    # the page printed above replaces the table-only Markdown that save() wrote
+    write_outputs(args.out, "resilience", markdown=report.text())
     report.line()
     report.line("Written: " + ", ".join(str(p) for p in paths.values()))
     return 0

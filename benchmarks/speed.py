@@ -36,13 +36,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import math
-import platform
-import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -54,13 +51,25 @@ import accounting as A
 from benchmarks import accounting_speed as acc_bench
 from benchmarks import attack_speed as att_bench
 from benchmarks import dp_step_speed as dp_bench
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    best_of,
+    environment,
+    load,
+    parser,
+    profile,
+    version,
+    write_outputs,
+)
 
 
-class Profile(NamedTuple):
+@dataclass(frozen=True)
+class Profile:
     """Sizes of one run."""
 
-    peer_steps: int | None  # accountant steps the peers run (None: all 10,000)
+    peer_steps: int | None  # accountant steps the peers run (None: all of ``steps``)
     acc_repeats: int  # repetitions of our accountant, best kept
     batch: int  # DP-step batch size
     step_warmup: int  # DP-step warm-up calls per method
@@ -68,6 +77,7 @@ class Profile(NamedTuple):
     eval_repeats: int  # repetitions of one attack evaluation, best kept
     attack_steps: int  # L-BFGS steps per timed DLG run
     attack_repeats: int  # DLG runs per implementation, best kept
+    steps: int = acc_bench.STEPS  # steps of the accountant's schedule (a)
 
 
 PROFILES: dict[str, Profile] = {
@@ -75,10 +85,10 @@ PROFILES: dict[str, Profile] = {
                      eval_repeats=30, attack_steps=10, attack_repeats=3),
     "full": Profile(peer_steps=None, acc_repeats=5, batch=64, step_warmup=5, step_repeats=60,
                     eval_repeats=100, attack_steps=30, attack_repeats=5),
+    #: a few seconds, for the tests (the numbers are then mostly noise)
+    "tiny": Profile(peer_steps=20, acc_repeats=1, batch=8, step_warmup=1, step_repeats=2,
+                    eval_repeats=3, attack_steps=2, attack_repeats=1, steps=1_000),
 }
-#: --tiny: a few seconds, for the tests (the numbers are then mostly noise).
-TINY = Profile(peer_steps=20, acc_repeats=1, batch=8, step_warmup=1, step_repeats=2,
-               eval_repeats=3, attack_steps=2, attack_repeats=1)
 
 
 class Row(NamedTuple):
@@ -99,22 +109,22 @@ class Row(NamedTuple):
 
 # ---------------------------------------------------------------------------- (a) accountant
 def accountant_rows(prof: Profile) -> tuple[list[Row], list[str]]:
-    """Ours vs Opacus and dp-accounting on the 10,000-step exponential schedule."""
-    sigmas = A.schedules.exponential(acc_bench.SIGMA0, acc_bench.SIGMA_END, acc_bench.STEPS)
-    n_peer = acc_bench.STEPS if prof.peer_steps is None else min(prof.peer_steps,
-                                                                 acc_bench.STEPS)
+    """Ours vs Opacus and dp-accounting on the exponential schedule (10,000 steps; tiny
+    1,000)."""
+    sigmas = A.schedules.exponential(acc_bench.SIGMA0, acc_bench.SIGMA_END, prof.steps)
+    n_peer = prof.steps if prof.peer_steps is None else min(prof.peer_steps, prof.steps)
     prefix = sigmas[:n_peer]
-    scale = acc_bench.STEPS / n_peer
+    scale = prof.steps / n_peer
     orders = acc_bench.ORDERS
-    t_ours, (e_ours, _) = acc_bench.best_of(lambda: acc_bench.ours_eps(sigmas, orders),
-                                            prof.acc_repeats)
+    timed = best_of(lambda: acc_bench.ours_eps(sigmas, orders), prof.acc_repeats)
+    t_ours, (e_ours, _) = timed.best, timed.result
     e_prefix, _ = acc_bench.ours_eps(prefix, orders)
-    what = (f"(a) accountant: eps of a {acc_bench.STEPS:,}-step exponential schedule "
+    what = (f"(a) accountant: eps of a {prof.steps:,}-step exponential schedule "
             f"({np.unique(sigmas).size:,} distinct sigmas)")
-    how = ("measured" if n_peer == acc_bench.STEPS
+    how = ("measured" if n_peer == prof.steps
            else f"{n_peer:,} steps measured, x{scale:g} extrapolated")
     rows: list[Row] = []
-    notes = [f"(a) ours: eps = {e_ours:.8g} on {acc_bench.STEPS:,} steps (best of "
+    notes = [f"(a) ours: eps = {e_ours:.8g} on {prof.steps:,} steps (best of "
              f"{prof.acc_repeats}, fresh ledger each time)."]
     op_cls, op_status = acc_bench.load_opacus()
     dp_mod, dp_status = acc_bench.load_dp_accounting()
@@ -127,7 +137,8 @@ def accountant_rows(prof: Profile) -> tuple[list[Row], list[str]]:
         if not available:
             notes.append(f"(a) {label}: {status}, row left out.")
             continue
-        t, (e, _) = acc_bench.best_of(fn, 1)
+        timed = best_of(fn, 1)
+        t, (e, _) = timed.best, timed.result
         rows.append(Row("a", what, t_ours, f"{label} {status}", t * scale, how))
         notes.append(f"(a) {label} on the first {n_peer:,} steps: eps = {e:.8g}, ours on the "
                      f"same steps {e_prefix:.8g} (relative difference "
@@ -163,7 +174,7 @@ def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
                 fn()
         for _ in range(prof.step_repeats):
             for key, fn in methods.items():
-                times[key].append(dp_bench._time(fn))
+                times[key].append(best_of(fn, 1).best)
     best = {k: min(v) for k, v in times.items()}
     what = (f"(b) one DP local step, {name}, batch {prof.batch} (clip {dp_bench.CLIP:g}, "
             f"sigma {dp_bench.SIGMA:g})")
@@ -171,10 +182,8 @@ def _dp_step_rows(prof: Profile) -> tuple[list[Row], list[str]]:
     rows = []
     notes = []
     if "opacus" in best:
-        from importlib import metadata
-
         rows.append(Row("b", what, best["ours"],
-                        f"Opacus {metadata.version('opacus')} GradSampleModule + DPOptimizer",
+                        f"Opacus {version('opacus')} GradSampleModule + DPOptimizer",
                         best["opacus"], how))
     else:
         notes.append("(b) Opacus not installed: its row is left out.")
@@ -197,7 +206,7 @@ def _original_dlg(case: att_bench.Case
 
     net = copy.deepcopy(case.model)
     observed = [g.detach().clone() for g in case.grads]
-    start = att_bench._start("dlg", case)
+    start = att_bench.start_of("dlg", case)
     dummy_data = start.inputs.clone().requires_grad_(True)
     dummy_label = start.label_logits.clone().requires_grad_(True)
 
@@ -230,7 +239,7 @@ def naive_dlg_steps(variables: list[torch.Tensor], closure: Callable[[], torch.T
     opt = torch.optim.LBFGS(variables, line_search_fn="strong_wolfe")
     loss = math.nan
     for _ in range(steps):
-        loss = float(opt.step(closure))
+        loss = float(opt.step(closure).detach())
     return loss
 
 
@@ -243,26 +252,25 @@ def attack_rows(prof: Profile) -> tuple[list[Row], list[str]]:
     with grads.torch_threads(1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", attacks.ReLUWarning)
-            ours_eval, _ = att_bench._eval_costs("dlg", case, prof.eval_repeats)
+            ours_eval, _ = att_bench.eval_costs("dlg", case, prof.eval_repeats)
             with grads.flush_denormals():
-                naive_eval = att_bench._best(naive_dlg_evaluation(case), prof.eval_repeats)
+                naive_eval = att_bench.seconds_of(naive_dlg_evaluation(case), prof.eval_repeats)
             rows.append(Row("c", f"(c) one DLG gradient-matching evaluation, LeNet, "
                             f"{case.name}, batch 1", ours_eval,
                             "original DLG closure (module + autograd.grad)", naive_eval,
                             f"best of {prof.eval_repeats}"))
             ours_s, naive_s, rec, naive_loss = math.inf, math.inf, None, math.nan
             for _ in range(prof.attack_repeats):
-                t0 = time.perf_counter()
-                rec = attacks.reconstruct(
+                timed = best_of(lambda: attacks.reconstruct(
                     "dlg", case.model, case.grads, input_shape=case.shape,
                     num_classes=att_bench.CLASSES, batch_size=case.batch,
-                    max_iterations=prof.attack_steps, early_stop=0.0, seed=0)
-                ours_s = min(ours_s, time.perf_counter() - t0)
+                    max_iterations=prof.attack_steps, early_stop=0.0, seed=0), 1)
+                rec, ours_s = timed.result, min(ours_s, timed.best)
                 variables, closure = _original_dlg(case)  # setup, not timed
                 with grads.flush_denormals():
-                    t0 = time.perf_counter()
-                    naive_loss = naive_dlg_steps(variables, closure, max(rec.iterations, 1))
-                    naive_s = min(naive_s, time.perf_counter() - t0)
+                    timed = best_of(lambda v=variables, c=closure, r=rec: naive_dlg_steps(
+                        v, c, max(r.iterations, 1)), 1)
+                    naive_loss, naive_s = timed.result, min(naive_s, timed.best)
             steps = max(rec.iterations, 1)
             rows.append(Row("c", f"(c) one DLG L-BFGS step (strong Wolfe), LeNet, {case.name}, "
                             "batch 1", ours_s / steps,
@@ -280,14 +288,13 @@ def _s(seconds: float) -> str:
     return f"{seconds:.3g}"
 
 
-def write_csv(path: Path, rows: list[Row]) -> None:
-    """One line per comparison, full precision."""
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["group", "what", "ours_s", "peer", "peer_s", "ratio_peer_over_ours", "how"])
-        for r in rows:
-            w.writerow([r.group, r.what, repr(r.ours_s), r.peer, repr(r.peer_s), repr(r.ratio),
-                        r.how])
+CSV_FIELDS = ("group", "what", "ours_s", "peer", "peer_s", "ratio_peer_over_ours", "how")
+
+
+def csv_rows(rows: list[Row]) -> list[dict[str, str]]:
+    """One row per comparison, full precision."""
+    return [dict(zip(CSV_FIELDS, (r.group, r.what, repr(r.ours_s), r.peer, repr(r.peer_s),
+                                  repr(r.ratio), r.how))) for r in rows]
 
 
 def write_png(path: Path, rows: list[Row]) -> None:
@@ -316,41 +323,31 @@ def write_png(path: Path, rows: list[Row]) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Command-line options."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    p.add_argument("--tiny", action="store_true",
-                   help="smallest sizes (a few seconds, for tests); overrides the profile")
-    p.add_argument("--peer-steps", type=int, default=None,
+    """Command-line options; ``args.prof`` is the chosen profile with the overrides."""
+    p = parser(__doc__, PROFILES, out="results/benchmarks",
+               out_help="directory for speed.md, speed.csv, speed.png (default "
+               "results/benchmarks)")
+    p.add_argument("--peer-steps", type=at_least(1), default=None,
                    help="accountant steps the peers run before extrapolation")
-    p.add_argument("--batch", type=int, default=None, help="DP-step batch size")
-    p.add_argument("--repeats", type=int, default=None,
+    p.add_argument("--batch", type=at_least(1), default=None, help="DP-step batch size")
+    p.add_argument("--repeats", type=at_least(1), default=None,
                    help="repetitions of every timing (DP step, evaluation, DLG runs)")
-    p.add_argument("--attack-steps", type=int, default=None,
+    p.add_argument("--attack-steps", type=at_least(1), default=None,
                    help="L-BFGS steps per timed DLG run")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=at_least(0), default=1,
                    help="torch threads for the DP step (default 1: stable on a shared "
                         "machine; 0 keeps torch's default); the attack always uses 1")
-    p.add_argument("--out", type=Path, default=Path("results/benchmarks"),
-                   help="directory for speed.md, speed.csv, speed.png (default "
-                        "results/benchmarks)")
     args = p.parse_args(argv)
-    prof = TINY if args.tiny else PROFILES[args.profile]
-    for opt in ("peer_steps", "batch", "repeats", "attack_steps"):
-        value = getattr(args, opt)
-        if value is not None and value < 1:
-            p.error(f"--{opt.replace('_', '-')} must be >= 1")
-    if args.threads < 0:
-        p.error("--threads must be >= 0")
+    prof = profile(PROFILES, args.profile)
     if args.peer_steps is not None:
-        prof = prof._replace(peer_steps=args.peer_steps)
+        prof = replace(prof, peer_steps=args.peer_steps)
     if args.batch is not None:
-        prof = prof._replace(batch=args.batch)
+        prof = replace(prof, batch=args.batch)
     if args.repeats is not None:
-        prof = prof._replace(acc_repeats=args.repeats, step_repeats=args.repeats,
-                             eval_repeats=args.repeats, attack_repeats=args.repeats)
+        prof = replace(prof, acc_repeats=args.repeats, step_repeats=args.repeats,
+                       eval_repeats=args.repeats, attack_repeats=args.repeats)
     if args.attack_steps is not None:
-        prof = prof._replace(attack_steps=args.attack_steps)
+        prof = replace(prof, attack_steps=args.attack_steps)
     args.prof = prof
     return args
 
@@ -360,19 +357,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     prof: Profile = args.prof
     torch.manual_seed(0)
-    flush_before = dp_bench._flushing_denormals()
-    t_start = time.perf_counter()
+    flush_before = dp_bench.flushing_denormals()
+    clock = Stopwatch()
     rep = Report()
-    name = "tiny" if args.tiny else args.profile
     rep.line("# Speed against the peers")
     rep.line()
-    rep.line(f"{_dt.datetime.now():%Y-%m-%d %H:%M}, profile `{name}`, {acc_bench._cpus()} "
-             f"cores, {platform.machine()}, Python {platform.python_version()}, numpy "
-             f"{np.__version__}, torch {torch.__version__}; opacus "
-             f"{acc_bench.version('opacus')}, dp-accounting "
-             f"{acc_bench.version('dp-accounting')}. Every peer is timed in this run; ratio = "
-             f"peer time / our time (above 1: ours is faster). At the start: "
-             f"{att_bench._load()}.")
+    rep.line(environment(("numpy", "torch", "opacus", "dp-accounting"))
+             + f"; profile `{args.profile}`. Every peer is timed in this run; ratio = peer "
+             "time / our time (above 1: ours is faster).")
     rep.line()
     rows: list[Row] = []
     notes: list[str] = []
@@ -382,16 +374,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("a", accountant_rows), ("b", lambda p: dp_step_rows(p, args.threads)),
             ("c", attack_rows))
         for key, fn in sections:
-            t0 = time.perf_counter()
             if key == "b":
                 torch.set_flush_denormal(True)  # as leakaudit.fl.simulate does while training
             try:
-                r, n = fn(prof)
+                timed = best_of(lambda fn=fn: fn(prof), 1)
             finally:
                 torch.set_flush_denormal(flush_before)
-            timings[key] = time.perf_counter() - t0
-            rows += r
-            notes += n
+            timings[key] = timed.best
+            rows += timed.result[0]
+            notes += timed.result[1]
     finally:
         torch.set_flush_denormal(flush_before)
     rep.table(["what", "ours (s)", "peer", "peer (s)", "peer / ours", "how"],
@@ -401,15 +392,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         rep.line(f"- {n}")
     rep.line()
     rep.line("Seconds per section: " + ", ".join(f"({k}) {v:.0f}" for k, v in timings.items())
-             + f"; total {time.perf_counter() - t_start:.0f} s; at the end: "
-             f"{att_bench._load()}.")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_csv(args.out / "speed.csv", rows)
-    write_png(args.out / "speed.png", rows)
-    rep.line()
-    rep.line(f"Files: {args.out / 'speed.md'}, {args.out / 'speed.csv'}, "
-             f"{args.out / 'speed.png'}.")
-    (args.out / "speed.md").write_text(rep.text())
+             + f"; total {clock.seconds:.0f} s; at the end: {load() or 'load unknown'}.")
+    if args.out is not None:
+        rep.line()
+        rep.line(f"Files: {args.out / 'speed.md'}, {args.out / 'speed.csv'}, "
+                 f"{args.out / 'speed.png'}.")
+    write_outputs(args.out, "speed", markdown=rep.text(), rows=csv_rows(rows),
+                  columns=CSV_FIELDS, figure=lambda path: write_png(path, rows))
     return 0
 
 

@@ -17,7 +17,8 @@ adaptive defenses against fed-cdp.
 
 Profiles: ``quick`` trains on the built-in digits (a few minutes on 2 cores); ``full`` on
 Fashion-MNIST (``leakaudit.data.load("fashion-mnist")``; skipped, saying why, when it is not
-installed). The defense parameters of each profile are in :data:`DEFENSE_PARAMS`.
+installed); ``tiny`` (``--tiny``, the tests: seconds) trains 2 clients for 2 rounds of 2
+local steps on digits. The defense parameters of each profile are in :data:`DEFENSE_PARAMS`.
 
 Usage::
 
@@ -29,14 +30,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
-import csv
-import datetime as _dt
 import math
 import multiprocessing as mp
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +41,15 @@ from typing import Any
 import torch
 
 import leakaudit.defenses as D
-from benchmarks._markdown import Report
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+    at_least,
+    parser,
+    profile,
+    today,
+    write_outputs,
+)
 from leakaudit import data, fl
 from leakaudit.fl import simulate
 
@@ -56,9 +61,11 @@ PROFILES: dict[str, dict[str, Any]] = {
                   batch_size=32, lr=0.01, optimizer="adam", partition="iid"),
     "full": dict(dataset="fashion-mnist", clients=10, clients_per_round=5, rounds=60,
                  local_steps=10, batch_size=32, lr=0.01, optimizer="adam", partition="iid"),
+    "tiny": dict(dataset="digits", clients=2, clients_per_round=2, rounds=2, local_steps=2,
+                 batch_size=8, lr=0.01, optimizer="adam", partition="iid"),
 }
-#: The non-private ("none") model must beat this test accuracy.
-MIN_NONPRIVATE = {"quick": 0.90, "full": 0.80}
+#: The non-private ("none") model must beat this test accuracy (tiny: chance, 1/10).
+MIN_NONPRIVATE = {"quick": 0.90, "full": 0.80, "tiny": 0.10}
 
 #: Defense parameters per profile; a registered defense missing here runs with its registry
 #: defaults. Chosen from measurements with the profile's settings and seeds 0, 1, 2 (see
@@ -124,6 +131,7 @@ DEFENSE_PARAMS: dict[str, dict[str, dict[str, Any]]] = {
         "random-noise": dict(variance=0.01),
     },
 }
+DEFENSE_PARAMS["tiny"] = DEFENSE_PARAMS["quick"]
 
 CSV_FIELDS = ["profile", "dataset", "defense", "parameters", "final_accuracy", "best_accuracy",
               "claimed_eps", "sound_eps", "acc_at_budget", "rounds_at_budget", "budget",
@@ -168,14 +176,14 @@ def run_one(name: str, params: dict[str, Any], ds: data.Dataset | str,
     if isinstance(ds, str):
         ds = data.load(ds, seed=seed)
     defense = D.get(name, **params)
-    t0 = time.perf_counter()
-    run = simulate(None, ds, defense, clients=settings["clients"],
+    clock = Stopwatch()
+    run = simulate(None, dataset=ds, defense=defense, clients=settings["clients"],
                    clients_per_round=settings["clients_per_round"], rounds=settings["rounds"],
                    local_steps=settings["local_steps"], batch_size=settings["batch_size"],
                    lr=settings["lr"], optimizer=settings["optimizer"],
                    partition=settings["partition"], seed=seed, progress=progress,
                    track_epsilon=DELTA)
-    seconds = time.perf_counter() - t0
+    seconds = clock.seconds
     claimed = run.epsilon(DELTA, "claimed")  # Run.epsilon never warns (warn=False)
     sound = run.epsilon(DELTA, "sound")
     return dict(defense=name, parameters=defense.describe(), level=defense.level,
@@ -232,27 +240,26 @@ def _train_all(names: list[str], profile: str, ds: data.Dataset, settings: dict[
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (1 only with --strict and a failed
     requirement)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
-    parser.add_argument("--defenses", default=None,
-                        help="comma-separated defense names (default: all registered)")
-    parser.add_argument("--rounds", type=int, default=None, help="override the profile's T")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads while training (default 1: small models, "
-                        "faster than 2 threads on a busy 2-core machine)")
-    parser.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
-                        help="defenses trained at once in worker processes (default: the "
-                        "CPU count, at most 4; 1 trains in this process)")
-    parser.add_argument("--budget", type=float, default=None,
-                        help="sound eps budget of the equal-privacy table (default: fed-cdp's "
-                        "final sound eps in this run)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write DIR/utility.md, DIR/utility.csv and DIR/utility.png")
-    parser.add_argument("--progress", action="store_true", help="tqdm bars per run")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit with status 1 when a requirement is not met")
-    args = parser.parse_args(argv)
+    ap = parser(__doc__, PROFILES,
+                out_help="write DIR/utility.md, DIR/utility.csv and DIR/utility.png")
+    ap.add_argument("--defenses", default=None,
+                    help="comma-separated defense names (default: all registered)")
+    ap.add_argument("--rounds", type=at_least(1), default=None,
+                    help="override the profile's T")
+    ap.add_argument("--seed", type=at_least(0), default=0)
+    ap.add_argument("--threads", type=at_least(1), default=1,
+                    help="torch.set_num_threads while training (default 1: small models, "
+                    "faster than 2 threads on a busy 2-core machine)")
+    ap.add_argument("--jobs", type=at_least(1), default=min(4, os.cpu_count() or 1),
+                    help="defenses trained at once in worker processes (default: the "
+                    "CPU count, at most 4; 1 trains in this process)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="sound eps budget of the equal-privacy table (default: fed-cdp's "
+                    "final sound eps in this run)")
+    ap.add_argument("--progress", action="store_true", help="tqdm bars per run")
+    ap.add_argument("--strict", action="store_true",
+                    help="exit with status 1 when a requirement is not met")
+    args = ap.parse_args(argv)
     known = D.available()
     if args.defenses is None:  # the order of DEFENSE_PARAMS ("none" first), then any others
         listed = [n for n in DEFENSE_PARAMS[args.profile] if n in known]
@@ -261,24 +268,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = [n.strip() for n in args.defenses.split(",") if n.strip()]
         unknown = [n for n in names if n not in known]
         if unknown or not names:
-            parser.error(f"unknown defense(s) {', '.join(unknown) or '(none given)'}; "
-                         f"available: {', '.join(known)}")
-    if args.rounds is not None and args.rounds < 1:
-        parser.error("--rounds must be >= 1")
-    if args.seed < 0:
-        parser.error("--seed must be >= 0")
-    if args.threads < 1:
-        parser.error("--threads must be >= 1")
-    if args.jobs < 1:
-        parser.error("--jobs must be >= 1")
+            ap.error(f"unknown defense(s) {', '.join(unknown) or '(none given)'}; "
+                     f"available: {', '.join(known)}")
     if args.budget is not None and not args.budget > 0:
-        parser.error("--budget must be > 0")
+        ap.error("--budget must be > 0")
 
-    settings = dict(PROFILES[args.profile])
+    settings = dict(profile(PROFILES, args.profile))
     if args.rounds is not None:
         settings["rounds"] = args.rounds
     report = Report()
-    report.line(f"# Utility of the defenses ({_dt.date.today().isoformat()}, profile "
+    report.line(f"# Utility of the defenses ({today()}, profile "
                 f"{args.profile}, {settings['dataset']})")
     report.line()
     try:
@@ -290,13 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     before = torch.get_num_threads()
     torch.set_num_threads(args.threads)
-    t_all = time.perf_counter()
+    clock = Stopwatch()
     try:
         rows, failed = _train_all(names, args.profile, ds, settings, args.seed, args.progress,
                                   args.jobs, args.threads)
     finally:
         torch.set_num_threads(before)
-    total = time.perf_counter() - t_all
+    total = clock.seconds
 
     n_test = int(ds.x_test.shape[0])
     report.line(f"Data: {ds.name}, {ds.x_train.shape[0]} train (10% held by the server for "
@@ -426,18 +425,12 @@ def _write(out: Path | None, report: Report, rows: list[dict[str, Any]],
            budget: float | None) -> None:
     """DIR/utility.md (the printed Markdown), DIR/utility.csv (one row per defense) and
     DIR/utility.png (accuracy against sound eps)."""
-    if out is None:
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "utility.md").write_text("\n".join(report.lines) + "\n")
-    _plot(out / "utility.png", rows, budget)
-    with (out / "utility.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        for r in rows:
-            r = {"budget": budget, "acc_at_budget": "", "rounds_at_budget": "", **r}
-            writer.writerow({k: (_csv_eps(r[k]) if k.endswith("_eps") else r[k])
-                             for k in CSV_FIELDS})
+    table = []
+    for r in rows:
+        r = {"budget": budget, "acc_at_budget": "", "rounds_at_budget": "", **r}
+        table.append({k: (_csv_eps(r[k]) if k.endswith("_eps") else r[k]) for k in CSV_FIELDS})
+    write_outputs(out, "utility", markdown=report.text(), rows=table, columns=CSV_FIELDS,
+                  figure=lambda path: _plot(path, rows, budget))
 
 
 def _csv_eps(eps: float) -> str:

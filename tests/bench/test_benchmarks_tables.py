@@ -10,12 +10,10 @@ from conftest import load_benchmark
 import accounting as A
 
 
-@pytest.mark.slow
 def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     bench = load_benchmark("privacy")
-    steps = 60
-    assert bench.main(["--steps", str(steps), "--out", str(tmp_path),
-                       "--sampling-sigmas", "1"]) == 0
+    steps = bench.PROFILES["tiny"].steps
+    assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
     for name in ("privacy.md", "privacy.csv", "privacy.png", "privacy_sampling.csv"):
         assert (tmp_path / name).stat().st_size > 0
     text = (tmp_path / "privacy.md").read_text()
@@ -28,6 +26,7 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     assert "## What the conventions change" in text
     sampling = list(csv.DictReader((tmp_path / "privacy_sampling.csv").open()))
     assert [float(r["sigma"]) for r in sampling] == [1.0]
+    assert tuple(sampling[0]) == bench.SAMPLING_FIELDS
     r = sampling[0]  # random allocation below Poisson; shuffling's lower end above it
     assert float(r["alloc_lower"]) <= float(r["alloc_upper"]) < float(r["poisson_lower"])
     assert float(r["poisson_upper"]) < float(r["shuffle_lower"]) <= float(r["shuffle_upper"])
@@ -48,6 +47,12 @@ def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     for r in rows.values():  # every accountant bounds the same eps: RDP is never above moments
         assert float(r["rdp"]) <= float(r["moments"]) <= float(r["basic"])
         assert r["prv_note"] or float(r["prv_lower"]) <= float(r["rdp"])
+        assert float(r["pld_lower"]) <= float(r["pld"]) <= float(r["rdp"])
+    # the tiny profile runs prv-accountant where the schedule has one sigma: a real bracket
+    assert not const["prv_note"]
+    lower, estimate, upper = (float(const[k]) for k in ("prv_lower", "prv", "prv_upper"))
+    assert 0 <= lower <= estimate <= upper and lower <= float(const["rdp"])
+    assert lower <= float(const["pld"]) and float(const["pld_lower"]) <= upper
 
 
 @pytest.mark.slow

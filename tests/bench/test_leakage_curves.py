@@ -28,13 +28,14 @@ def test_tiny_profile_writes_every_output(tiny):
         rows = list(reader)
     grid = [r for r in rows if r["defense"] == "none"]
     sweep = [r for r in rows if r["defense"] != "none"]
-    prof = bench.PROFILES["quick"]
-    sizes = bench.TINY
-    assert len(grid) == (len(sizes["batch_sizes"]) * len(sizes["local_steps"])
-                         * len(prof.grid_attacks))
+    prof = bench.PROFILES["tiny"]
+    assert len(grid) == len(prof.batch_sizes) * len(prof.local_steps) * len(prof.grid_attacks)
+    assert {(int(r["batch_size"]), int(r["local_steps"]), r["attack"]) for r in grid} == {
+        (b, steps, a) for b in prof.batch_sizes for steps in prof.local_steps
+        for a in prof.grid_attacks}
     # one defense, point, batch size and attack; refinement may add sigmas
-    assert len(sweep) >= len(sizes["sigmas"])
-    assert {float(r["sigma"]) for r in sweep} >= set(sizes["sigmas"])
+    assert len(sweep) >= len(prof.sigmas)
+    assert {float(r["sigma"]) for r in sweep} >= set(prof.sigmas)
     for r in rows:
         assert 0.0 <= float(r["asr"]) <= 1.0 and 0.0 <= float(r["label_accuracy"]) <= 1.0
         assert 0.0 <= float(r["identification"]) <= 1.0

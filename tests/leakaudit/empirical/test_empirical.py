@@ -231,21 +231,6 @@ def test_audit_gains_a_measured_eps_column_when_asked():
     assert 0.0 <= row["measured eps >="] <= row["eps_sound"]
 
 
-@pytest.mark.slow
-def test_benchmark_runs_at_a_tiny_size(tmp_path, capsys):
-    from conftest import load_benchmark
-
-    bench = load_benchmark("empirical_privacy")
-    report = bench.main(["--profile", "tiny", "--defenses", "fed-cdp,fed-sdp-server",
-                         "--points", "2,0", "--skip", "tight,speed,mutants",
-                         "--out", str(tmp_path)])
-    assert {(r["defense"], r["point"]) for r in report.rows()} == {
-        ("fed-cdp", 2), ("fed-cdp", 0), ("fed-sdp-server", 0)}
-    text = (tmp_path / "empirical_privacy.md").read_text()
-    assert text.startswith("# Measured privacy (") and "realised-batch-cdp" in text
-    assert (tmp_path / "empirical_privacy.png").exists()
-
-
 def test_batches_are_poisson_where_the_ledger_assumes_it_and_fixed_size_is_sound():
     from leakaudit import fl
 
