@@ -53,6 +53,7 @@ from ..grads import flush_denormals, torch_threads
 from .attempt import Attempt, AttemptRun, Config, Memo, Start
 from .checks import RELU_TYPES, ReLUWarning, check_call, warn_relu
 from .labels import infer_labels
+from .lbfgs import LBFGS
 from .problem import GradientProblem, trainable
 
 __all__ = [
@@ -155,7 +156,7 @@ class Attack:
         if start.label_logits is not None:
             logits = start.label_logits.clone().requires_grad_(True)
         variables = [x] if logits is None else [x, logits]
-        opt = torch.optim.LBFGS(variables, line_search_fn=cfg.options["line_search"])
+        opt = LBFGS(variables, line_search_fn=cfg.options["line_search"])
         # the built-in objective is a pure function of the dummy: reuse its evaluations (a
         # subclass's own objective may count or vary its calls, so it gets every call)
         memo = Memo() if type(self).objective is Attack.objective else None
