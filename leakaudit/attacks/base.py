@@ -171,9 +171,13 @@ class Attack:
                         v.grad = g.clone()
                     return loss
             loss = self.objective(problem, x, logits, cfg)
-            loss.backward()
+            # the dummy's gradient only: backward() would also differentiate (and accumulate)
+            # the loss with respect to the model's weights, which nothing reads
+            grads = torch.autograd.grad(loss, variables, allow_unused=True)
+            for v, g in zip(variables, grads):
+                v.grad = g
             if memo is not None:
-                memo.put(variables, loss, [v.grad for v in variables])
+                memo.put(variables, loss, grads)
             return loss
 
         def evaluate() -> float:
