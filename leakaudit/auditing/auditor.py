@@ -218,6 +218,7 @@ def audit(
     bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
     report = AuditReport(config=config, threshold=threshold, delta=delta)
     runner: Engine | None = None
+    memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
     try:
         for d in defs:
             train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
@@ -234,7 +235,7 @@ def audit(
                                 pending={_cell_key(*c) for c in pending})
             if runner is None:  # started at the first pending cell: a full resume starts none
                 runner = make_engine(engine, plan.workers, ray_address)
-            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1))
+            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
     finally:
         if runner is not None:
             runner.close()

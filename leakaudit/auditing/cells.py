@@ -8,6 +8,7 @@ attack runs on the first part only; the truth is read afterwards, by the scorer
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from .._jsonsafe import finite_json
 from ..grads import torch_threads
 from ..records import GroundTruth
 
-__all__ = ["AttackSpec", "CellJob", "run_cell", "score"]
+__all__ = ["AttackSpec", "CellJob", "content_key", "relabelled", "run_cell", "score"]
 
 
 @dataclass
@@ -70,6 +71,32 @@ def run_cell(job: CellJob) -> dict[str, Any]:
         rec = attack(job.spec)
         seconds = time.perf_counter() - t0
         return score(job, rec, seconds)
+
+
+def content_key(job: CellJob) -> str:
+    """A digest of everything :func:`run_cell` reads from ``job`` except the cell's name
+    (defense, point, example): two jobs with the same key give the same record up to those
+    names (and the seconds), bit for bit, as a cell is a pure function of its job. Leak
+    points often coincide (e.g. 0 and 1 when the defense does not act between them; 2
+    under every defense that acts after the local step)."""
+    s = job.spec
+    h = hashlib.sha256(repr((
+        s.attack, tuple(s.input_shape), s.num_classes, s.batch_size, s.max_iterations,
+        s.restarts, s.seed, sorted(s.options.items()), s.device, job.threshold, job.image,
+        type(s.model).__qualname__, repr(s.model))).encode())
+    named = [*s.model.state_dict().items(),
+             *((f"gradient{i}", g) for i, g in enumerate(s.gradients)),
+             ("truth.inputs", job.truth.inputs), ("truth.labels", job.truth.labels)]
+    for name, t in named:
+        t = t.detach().cpu().contiguous()
+        h.update(repr((name, str(t.dtype), tuple(t.shape))).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def relabelled(record: dict[str, Any], job: CellJob) -> dict[str, Any]:
+    """The record of a job with the same :func:`content_key`, named as ``job``'s cell."""
+    return dict(record, defense=job.defense, point=job.point, example=job.example)
 
 
 def attack(spec: AttackSpec) -> attacks_mod.Reconstruction:

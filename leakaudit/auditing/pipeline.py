@@ -25,7 +25,7 @@ from torch import nn
 
 from .. import attacks as attacks_mod
 from ..records import GroundTruth, Observation, ResultsFile
-from .cells import AttackSpec, CellJob
+from .cells import AttackSpec, CellJob, content_key, relabelled
 from .engines import Engine
 
 __all__ = ["Target", "build_jobs", "protocol_options", "records", "run_jobs", "with_weights"]
@@ -99,16 +99,51 @@ def build_jobs(targets: Sequence[Target], attacks: Sequence[str], model: nn.Modu
 
 
 def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile,
-             on_done: Callable[[], Any] = lambda: None) -> None:
+             on_done: Callable[[], Any] = lambda: None,
+             memo: dict[str, dict[str, Any]] | None = None) -> None:
     """Run the cells on ``runner``; each record is stored (by this process, the one writer)
     as its cell finishes. A cell whose truth has no labels (label -1) gets label accuracy
-    "nan"."""
+    "nan".
+
+    Cells with the same content (:func:`~.cells.content_key`: the same attack on the same
+    observation with the same truth, e.g. leak points 0 and 1 of a defense that acts
+    elsewhere) run once: the others get its record under their own name, bit for bit what
+    they would have computed. ``memo`` (content key -> record) carries these records from
+    one call to the next (an audit's defenses share the point-2 cells). A cell whose record
+    comes from another is stored right after the cell before it in ``jobs``, so a serial
+    engine writes the file in the order of ``jobs``."""
+    memo = {} if memo is None else memo
     unlabelled = {k for k, job in jobs if bool((job.truth.labels < 0).any())}
-    for k, rec in runner.run(jobs):
+    contents = [content_key(job) for _, job in jobs]
+    first: dict[str, int] = {}
+    for i, c in enumerate(contents):
+        if c not in memo:
+            first.setdefault(c, i)
+    runs = set(first.values())
+    index = {jobs[i][0]: i for i in runs}
+    written = [False] * len(jobs)
+
+    def put(i: int, rec: dict[str, Any]) -> None:
+        k, job = jobs[i]
+        rec = relabelled(rec, job)
         if k in unlabelled:
             rec = dict(rec, label_accuracy="nan")  # no labels to score against
         store.put("cell", k, rec)
+        written[i] = True
         on_done()
+
+    def follow() -> None:  # the cells that reuse a record, each after its predecessor
+        for i in range(len(jobs)):
+            if (not written[i] and i not in runs and contents[i] in memo
+                    and (i == 0 or written[i - 1])):
+                put(i, memo[contents[i]])
+
+    follow()
+    for k, rec in runner.run([jobs[i] for i in sorted(runs)]):
+        i = index[k]
+        memo[contents[i]] = rec
+        put(i, rec)
+        follow()
 
 
 def records(store: ResultsFile, keys: Iterable[str]) -> list[dict[str, Any]]:
