@@ -1,14 +1,20 @@
 """One pipeline behind both entry points: audit() attacks the observations of a simulated
 round exactly as audit_observations() attacks the same observations handed to it."""
 
+import copy
 import dataclasses
+import json
 
 import pytest
+import torch
 
 import leakaudit
 from leakaudit import data, models
 from leakaudit.auditing import auditor
-from leakaudit.auditing.pipeline import protocol_options
+from leakaudit.auditing.cells import content_key, run_cell
+from leakaudit.auditing.engines import Engine
+from leakaudit.auditing.pipeline import protocol_options, run_jobs
+from leakaudit.records import ResultsFile
 
 L, B = 5, 2
 BUDGET = dict(attacks=("fedavg-l2",), max_iterations=3, restarts=1, seed=0)
@@ -57,3 +63,63 @@ def test_five_local_steps_give_the_same_reconstruction_through_both_entry_points
     one_step = dataclasses.replace(obs, local_steps=1)
     other, = _observed(ds, model, one_step, truth).cells
     assert other["gradient_loss"] != simulated["gradient_loss"]
+
+
+# ------------------------------------------------------------------ cells of the same content
+@pytest.fixture(scope="module")
+def same_content():
+    """The idlg cells of leak points 0 and 1 under "none" (the same update: the defense
+    acts nowhere) and point 2 (the local gradient), 2 L-BFGS steps each."""
+    ds = data.resolve("digits", seed=0)
+    model = models.resolve(None, ds, seed=0)
+    plan = auditor._plan("quick", 1, 1, 2, 1, 1, (0, 1, 2), ("idlg",))
+    defense = auditor._resolve_defenses(["none"], None)[0]
+    return auditor._attack_jobs(defense, ds, model, plan, 10, 0, 0.01,
+                                pending={f"none()|{p}|idlg|0" for p in (0, 1, 2)})
+
+
+class _Counting(Engine):
+    def __init__(self):
+        self.ran = []
+
+    def run(self, jobs):
+        self.ran += [k for k, _ in jobs]
+        yield from super().run(jobs)
+
+
+def test_content_key_sees_every_bit_of_the_observation(same_content):
+    (k0, j0), (k1, j1), (k2, j2) = same_content
+    assert content_key(j0) == content_key(j1) != content_key(j2)
+    nudged = copy.deepcopy(j1)
+    g = nudged.spec.gradients[0].view(-1)
+    g[0] = torch.nextafter(g[0], torch.tensor(float("inf")))
+    assert content_key(nudged) != content_key(j0)
+    nudged = copy.deepcopy(j1)
+    nudged.truth.inputs.view(-1)[0] += 1
+    assert content_key(nudged) != content_key(j0)
+
+
+@pytest.mark.slow  # three short attacks
+def test_a_cell_of_the_same_content_runs_once_and_gets_the_record_it_would_compute(
+        same_content, tmp_path):
+    store = ResultsFile(str(tmp_path / "r.jsonl"), {"test": 1})
+    engine, memo = _Counting(), {}
+    run_jobs(same_content, engine, store, memo=memo)
+    keys = [k for k, _ in same_content]
+    assert engine.ran == [keys[0], keys[2]]  # point 1 reused point 0's record
+    assert _cell_lines(tmp_path / "r.jsonl") == keys  # written in the order of the jobs
+    alone = run_cell(same_content[1][1])  # what point 1 computes on its own
+    got = store.get("cell", keys[1])
+    assert {k: v for k, v in got.items() if k != "seconds"} == \
+        {k: v for k, v in json.loads(json.dumps(alone)).items() if k != "seconds"}
+    assert got["point"] == 1 and store.get("cell", keys[0])["point"] == 0
+    # a later call (the next defense) finds them in the memo: nothing runs again
+    again = ResultsFile(str(tmp_path / "again.jsonl"), {"test": 1})
+    run_jobs(same_content, engine, again, memo=memo)
+    assert engine.ran == [keys[0], keys[2]]
+    assert _cell_lines(tmp_path / "again.jsonl") == keys
+
+
+def _cell_lines(path):
+    return [r["key"] for r in map(json.loads, path.read_text().splitlines())
+            if r["kind"] == "cell"]
