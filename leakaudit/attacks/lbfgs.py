@@ -110,7 +110,7 @@ class LBFGS:
         with torch.no_grad():
             return self._step(torch.enable_grad()(closure))
 
-    def _step(self, closure: Callable[[], torch.Tensor]) -> torch.Tensor:  # noqa: C901
+    def _step(self, closure: Callable[[], torch.Tensor]) -> torch.Tensor:
         lr, max_iter, max_eval = self.lr, self.max_iter, self.max_eval
         tolerance_grad, tolerance_change = self.tolerance_grad, self.tolerance_change
         state = self.state
@@ -126,10 +126,6 @@ class LBFGS:
 
         d = state.get("d")
         t = state.get("t")
-        old_dirs = state.get("old_dirs")
-        old_stps = state.get("old_stps")
-        ro = state.get("ro")
-        h_diag = state.get("H_diag")
         prev_flat_grad = state.get("prev_flat_grad")
         prev_loss = state.get("prev_loss")
 
@@ -137,25 +133,7 @@ class LBFGS:
         while n_iter < max_iter:
             n_iter += 1
             state["n_iter"] += 1
-            # ---- direction
-            if state["n_iter"] == 1:
-                d = flat_grad.neg()
-                old_dirs, old_stps, ro = [], [], []
-                h_diag = 1
-            else:
-                y = flat_grad.sub(prev_flat_grad)
-                s = d.mul(t)
-                ys = y.dot(s)
-                if ys > 1e-10:
-                    if len(old_dirs) == self.history_size:
-                        old_dirs.pop(0)
-                        old_stps.pop(0)
-                        ro.pop(0)
-                    old_dirs.append(y)
-                    old_stps.append(s)
-                    ro.append(_f32((1.0 / ys).item()))
-                    h_diag = ys / y.dot(y)
-                d = two_loop(flat_grad, h_diag, old_dirs, old_stps, ro)
+            d = self._direction(flat_grad, prev_flat_grad, d, t)
 
             if prev_flat_grad is None:
                 prev_flat_grad = flat_grad.clone(memory_format=torch.contiguous_format)
@@ -210,6 +188,29 @@ class LBFGS:
             if abs(loss - prev_loss) < tolerance_change:
                 break
 
-        state.update(d=d, t=t, old_dirs=old_dirs, old_stps=old_stps, ro=ro, H_diag=h_diag,
-                     prev_flat_grad=prev_flat_grad, prev_loss=prev_loss)
+        state.update(d=d, t=t, prev_flat_grad=prev_flat_grad, prev_loss=prev_loss)
         return orig_loss
+
+    def _direction(self, flat_grad: torch.Tensor, prev_flat_grad: torch.Tensor | None,
+                   d: torch.Tensor | None, t: Any) -> torch.Tensor:
+        """The search direction: steepest descent at the first iteration, else the history
+        updated with the last step (when its curvature ``<y, s>`` is > 1e-10) and the
+        two-loop recursion."""
+        state = self.state
+        if state["n_iter"] == 1:
+            state.update(old_dirs=[], old_stps=[], ro=[], H_diag=1)
+            return flat_grad.neg()
+        old_dirs, old_stps, ro = state["old_dirs"], state["old_stps"], state["ro"]
+        y = flat_grad.sub(prev_flat_grad)
+        s = d.mul(t)
+        ys = y.dot(s)
+        if ys > 1e-10:
+            if len(old_dirs) == self.history_size:
+                old_dirs.pop(0)
+                old_stps.pop(0)
+                ro.pop(0)
+            old_dirs.append(y)
+            old_stps.append(s)
+            ro.append(_f32((1.0 / ys).item()))
+            state["H_diag"] = ys / y.dot(y)
+        return two_loop(flat_grad, state["H_diag"], old_dirs, old_stps, ro)
