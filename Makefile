@@ -54,16 +54,16 @@ epsilon-demo: setup
 # pytest-xdist runs one worker per core (-n auto); each worker uses one torch thread.
 test: setup-all
 	$(PY) -m ruff check .
-	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -n auto
+	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -n auto --dist loadfile
 
 # The suite without the tests marked slow (the integration tests), hypothesis at 8 examples
 # per property: under a minute on 2 cores.
 test-fast: setup-all
-	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -n auto -m "not slow"
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
 # The statistical sweeps behind docs/results.md (every seed, 10,000 runs per side): slow
 test-sweeps: setup-all
-	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -n auto -m sweep --sweeps
+	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -n auto --dist loadfile -m sweep --sweeps
 
 # The documentation site (docs/, API reference from the docstrings) into site/; a broken
 # link, page or reference fails the build.

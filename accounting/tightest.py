@@ -57,12 +57,14 @@ def _group_privacy_applies(ledger: PrivacyLedger) -> bool:
 
 def tightest_epsilon(ledger: PrivacyLedger, delta: float) -> float:
     """The smallest certified upper bound on eps(delta) among exact Gaussian, PLD and RDP,
-    under ``ledger.relation``."""
+    under ``ledger.relation``. An empty ledger released nothing: 0, as every method of
+    :meth:`PrivacyLedger.epsilon` says (a mechanism with no guarantee records an infinite
+    event, e.g. ``ApproxDP(eps=inf)``, and reads inf)."""
     if not isinstance(ledger, PrivacyLedger):
         raise ValueError(f"ledger must be a PrivacyLedger, got {type(ledger)!r}")
     delta = check_delta("delta", delta)
     if not ledger.events:
-        return math.inf
+        return 0.0
     if ledger.why_infinite() is not None:
         return math.inf
     exact = _exact_unsampled(ledger, delta)

@@ -37,8 +37,6 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from accounting import tightest_epsilon
-
 from .. import attacks as attacks_mod
 from .. import data as data_mod
 from .. import defenses as defenses_mod
@@ -440,7 +438,7 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
         "accuracy": run.final_accuracy,
         "eps_claimed": run.epsilon(delta, "claimed"),
         # the tightest certified bound the sound ledger allows (exact Gaussian, PLD or RDP)
-        "eps_sound": max((tightest_epsilon(lg, delta) for lg in run.sound), default=0.0),
+        "eps_sound": run.epsilon(delta, "sound"),
         "eps_sound_rdp": run.epsilon(delta, "sound", method="rdp"),
         "reason": d.claimed_vs_sound if d.level != "none" else "no DP guarantee",
         "settings": {k: v for k, v in run.settings.items() if k != "defense"},

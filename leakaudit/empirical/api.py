@@ -50,7 +50,12 @@ STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate")
 
 def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
     """eps of the recorded release, with the tightest method available
-    (:func:`accounting.tightest_epsilon`: exact Gaussian at q = 1, else min(PLD, RDP))."""
+    (:func:`accounting.tightest_epsilon`: exact Gaussian at q = 1, else min(PLD, RDP)).
+
+    The audited release did happen: a ledger with nothing in it did not pay for it, so its
+    eps is inf (no claim survives), not the 0 of a ledger whose data was never used."""
+    if not ledger.events:
+        return math.inf
     return tightest_epsilon(ledger, delta)
 
 
@@ -177,7 +182,10 @@ def _verdict(ledger: PrivacyLedger, eps: float, eps_lower: float, mu_lower: floa
 def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.Probe,
             delta: float) -> str:
     parts = []
-    why = probe.sound.why_infinite() if math.isinf(eps_sound) else None
+    why = None
+    if math.isinf(eps_sound):
+        why = probe.sound.why_infinite() or (
+            "the release recorded nothing in its ledger" if not probe.sound.events else None)
     if why:
         parts.append(f"sound inf: {why}")
     for label, ledger in probe.extra.items():

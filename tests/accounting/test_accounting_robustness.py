@@ -195,3 +195,14 @@ def test_tightest_uses_pld_for_laplace_and_approx_dp_releases() -> None:
         pld = ledger.epsilon(1e-5, "pld")
         assert A.tightest_epsilon(ledger, 1e-5) == min(pld, ledger.epsilon(1e-5))
     assert pld < ledger.epsilon(1e-5)
+
+
+def test_an_empty_ledger_released_nothing_and_reads_zero_everywhere() -> None:
+    # tightest_epsilon read an empty ledger as inf while every method of epsilon() read 0: a
+    # client that never took part made the audit's sound eps of a whole run infinite
+    empty = A.PrivacyLedger()
+    assert A.tightest_epsilon(empty, 1e-5) == 0.0
+    assert empty.epsilon(1e-5) == 0.0 and empty.epsilon(1e-5, "pld") == 0.0
+    none = A.PrivacyLedger()   # a release with no guarantee is recorded, and reads inf
+    none.dp_step(math.inf, note="raw update")
+    assert math.isinf(A.tightest_epsilon(none, 1e-5))

@@ -1,6 +1,7 @@
 """The one-call audit: end to end on digits at a tiny size, resume, trained models, CLI."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -190,3 +191,18 @@ def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
     audit(["none", "prune"], attacks=("idlg",), points=(2,), examples=1, trained=True,
           max_iterations=2, workers=1, progress=True)
     assert phases == ["none: train", "none: attack", "prune: train", "prune: attack"]
+
+
+def test_a_client_that_never_took_part_does_not_make_the_sound_eps_infinite(digits):
+    # one round of the quick profile (5 of 10 clients): five empty sound ledgers released
+    # nothing (eps 0); the audit's eps_sound is the worst client's, finite for fed-cdp and equal
+    # to the run's (it read inf before: an empty ledger counted as no guarantee)
+    from leakaudit import fl
+    run = fl.simulate(None, dataset=digits, defense="fed-cdp", clients=10, clients_per_round=5,
+                      rounds=1, progress=False)
+    assert any(not lg.events for lg in run.sound) and math.isfinite(run.epsilon(1e-5))
+    report = leakaudit.audit(["fed-cdp"], dataset=digits, points=[2], attacks=["idlg"],
+                             examples=1, rounds=1, max_iterations=2, engine="serial",
+                             progress=False)
+    (row,) = report.defense_rows()
+    assert 0.0 < row["eps_sound"] < math.inf

@@ -190,8 +190,8 @@ def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
     rep, path = serial
     part = _trainings_only(path, tmp_path / "r.jsonl")
     assert not ray.is_initialized()
-    # starts a local Ray with 2 CPUs, stops it at the end
-    got = audit(engine="ray", workers=2, results=str(part), **TINY)
+    # starts a local Ray with 1 CPU (one worker process: each one imports torch), stops it
+    got = audit(engine="ray", workers=1, results=str(part), **TINY)
     assert not ray.is_initialized()
     assert _cells(got) == _cells(rep)
     assert sorted(_cell_keys(part)) == sorted(_cell_keys(path))  # each cell written once
@@ -203,7 +203,7 @@ def own_ray():
     ray = require("ray", "ray")
     assert not ray.is_initialized()
     with engines.env(RAY_USAGE_STATS_ENABLED="0"):
-        ray.init(num_cpus=2, include_dashboard=False)
+        ray.init(num_cpus=1, include_dashboard=False)   # one worker: it imports torch once
     yield ray
     ray.shutdown()
 

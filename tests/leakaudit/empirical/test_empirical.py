@@ -294,6 +294,7 @@ def test_a_new_defense_says_how_it_runs_and_is_never_silently_slow():
         r = audit_release(_Undeclared(), point=2, trials=100, shapes=SMALL, background=4,
                           statistic="projection").rows()[0]
     assert r["eps_sound"] == math.inf          # it records nothing: no claim survives
+    assert "recorded nothing" in r["reason"]
     with pytest.raises(RuntimeError, match="audit_batched"):
         audit_release(_FalselyBatched(), point=2, trials=100, shapes=SMALL, background=4)
 
