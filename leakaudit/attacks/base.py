@@ -9,7 +9,8 @@ one attempt optimises (:meth:`Attack.attempt`). Everything else is here and comm
   weights at the leak point are copied, never modified; the dummy's gradient is that of
   :func:`leakaudit.grads.cross_entropy` over the dummy batch (as
   :func:`leakaudit.grads.batch_gradient` computes the observed one);
-* the L-BFGS loop: ``torch.optim.LBFGS`` defaults (lr 1, max_iter 20, history 100), an
+* the L-BFGS loop: ``torch.optim.LBFGS`` with its defaults (lr 1, max_iter 20, history 100;
+  run by :mod:`.lbfgs`, the same iterates bit for bit with less overhead), an
   "iteration" is one ``step(closure)``; ``line_search="strong_wolfe"`` by default, ``None`` for
   the reference behaviour; stops early when the gradient loss is <= ``early_stop`` or when a
   step no longer moves the dummy; with the built-in objective, the evaluations L-BFGS and the

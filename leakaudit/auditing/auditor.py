@@ -15,7 +15,9 @@ the attacker uses g = -dW / (lr * L) as the gradient (exact for L = 1); an attac
 told what it declares it needs from the observation (``Attack.protocol``: the "fedavg"
 attacks get L, lr and the optimizer and simulate the local steps). From the observations on,
 the audit is :func:`leakaudit.audit_observations`'s: the same job builder and run loop
-(:mod:`.pipeline`).
+(:mod:`.pipeline`), which runs a cell once per distinct content: where leak points or
+defenses give the very same observation (points 0 and 1 of a defense acting elsewhere,
+point 2 of every defense acting after the local step), the others reuse its record.
 
 Every finished cell is appended to the results file; a rerun with the same file skips what
 is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
