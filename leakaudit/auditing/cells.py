@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -80,12 +81,16 @@ def content_key(job: CellJob) -> str:
     points often coincide (e.g. 0 and 1 when the defense does not act between them; 2
     under every defense that acts after the local step)."""
     s = job.spec
+    arrays = {k: torch.as_tensor(v) for k, v in s.options.items()
+              if isinstance(v, (torch.Tensor, np.ndarray))}  # repr() elides large ones
+    options = sorted((k, v) for k, v in s.options.items() if k not in arrays)
     h = hashlib.sha256(repr((
         s.attack, tuple(s.input_shape), s.num_classes, s.batch_size, s.max_iterations,
-        s.restarts, s.seed, sorted(s.options.items()), s.device, job.threshold, job.image,
+        s.restarts, s.seed, options, s.device, job.threshold, job.image,
         type(s.model).__qualname__, repr(s.model))).encode())
     named = [*s.model.state_dict().items(),
              *((f"gradient{i}", g) for i, g in enumerate(s.gradients)),
+             *((f"option.{k}", v) for k, v in sorted(arrays.items())),
              ("truth.inputs", job.truth.inputs), ("truth.labels", job.truth.labels)]
     for name, t in named:
         t = t.detach().cpu().contiguous()

@@ -123,3 +123,13 @@ def test_a_cell_of_the_same_content_runs_once_and_gets_the_record_it_would_compu
 def _cell_lines(path):
     return [r["key"] for r in map(json.loads, path.read_text().splitlines())
             if r["kind"] == "cell"]
+
+
+def test_content_key_sees_every_entry_of_an_array_option(same_content):
+    (_, job), _, _ = same_content
+    prior = torch.zeros(1, 40, 40)
+    other = prior.clone()
+    other[0, 20, 20] = 1e-3  # repr() of a tensor this large elides this entry
+    a, b = copy.deepcopy(job), copy.deepcopy(job)
+    a.spec.options["prior"], b.spec.options["prior"] = prior, other
+    assert content_key(a) != content_key(b) != content_key(job)
