@@ -9,8 +9,7 @@ one attempt optimises (:meth:`Attack.attempt`). Everything else is here and comm
   weights at the leak point are copied, never modified; the dummy's gradient is that of
   :func:`leakaudit.grads.cross_entropy` over the dummy batch (as
   :func:`leakaudit.grads.batch_gradient` computes the observed one);
-* the L-BFGS loop: ``torch.optim.LBFGS`` with its defaults (lr 1, max_iter 20, history 100;
-  run by :mod:`.lbfgs`, the same iterates bit for bit with less overhead), an
+* the L-BFGS loop: ``torch.optim.LBFGS`` with its defaults (lr 1, max_iter 20, history 100), an
   "iteration" is one ``step(closure)``; ``line_search="strong_wolfe"`` by default, ``None`` for
   the reference behaviour; stops early when the gradient loss is <= ``early_stop`` or when a
   step no longer moves the dummy; with the built-in objective, the evaluations L-BFGS and the
@@ -54,7 +53,6 @@ from ..grads import flush_denormals, torch_threads
 from .attempt import Attempt, AttemptRun, Config, Memo, Start
 from .checks import RELU_TYPES, ReLUWarning, check_call, warn_relu
 from .labels import infer_labels
-from .lbfgs import LBFGS
 from .problem import GradientProblem, trainable
 
 __all__ = [
@@ -157,7 +155,7 @@ class Attack:
         if start.label_logits is not None:
             logits = start.label_logits.clone().requires_grad_(True)
         variables = [x] if logits is None else [x, logits]
-        opt = LBFGS(variables, line_search_fn=cfg.options["line_search"])
+        opt = torch.optim.LBFGS(variables, line_search_fn=cfg.options["line_search"])
         # the built-in objective is a pure function of the dummy: reuse its evaluations (a
         # subclass's own objective may count or vary its calls, so it gets every call)
         memo = Memo() if type(self).objective is Attack.objective else None
