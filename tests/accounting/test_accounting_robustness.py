@@ -143,6 +143,8 @@ def test_refusal_allocates_nothing_large() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # 25 s alone (make test-sweeps); the grid's certification is
+# test_pld.py::test_sigma_grid_keeps_the_bracket_certified
 def test_many_small_sigmas_give_a_certified_bracket_within_a_budget() -> None:
     # 6% wide in 2026-11-23's code after minutes; now every refinement pass is a certified
     # bracket (the best end of each side is kept) within a bounded amount of work
