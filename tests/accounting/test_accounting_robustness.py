@@ -107,6 +107,7 @@ def test_laplace_with_a_huge_scale_beside_gaussians_stays_in_memory() -> None:
     assert bounds.lower <= g.upper + 1e-3 and bounds.upper >= g.lower
 
 
+@pytest.mark.slow
 def test_approx_dp_release_beside_many_gaussians_is_cheap_and_sound() -> None:
     ledger = A.PrivacyLedger()
     ledger.dp_step(1e-4, 1e-9)

@@ -76,6 +76,7 @@ def test_eps_bracket_at_delta_1e5_against_importance_sampled_monte_carlo():
     assert importance_delta(sigma, t, 0.85 * b.lower, 60_000, rng, 4.0)[0] > 1.5 * DELTA
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eps", [0.15, 0.25])
 def test_bracket_holds_against_monte_carlo_of_the_dominating_pair(eps):
     sigma, t = 1.0, 120
@@ -129,6 +130,7 @@ def test_monotone_in_epochs_and_composes_with_other_events():
     assert mixed.lower <= mixed.upper
 
 
+@pytest.mark.slow
 def test_general_k_reduction_is_between_the_bounds():
     sigma, t = 1.0, 120
     k2 = A.allocation_epsilon_bounds(sigma, t, DELTA, selected=2)

@@ -56,6 +56,7 @@ def test_lower_end_is_at_least_the_published_construction(sigma):
     assert b.lower > poisson.epsilon_bounds(DELTA, method="pld")[2]
 
 
+@pytest.mark.slow
 def test_small_sigma_bracket_is_tight_and_epochs_compose():
     one = A.shuffle_epsilon_bounds(0.6, 120, 1, DELTA)
     assert one.upper - one.lower < 0.01 * one.upper  # shuffling barely amplifies here

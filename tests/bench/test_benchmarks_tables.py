@@ -10,6 +10,7 @@ from conftest import load_benchmark
 import accounting as A
 
 
+@pytest.mark.slow
 def test_privacy_table_has_every_setting_and_method(tmp_path, capsys):
     bench = load_benchmark("privacy")
     steps = bench.PROFILES["tiny"].steps

@@ -197,6 +197,7 @@ def _loaded_by(module: str, prefixes: tuple[str, ...]) -> str:
                           check=True, cwd=ROOT).stdout.strip()
 
 
+@pytest.mark.slow
 def test_importing_the_attacks_loads_neither_the_simulator_nor_the_defenses():
     assert _loaded_by("leakaudit.attacks",
                       ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing")) == "[]"

@@ -182,6 +182,7 @@ def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
     assert phases == ["none: train", "none: attack", "prune: train", "prune: attack"]
 
 
+@pytest.mark.slow
 def test_a_client_that_never_took_part_does_not_make_the_sound_eps_infinite(digits):
     # one round of the quick profile (5 of 10 clients): five empty sound ledgers released
     # nothing (eps 0); the audit's eps_sound is the worst client's, finite for fed-cdp and equal

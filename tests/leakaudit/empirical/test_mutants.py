@@ -44,6 +44,7 @@ def test_a_mutant_is_flagged_at_a_small_budget(name):
     assert r["sound_violated"], r
 
 
+@pytest.mark.slow
 def test_the_correct_mechanism_is_not_flagged_at_a_small_budget():
     r = _audit(CORRECT["user-dp-sgd"](), 200, 0)
     assert not r["sound_violated"] and r["eps_lower"] <= r["eps_sound"]
