@@ -6,13 +6,17 @@ work starts. ``bool`` is refused where a number is expected (``True`` is not a r
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from numbers import Real
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = [
+    "keywords_after_first",
     "check_real",
     "check_probability",
     "check_sigma",
@@ -189,3 +193,31 @@ def check_instances(name: str, items: object, cls: type) -> tuple:
     if bad:
         raise ValueError(f"{name} must hold {cls.__name__} records only, got {bad[0]!r}")
     return out
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def keywords_after_first(*names: str) -> Callable[[_F], _F]:
+    """Every argument after the first is keyword-only; the old positional form (``names``
+    in order) still works and warns (DeprecationWarning naming the keywords)."""
+    def wrap(func: _F) -> _F:
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            legacy = args[1:]
+            if legacy:
+                if len(legacy) > len(names):
+                    raise TypeError(f"{func.__name__}() takes 1 positional argument but "
+                                    f"{len(args)} were given")
+                given = names[:len(legacy)]
+                for name in given:
+                    if name in kwargs:
+                        raise TypeError(f"{func.__name__}() got multiple values for "
+                                        f"argument {name!r}")
+                warnings.warn(f"pass the arguments after the first by keyword: "
+                              f"{func.__name__}(..., {', '.join(f'{n}=...' for n in given)})",
+                              DeprecationWarning, stacklevel=2)
+                kwargs.update(zip(given, legacy))
+            return func(*args[:1], **kwargs)
+        return call  # type: ignore[return-value]
+    return wrap

@@ -8,11 +8,8 @@ the feasible end of the final bracket.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,38 +21,12 @@ from ._validate import (
     check_eps,
     check_positive,
     check_probability,
+    keywords_after_first,
 )
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
 
 __all__ = ["calibrate_sigma", "max_steps", "scale_schedule"]
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _keywords_after_first(*names: str) -> Callable[[_F], _F]:
-    """Every argument after the first is keyword-only; the old positional form (``names``
-    in order) still works and warns (DeprecationWarning)."""
-    def wrap(func: _F) -> _F:
-        @functools.wraps(func)
-        def call(first: Any, *legacy: Any, **kwargs: Any) -> Any:
-            if legacy:
-                if len(legacy) > len(names):
-                    raise TypeError(f"{func.__name__}() takes 1 positional argument but "
-                                    f"{1 + len(legacy)} were given")
-                given = names[:len(legacy)]
-                for name in given:
-                    if name in kwargs:
-                        raise TypeError(f"{func.__name__}() got multiple values for "
-                                        f"argument {name!r}")
-                warnings.warn(f"pass the arguments after the first by keyword: "
-                              f"{func.__name__}(..., {', '.join(f'{n}=...' for n in given)})",
-                              DeprecationWarning, stacklevel=2)
-                kwargs.update(zip(given, legacy))
-            return func(first, **kwargs)
-        return call  # type: ignore[return-value]
-    return wrap
-
 
 def _check_method(method: str) -> str:
     return check_choice("method", method, METHODS)  # sound methods only
@@ -92,7 +63,7 @@ def _bisect_scale(eps_of, target: float, rtol: float) -> float:
     return hi
 
 
-@_keywords_after_first("delta", "q", "steps", "method")
+@keywords_after_first("delta", "q", "steps", "method")
 def calibrate_sigma(
     target_eps: float,
     *,
@@ -122,7 +93,7 @@ def calibrate_sigma(
                          target_eps, rtol)
 
 
-@_keywords_after_first("delta", "q", "sigma", "method")
+@keywords_after_first("delta", "q", "sigma", "method")
 def max_steps(
     target_eps: float,
     *,
@@ -168,7 +139,7 @@ def max_steps(
     return lo
 
 
-@_keywords_after_first("target_eps", "delta", "q", "method")
+@keywords_after_first("target_eps", "delta", "q", "method")
 def scale_schedule(
     sigmas: np.ndarray,
     *,

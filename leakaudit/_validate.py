@@ -9,8 +9,10 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["check_bool", "check_device", "check_fraction", "check_int", "check_nonneg",
-           "check_number", "check_positive", "check_probability", "is_number"]
+from accounting._validate import keywords_after_first  # one deprecation shim for both packages
+
+__all__ = ["keywords_after_first", "check_bool", "check_device", "check_fraction", "check_int",
+           "check_nonneg", "check_number", "check_positive", "check_probability", "is_number"]
 
 
 

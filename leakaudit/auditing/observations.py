@@ -11,7 +11,6 @@ and, apart, the truth (:class:`CellJob`), run on an engine of :mod:`.engines`.
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +20,7 @@ from tqdm.auto import tqdm
 
 from .. import attacks as attacks_mod
 from .._jsonsafe import finite_json
-from .._validate import check_int, check_number
+from .._validate import check_int, check_number, keywords_after_first
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
 from .engines import ENGINES, check_ray_address, import_ray, make_engine
 from .pipeline import Target, build_jobs, records, run_jobs
@@ -30,9 +29,10 @@ from .report import AuditReport
 __all__ = ["audit_observations"]
 
 
+@keywords_after_first("attacks")
 def audit_observations(
     observations: Sequence[Observation],
-    *legacy: Sequence[str],
+    *,
     attacks: Sequence[str] = ("idlg",),
     model: nn.Module,
     truths: Sequence[GroundTruth],
@@ -73,13 +73,6 @@ def audit_observations(
         results: a JSON-lines results file (:class:`.results.ResultsFile`): each finished
             cell is written at once, and a rerun on the same observations skips those done.
     """
-    if legacy:  # audit_observations(observations, attacks, ...): the old positional form
-        if len(legacy) > 1:
-            raise TypeError(f"audit_observations() takes 1 positional argument (the "
-                            f"observations) but {1 + len(legacy)} were given")
-        warnings.warn("pass the attacks by keyword: audit_observations(observations, "
-                      "attacks=...)", DeprecationWarning, stacklevel=2)
-        attacks = legacy[0]
     observations, truths = list(observations), list(truths)
     attacks = tuple(attacks)
     _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,

@@ -37,7 +37,7 @@ from accounting import PrivacyLedger, tightest_epsilon
 
 from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
-from .._validate import check_int, check_number, check_probability
+from .._validate import check_int, check_number, check_probability, keywords_after_first
 from ..defenses import Defense
 from ..records import ResultsFile
 from . import fdp, game, stats
@@ -198,7 +198,8 @@ def _reason(defense: Defense, eps_claimed: float, eps_sound: float, probe: game.
     return "; ".join(parts)
 
 
-def audit_release(defense: Defense, *legacy: int, point: int = 2, trials: int = 2000,
+@keywords_after_first("point", "trials")
+def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
                   delta: float = 1e-5, confidence: float = 0.95, seed: int = 0,
                   statistic: str | Sequence[str] | None = None,
                   canaries: Sequence[str] | None = None,
@@ -218,15 +219,6 @@ def audit_release(defense: Defense, *legacy: int, point: int = 2, trials: int = 
     verdict uses: eps at ``delta``, mu, and, for a finite ledger that is not mu-GDP, its
     whole curve at several false-positive levels (each level and delta corrected for).
     """
-    if legacy:  # audit_release(defense, point, trials, ...): the old positional form
-        if len(legacy) > 2:
-            raise TypeError(f"audit_release() takes 1 positional argument (the defense) but "
-                            f"{1 + len(legacy)} were given")
-        warnings.warn("pass the point and the trials by keyword: audit_release(defense, "
-                      "point=..., trials=...)", DeprecationWarning, stacklevel=2)
-        point = legacy[0]
-        if len(legacy) == 2:
-            trials = legacy[1]
     wanted = STATISTICS if statistic is None else (
         (statistic,) if isinstance(statistic, str) else tuple(statistic))
     _check(trials, confidence, delta, wanted, point, select_fraction, canaries)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +45,7 @@ from accounting import PrivacyLedger
 
 from .. import data as data_mod
 from .. import models as models_mod
+from .._validate import keywords_after_first
 from ..data import Dataset
 from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses import get as get_defense
@@ -64,9 +64,10 @@ from .run import Run, worst_epsilon
 __all__ = ["simulate"]
 
 
+@keywords_after_first("dataset", "defense")
 def simulate(
     model: nn.Module | None = None,
-    *legacy: Any,
+    *,
     dataset: str | Dataset = "digits",
     defense: Defense | str = "none",
     clients: int = 10,
@@ -124,15 +125,6 @@ def simulate(
         track_epsilon: a delta: also record the worst client's claimed and sound eps at
             every evaluation (``Run.eps_history``; accuracy against privacy spent).
     """
-    if legacy:  # simulate(model, dataset, defense, ...): the old positional form
-        if len(legacy) > 2:
-            raise TypeError(f"simulate() takes 1 positional argument (the model) but "
-                            f"{1 + len(legacy)} were given")
-        warnings.warn("pass the dataset and the defense by keyword: simulate(model, "
-                      "dataset=..., defense=...)", DeprecationWarning, stacklevel=2)
-        dataset = legacy[0]
-        if len(legacy) == 2:
-            defense = legacy[1]
     if batch_sampling is None and isinstance(defense, (str, Defense)):
         batch_sampling = default_batch_sampling(get_defense(defense))
     cfg = FLConfig.make(
