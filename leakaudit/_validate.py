@@ -33,6 +33,10 @@ class Moved:
     names: Collection[str]
     fold: Callable[[Any, dict[str, Any]], Any]
     how: str
+    #: keywords of the new form that the object also holds, folded in with the old ones
+    #: (not warned about; they stay keywords of the call), so that the old keywords are
+    #: checked together with them (e.g. a partition of N lists with ``clients=N``)
+    along: Collection[str] = ()
 
 
 def legacy_call(*positional: str, **moved: Moved) -> Callable[[_F], _F]:
@@ -62,7 +66,9 @@ def legacy_call(*positional: str, **moved: Moved) -> Callable[[_F], _F]:
                     new = f"{m.how}({keys})" if m.how else "..."
                     warnings.warn(f"{func.__name__}({keys}) is deprecated: pass "
                                   f"{target}={new}", DeprecationWarning, stacklevel=2)
-                    kwargs[target] = m.fold(kwargs.get(target), old)
+                    with_ = {n: kwargs[n] for n in m.along
+                             if n in kwargs and kwargs[n] is not None}
+                    kwargs[target] = m.fold(kwargs.get(target), {**with_, **old})
             return func(*args, **kwargs)
         return call  # type: ignore[return-value]
     return wrap

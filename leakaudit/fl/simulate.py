@@ -67,10 +67,10 @@ def _fold_config(config: FLConfig | None, old: dict[str, Any]) -> FLConfig:
     return (config or FLConfig()).replace(**old)
 
 
+_SHORT = ("clients", "rounds", "taps", "seed", "progress")
 #: simulate()'s keywords before the settings became :class:`FLConfig` (still accepted)
-_MOVED = Moved(names=tuple(n for n in FIELDS if n not in ("clients", "rounds", "taps", "seed",
-                                                           "progress")),
-               fold=_fold_config, how="FLConfig.make")
+_MOVED = Moved(names=tuple(n for n in FIELDS if n not in _SHORT), fold=_fold_config,
+               how="FLConfig.make", along=_SHORT)
 
 
 @legacy_call("dataset", "defense", config=_MOVED)
