@@ -135,7 +135,7 @@ def test_ray_init_arguments_and_shutdown(serial, tmp_path, monkeypatch, address)
     monkeypatch.delenv("RAY_USAGE_STATS_ENABLED", raising=False)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     # the fake cluster has no host to answer the reachability check the audit makes first
-    monkeypatch.setattr(auditor, "check_ray_address", lambda address: None)
+    monkeypatch.setattr(engines, "check_ray_address", lambda address: None)
     again = audit(engine="ray", ray_address=address, workers=3, results=str(partial), **TINY)
     assert _cells(again) == _cells(rep)
     (_, addr, kwargs, usage), shutdown = fake.calls
