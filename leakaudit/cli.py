@@ -157,6 +157,24 @@ def _joined(values: Sequence[Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
+    p = argparse.ArgumentParser(prog="leakaudit", formatter_class=fmt,
+                                description="Audit DP federated-learning defenses against "
+                                "gradient-leakage attacks.")
+    p.add_argument("--version", action="version", version=f"leakaudit {_version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+    _audit_command(sub)
+    _privacy_audit_command(sub)
+    sub.add_parser("defenses", formatter_class=fmt,
+                   help="list the registered defenses and the parameters a bare name means")
+    for name in ACCOUNTANT_COMMANDS:
+        sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
+                       add_help=False)
+    return p
+
+
+def _audit_command(sub: Any) -> None:
+    """`leakaudit audit`: the flags of leakaudit.audit, from the library's tables."""
     from . import attacks, data, defenses
     from .auditing.auditor import (
         DEFAULT_ATTACKS,
@@ -168,15 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
         audit,
     )
     from .auditing.engines import ENGINE_HELP, ENGINES
-    from .empirical import STATISTICS, privacy_audit
 
     plan = AuditPlan.make
     fmt = argparse.ArgumentDefaultsHelpFormatter
-    p = argparse.ArgumentParser(prog="leakaudit", formatter_class=fmt,
-                                description="Audit DP federated-learning defenses against "
-                                "gradient-leakage attacks.")
-    p.add_argument("--version", action="version", version=f"leakaudit {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("audit", formatter_class=fmt,
                        help="train, tap the leak points, attack, print the table")
     a.add_argument("--defenses", type=_names, default=_joined(DEFAULT_DEFENSES),
@@ -241,6 +253,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "with TRIALS runs per side, 2000 if not given): a 'measured eps >=' "
                    "column%(default).0s")
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _privacy_audit_command(sub: Any) -> None:
+    """`leakaudit privacy-audit`: the flags of leakaudit.privacy_audit."""
+    from . import defenses
+    from .empirical import STATISTICS, privacy_audit
+
+    fmt = argparse.ArgumentDefaultsHelpFormatter
     e = sub.add_parser("privacy-audit", formatter_class=fmt,
                        help="measured lower bounds on eps next to the claimed and sound eps of "
                        "one release per defense")
@@ -269,12 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", default="results", help="directory for privacy.{md,csv,json,png} "
                    "and the resumable results file (privacy_results.jsonl)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("defenses", formatter_class=fmt,
-                   help="list the registered defenses and the parameters a bare name means")
-    for name in ACCOUNTANT_COMMANDS:
-        sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
-                       add_help=False)
-    return p
 
 
 def _defense_param_flag(parser: argparse.ArgumentParser) -> None:
