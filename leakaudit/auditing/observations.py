@@ -96,7 +96,7 @@ def audit_observations(
     delta = check_probability("delta", delta)
     num_classes = check_int("num_classes", num_classes, 2)
     labels = sorted({obs.defense or "observed" for obs in observations})
-    records = check_keys("defenses", defenses, labels, what="label (no observation has it)")
+    records = check_keys("defenses", defenses, labels, what="label")
 
     config = {"source": "observations", "observations": _digest(observations),
               "model": repr(model), "attacks": [a.name for a in chosen],

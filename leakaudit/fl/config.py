@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from .. import data as data_mod
 from .. import defenses as defenses_mod
 from .._validate import (
     check_fraction,
@@ -164,6 +166,8 @@ class FLConfig:
         check_fraction("val_fraction", val_fraction)
         taps = _checked_taps(taps, rounds, local_steps,
                              clients if client_fraction is not None else k)
+        partition_kwargs = check_keys("partition_kwargs", partition_kwargs, _PARTITION_OPTIONS,
+                                      what="option")
         if not isinstance(partition, str):
             partition = tuple(tuple(int(i) for i in p) for p in partition)
             if len(partition) != clients:
@@ -197,6 +201,11 @@ class FLConfig:
             now["client_fraction"] = None
         return FLConfig.make(**{**now, **changes})
 
+
+#: the options of :func:`leakaudit.data.partition` (``partition_kwargs``)
+_PARTITION_OPTIONS = tuple(
+    name for name, p in inspect.signature(data_mod.partition).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "rng")
 
 #: the settings of :class:`FLConfig`, in order
 FIELDS = tuple(f.name for f in fields(FLConfig))
@@ -239,7 +248,7 @@ def resolve_defenses(defenses: Sequence[Defense | str],
         defenses = [defenses]
     chosen = check_selection("defenses", defenses)
     names = [d for d in chosen if isinstance(d, str)]
-    params = check_keys("defense_params", params, names, what="defense (not among defenses)")
+    params = check_keys("defense_params", params, names, what="defense")
     out = []
     for d in chosen:
         if isinstance(d, Defense):

@@ -136,3 +136,49 @@ def test_a_resumed_audit_starts_its_progress_bar_at_the_work_done(tmp_path, monk
     first, second = bars
     assert (first.initial, first.n, first.total) == (0, 3, 3)
     assert (second.initial, second.n, second.total) == (2, 3, 3)
+
+
+@pytest.mark.slow  # one simulated round to observe
+def test_audit_observations_refuses_a_record_for_a_label_no_observation_has(digits_run):
+    run, model, ds = digits_run
+    obs = run.observations_at(2)
+    kw = dict(attacks=("idlg",), model=model, truths=[run.truth(o) for o in obs],
+              input_shape=ds.input_shape, num_classes=ds.num_classes, engine="serial",
+              progress=False)
+    # a misspelled label used to give a report without that defense's accuracy and eps
+    with pytest.raises(ValueError, match=r"defenses has an unknown label 'fed-cpd'"):
+        leakaudit.audit_observations(obs, defenses={"fed-cpd": {"accuracy": 0.9}}, **kw)
+    with pytest.raises(ValueError, match="attacks must be distinct"):
+        leakaudit.audit_observations(obs, **{**kw, "attacks": ("idlg", "idlg")})
+    with pytest.raises(ValueError, match="budget must be an AttackBudget"):
+        leakaudit.audit_observations(obs, budget={"restarts": 2}, **kw)
+    with pytest.raises(ValueError, match="workers is only used"), \
+            pytest.warns(DeprecationWarning, match="pass engine=EngineConfig.make"):
+        leakaudit.audit_observations(obs, workers=3, **kw)
+
+
+@pytest.fixture(scope="module")
+def digits_run():
+    from leakaudit import data, fl, models
+
+    ds = data.load("digits")
+    model = models.resolve(None, ds, seed=0)
+    run = fl.simulate(model, dataset=ds, rounds=1, taps=[fl.Tap(2, clients=1)],
+                      config=fl.FLConfig.make(clients_per_round=1, batch_size=1),
+                      progress=False)
+    return run, model, ds
+
+
+def test_top_level_empirical_trials_is_the_number_given_to_empirical(monkeypatch):
+    from leakaudit import api
+
+    seen = {}
+    monkeypatch.setattr(auditor, "audit", lambda defenses, measure=None, **kw:
+                        seen.setdefault("trials", measure and measure.trials))
+    leakaudit.audit(["none"], empirical=500)
+    assert seen.pop("trials") == 500
+    with pytest.warns(DeprecationWarning, match=r"audit\(empirical_trials=\.\.\.\)"):
+        api.audit(["none"], empirical=True, empirical_trials=300)
+    assert seen.pop("trials") == 300
+    with pytest.raises(ValueError, match="empirical_trials must be >= 100"):
+        leakaudit.audit(["none"], empirical=5)

@@ -348,3 +348,11 @@ def test_a_defense_is_resolved_in_one_place():
         fl.resolve_defense("fed-cpd")
     with pytest.raises(ValueError, match="defense_params has an unknown defense"):
         fl.resolve_defenses(["fed-cdp"], {"fed-cpd": {"sigma": 1.0}})
+
+
+def test_an_unknown_partition_option_is_refused_when_the_config_is_built():
+    # it was a TypeError from inside the data split
+    with pytest.raises(ValueError, match="partition_kwargs has an unknown option 'alhpa'"):
+        fl.FLConfig.make(partition="dirichlet", partition_kwargs={"alhpa": 0.5})
+    assert fl.FLConfig.make(partition="dirichlet", partition_kwargs={"alpha": 0.5}) \
+        .partition_kwargs == (("alpha", 0.5),)
