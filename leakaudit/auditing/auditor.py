@@ -3,6 +3,12 @@
 Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
+The settings are objects built and checked once (:class:`AuditPlan`: what is attacked and
+with what budget; :class:`~.engines.EngineConfig`: where; :class:`leakaudit.fl.FLConfig`:
+each federated run, built by :func:`_training_run` and :func:`_attacked_round` and run by
+the one call of the simulator, :func:`_simulate`); the defenses are resolved by
+:func:`leakaudit.fl.resolve_defenses`, as everywhere.
+
 Per defense two simulations: a *training* run (the profile's federated setting) gives test
 accuracy and the claimed and sound eps; an *attack* run takes one round from the weights of
 the audited ``stage`` ("initial", or after 1 or 5 rounds of the training run under the
