@@ -44,6 +44,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from .. import attacks as attacks_mod
 from .. import data as data_mod
 from .. import defenses as defenses_mod
 from .. import fl
@@ -186,7 +187,7 @@ class AuditPlan:
         return cls(
             profile=prof, profile_name=profile,
             points=tuple(int(p) for p in check_selection("points", points, POINTS)),
-            attacks=tuple(a if isinstance(a, str) else o for a, o in zip(attacks, chosen)),
+            attacks=tuple(_attack_name_or_object(a) for a in chosen),
             examples=check_int("examples", prof.examples if examples is None else examples, 1),
             rounds=check_int("rounds", prof.rounds if rounds is None else rounds, 1),
             budget=AttackBudget.make(
@@ -216,6 +217,12 @@ class AuditPlan:
             for size in ("examples", "rounds", "max_iterations", "restarts"):
                 now[size] = None
         return AuditPlan.make(**{**now, **changes})
+
+
+def _attack_name_or_object(attack: Any) -> Any:
+    """A registered attack by its name (what the plan records), another as the object."""
+    registered = attack.name in attacks_mod.available() and attacks_mod.get(attack.name)
+    return attack.name if registered is attack else attack
 
 
 def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
