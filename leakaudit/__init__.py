@@ -18,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["audit", "audit_observations", "AuditReport", "privacy_audit", "PrivacyReport",
-           "privacy_audit_training", "__version__"]
+__all__ = ["audit", "audit_observations", "AttackBudget", "AuditPlan", "AuditReport",
+           "EngineConfig", "FLConfig", "privacy_audit", "PrivacyReport", "privacy_audit_training",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -32,10 +33,14 @@ def __getattr__(name: str) -> Any:
         from .auditing.observations import audit_observations
 
         return audit_observations
-    if name == "AuditReport":
-        from .auditing import AuditReport
+    if name in ("AuditReport", "AuditPlan", "AttackBudget", "EngineConfig"):
+        from . import auditing
 
-        return AuditReport
+        return getattr(auditing, name)
+    if name == "FLConfig":
+        from .fl import FLConfig
+
+        return FLConfig
     if name in ("privacy_audit", "PrivacyReport", "privacy_audit_training"):
         from . import empirical
 

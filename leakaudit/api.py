@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from ._validate import check_int
+from ._validate import Moved, check_int, legacy_call
 from .auditing import auditor
 from .auditing.report import AuditReport
 
@@ -36,16 +36,29 @@ class EmpiricalEps:
         return max(bounds, default=0.0)
 
 
-def audit(defenses: Sequence[Any] = auditor.DEFAULT_DEFENSES, *, empirical: bool = False,
-          empirical_trials: int = 2000, **options: Any) -> AuditReport:
+def _fold_trials(empirical: bool | int | None, old: dict[str, Any]) -> bool | int:
+    """``empirical_trials=n`` (the old keyword) as ``empirical=n`` where it was switched on."""
+    return old["empirical_trials"] if empirical else False
+
+
+@legacy_call(**auditor.MOVED, empirical=Moved(names=("empirical_trials",), fold=_fold_trials,
+                                              how=""))
+def audit(defenses: Sequence[Any] = auditor.DEFAULT_DEFENSES, *, empirical: bool | int = False,
+          **options: Any) -> AuditReport:
     """:func:`leakaudit.auditing.audit` (every keyword of it), and with ``empirical`` a
     measured lower bound on eps of each defense's release at each audited point
-    (``leakaudit.privacy_audit``, ``empirical_trials`` runs per side): the defense table
-    gains a "measured eps >=" column (the largest over the points)."""
+    (``leakaudit.privacy_audit``; ``empirical=True``: 2000 runs per side, or that many
+    runs, ``empirical=5000``): the defense table gains a "measured eps >=" column (the
+    largest over the points)."""
     if "measure" in options:
         raise TypeError("audit() got an unexpected keyword argument 'measure' (use "
                         "empirical=True, or leakaudit.auditing.audit(measure=...))")
-    measure = EmpiricalEps(empirical_trials) if empirical else None
+    if not isinstance(empirical, (bool, int)):
+        raise ValueError(f"empirical must be True, False or a number of trials, got "
+                         f"{empirical!r}")
+    measure = None
+    if empirical is not False:
+        measure = EmpiricalEps(2000 if empirical is True else empirical)
     return auditor.audit(defenses, measure=measure, **options)
 
 
@@ -54,9 +67,7 @@ def _signature() -> inspect.Signature:
     sig = inspect.signature(auditor.audit)
     params = [p for p in sig.parameters.values() if p.name != "measure"]
     params += [inspect.Parameter("empirical", inspect.Parameter.KEYWORD_ONLY, default=False,
-                                 annotation="bool"),
-               inspect.Parameter("empirical_trials", inspect.Parameter.KEYWORD_ONLY,
-                                 default=2000, annotation="int")]
+                                 annotation="bool | int")]
     return sig.replace(parameters=params)
 
 

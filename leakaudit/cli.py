@@ -9,11 +9,17 @@ Every flag is checked before any work starts, and an error names the flag. The o
 the names of the Python arguments (``--points`` is ``points=``, ``--max-iterations`` is
 ``max_iterations=``); ``--point`` and ``--iterations`` are deprecated aliases. Ctrl-C stops
 an audit; rerunning the same command resumes from the results file in ``--out``.
+
+The vocabularies (defenses, attacks, leak points, profiles, stages, engines, statistics), the
+defaults and the help text come from the library's own tables and signatures
+(``auditing.PROFILES``, ``STAGES``, ``ENGINES``, ``AuditPlan.make``, ``empirical.STATISTICS``,
+...): nothing is typed twice.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 import tempfile
@@ -23,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
-DEFAULT_DEFENSES = ("none,fed-sdp-server,fed-sdp-client,fed-cdp,fed-alpha-cdp,prune,"
-                    "random-noise")
+#: the defenses `leakaudit privacy-audit` measures unless told (the CLI's own choice: the
+#: library's privacy_audit takes no default)
+PRIVACY_AUDIT_DEFENSES = ("fed-cdp", "fed-alpha-cdp")
 #: Python argument -> flag, to name the flag in an error raised by the library
-FLAGS = {"defenses": "--defenses", "dataset": "--dataset", "attacks": "--attacks",
+FLAGS = {"defense_params": "--defense-param",
+         "defenses": "--defenses", "dataset": "--dataset", "attacks": "--attacks",
          "points": "--points", "point": "--points", "profile": "--profile",
          "examples": "--examples", "rounds": "--rounds", "max_iterations": "--max-iterations",
          "threshold": "--threshold", "seed": "--seed", "engine": "--engine",
@@ -50,12 +58,15 @@ def _names(text: str) -> list[str]:
 
 
 def _points(text: str) -> list[int]:
+    from .auditing.auditor import POINTS
+
     try:
         points = [int(p) for p in _csv(text)]
     except ValueError:
         points = []
-    if not points or any(p not in (0, 1, 2) for p in points):
-        raise argparse.ArgumentTypeError(f"must be leak points among 0,1,2 (comma-separated), "
+    if not points or any(p not in POINTS for p in points) or len(set(points)) < len(points):
+        raise argparse.ArgumentTypeError(f"must be distinct leak points among "
+                                         f"{','.join(map(str, POINTS))} (comma-separated), "
                                          f"got {text!r}")
     return points
 
@@ -136,6 +147,15 @@ def _version() -> str:
         return "unknown"
 
 
+def _default(func: Any, name: str) -> Any:
+    """The default of ``func``'s argument ``name`` (the library's: never typed again)."""
+    return inspect.signature(func).parameters[name].default
+
+
+def _joined(values: Sequence[Any]) -> str:
+    return ",".join(str(v) for v in values)
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
     p = argparse.ArgumentParser(prog="leakaudit", formatter_class=fmt,
@@ -143,20 +163,53 @@ def build_parser() -> argparse.ArgumentParser:
                                 "gradient-leakage attacks.")
     p.add_argument("--version", action="version", version=f"leakaudit {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
+    _audit_command(sub)
+    _privacy_audit_command(sub)
+    sub.add_parser("defenses", formatter_class=fmt,
+                   help="list the registered defenses and the parameters a bare name means")
+    for name in ACCOUNTANT_COMMANDS:
+        sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
+                       add_help=False)
+    return p
+
+
+def _audit_command(sub: Any) -> None:
+    """`leakaudit audit`: the flags of leakaudit.audit, from the library's tables."""
+    from . import attacks, data, defenses
+    from .auditing.auditor import (
+        DEFAULT_ATTACKS,
+        DEFAULT_DEFENSES,
+        POINTS,
+        PROFILES,
+        STAGES,
+        AuditPlan,
+        audit,
+    )
+    from .auditing.engines import ENGINE_HELP, ENGINES
+
+    plan = AuditPlan.make
+    fmt = argparse.ArgumentDefaultsHelpFormatter
     a = sub.add_parser("audit", formatter_class=fmt,
                        help="train, tap the leak points, attack, print the table")
-    a.add_argument("--defenses", type=_names, default=DEFAULT_DEFENSES,
-                   help="comma-separated defense names (`leakaudit defenses` lists them and "
-                   "the papers' parameters a bare name means)")
+    a.add_argument("--defenses", type=_names, default=_joined(DEFAULT_DEFENSES),
+                   help="comma-separated defense names among "
+                   f"{_joined(defenses.available())} (`leakaudit defenses` lists them and the "
+                   "papers' parameters a bare name means)")
     _defense_param_flag(a)
-    a.add_argument("--dataset", default="digits", help="dataset name (built in: digits)")
-    a.add_argument("--attacks", type=_names, default="dlg,idlg,cpl",
-                   help="comma-separated attack names")
-    a.add_argument("--points", "--point", type=_points, default="0,1,2", action=_Deprecated,
-                   help="leak points attacked (comma-separated among 0,1,2; --point is a "
-                   "deprecated alias)")
-    a.add_argument("--profile", default="quick", choices=["quick", "paper"],
-                   help="sizes of the training run and the attacks")
+    a.add_argument("--dataset", default=_default(audit, "dataset"),
+                   help=f"dataset name (built in: {', '.join(data.available())}; from a "
+                   "directory: mnist:DIR, cifar10:DIR, images:DIR, ...)")
+    a.add_argument("--attacks", type=_names, default=_joined(DEFAULT_ATTACKS),
+                   help=f"comma-separated attack names among {_joined(attacks.available())}")
+    a.add_argument("--points", "--point", type=_points, default=_joined(_default(plan, "points")),
+                   action=_Deprecated,
+                   help=f"leak points attacked (comma-separated among {_joined(POINTS)}; "
+                   "--point is a deprecated alias)")
+    a.add_argument("--profile", default=_default(plan, "profile"), choices=sorted(PROFILES),
+                   help="sizes of the training run and the attacks: " + "; ".join(
+                       f"{name}: {prof.clients} clients, {prof.rounds} rounds, "
+                       f"{prof.examples} examples, {prof.max_iterations} iterations"
+                       for name, prof in sorted(PROFILES.items())))
     a.add_argument("--examples", type=_int_at_least(1), default=None,
                    help="attacked examples per cell (default: the profile's)%(default).0s")
     a.add_argument("--rounds", type=_int_at_least(1), default=None,
@@ -165,28 +218,33 @@ def build_parser() -> argparse.ArgumentParser:
                    action=_Deprecated,
                    help="L-BFGS steps per attack (default: the profile's; --iterations is "
                    "a deprecated alias)%(default).0s")
-    a.add_argument("--threshold", type=_positive, default=0.01,
+    a.add_argument("--threshold", type=_positive, default=_default(plan, "threshold"),
                    help="MSE at or below which an attack succeeds")
-    a.add_argument("--delta", type=_probability, default=1e-5, help="delta of the eps columns")
-    a.add_argument("--seed", type=_int_at_least(0), default=0, help="the one seed")
+    a.add_argument("--delta", type=_probability, default=_default(plan, "delta"),
+                   help="delta of the eps columns")
+    a.add_argument("--seed", type=_int_at_least(0), default=_default(audit, "seed"),
+                   help="the one seed")
     a.add_argument("--out", default="results", help="directory for md/csv/tex/json/png and "
                    "the resumable results file (results.jsonl)")
-    a.add_argument("--engine", default="process", choices=["process", "serial", "ray"],
-                   help="where the attack cells run: a local process pool, this process, or "
-                   "Ray tasks (pip install 'leakaudit[ray]')")
+    a.add_argument("--engine", default=_default(audit, "engine"), choices=ENGINES,
+                   help="where the attack cells run: " + "; ".join(
+                       f"{name}: {ENGINE_HELP[name]}" for name in ENGINES))
     a.add_argument("--workers", type=_int_at_least(1), default=None,
-                   help="worker processes of --engine process (default: the CPUs, at most "
-                   "4)%(default).0s")
+                   help="worker processes of --engine process, CPUs of a local Ray (default: "
+                   "the CPUs, at most 4; refused with --engine serial)%(default).0s")
     a.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --engine ray: the Ray cluster to use (default: a local "
                    "Ray)%(default).0s")
-    a.add_argument("--batch-size", type=_int_at_least(1), default=1,
-                   help="B of the attacked clients")
-    a.add_argument("--local-steps", type=_int_at_least(1), default=1,
+    a.add_argument("--batch-size", type=_int_at_least(1), default=_default(plan, "batch_size"),
+                   help="B of the attacked clients (at most the examples each holds)")
+    a.add_argument("--local-steps", type=_int_at_least(1),
+                   default=_default(plan, "local_steps"),
                    help="L local SGD steps of the attacked clients")
-    a.add_argument("--stage", default="initial", choices=["initial", "round1", "round5"],
-                   help="weights attacked: initial, or after that many training rounds")
-    a.add_argument("--device", default=None,
+    a.add_argument("--stage", default=_default(plan, "stage"), choices=list(STAGES),
+                   help="weights attacked: " + ", ".join(
+                       f"{name} (after {rounds} training rounds)" for name, rounds
+                       in STAGES.items()))
+    a.add_argument("--device", default=_default(plan, "device"),
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
                    "default: the CPU)%(default).0s")
     a.add_argument("--empirical", type=_int_at_least(100), nargs="?", const=2000,
@@ -195,33 +253,42 @@ def build_parser() -> argparse.ArgumentParser:
                    "with TRIALS runs per side, 2000 if not given): a 'measured eps >=' "
                    "column%(default).0s")
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _privacy_audit_command(sub: Any) -> None:
+    """`leakaudit privacy-audit`: the flags of leakaudit.privacy_audit."""
+    from . import defenses
+    from .empirical import STATISTICS, privacy_audit
+
+    fmt = argparse.ArgumentDefaultsHelpFormatter
     e = sub.add_parser("privacy-audit", formatter_class=fmt,
                        help="measured lower bounds on eps next to the claimed and sound eps of "
                        "one release per defense")
-    e.add_argument("--defenses", type=_names, default="fed-cdp,fed-alpha-cdp",
-                   help="comma-separated defense names (the papers' parameters)")
+    e.add_argument("--defenses", type=_names, default=_joined(PRIVACY_AUDIT_DEFENSES),
+                   help="comma-separated defense names (the papers' parameters) among "
+                   f"{_joined(defenses.available())}")
     _defense_param_flag(e)
-    e.add_argument("--points", "--point", type=_points, default="2", action=_Deprecated,
+    e.add_argument("--points", "--point", type=_points,
+                   default=str(_default(privacy_audit, "points")), action=_Deprecated,
                    help="leak point(s) of the audited release, e.g. 2 or 2,1,0 (points where "
                    "a defense releases nothing are skipped; --point is a deprecated alias)")
-    e.add_argument("--trials", type=_int_at_least(1), default=10_000,
+    e.add_argument("--trials", type=_int_at_least(100),
+                   default=_default(privacy_audit, "trials"),
                    help="held-out runs with the canary, and as many without")
-    e.add_argument("--delta", type=_probability, default=1e-5, help="delta of the eps")
-    e.add_argument("--confidence", type=_probability, default=0.95,
+    e.add_argument("--delta", type=_probability, default=_default(privacy_audit, "delta"),
+                   help="delta of the eps")
+    e.add_argument("--confidence", type=_probability,
+                   default=_default(privacy_audit, "confidence"),
                    help="confidence of the measured lower bound")
-    e.add_argument("--statistic", default=None, choices=["projection", "energy", "llr"],
+    e.add_argument("--statistic", default=_default(privacy_audit, "statistic"),
+                   choices=STATISTICS,
                    help="the test statistic (default: all, Bonferroni-corrected)"
                    "%(default).0s")
-    e.add_argument("--seed", type=_int_at_least(0), default=0, help="the one seed")
+    e.add_argument("--seed", type=_int_at_least(0), default=_default(privacy_audit, "seed"),
+                   help="the one seed")
     e.add_argument("--out", default="results", help="directory for privacy.{md,csv,json,png} "
                    "and the resumable results file (privacy_results.jsonl)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    sub.add_parser("defenses", formatter_class=fmt,
-                   help="list the registered defenses and the parameters a bare name means")
-    for name in ACCOUNTANT_COMMANDS:
-        sub.add_parser(name, help="the accountant CLI (python -m accounting " + name + ")",
-                       add_help=False)
-    return p
 
 
 def _defense_param_flag(parser: argparse.ArgumentParser) -> None:
@@ -242,36 +309,21 @@ def _defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _checked_defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """--defense-param, with every defense built from it first (a bad name, key or value is
-    refused before any work)."""
-    from . import defenses
+def _checked_defenses(args: argparse.Namespace) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+    """--defenses and --defense-param, every defense built by the library's one resolver
+    (:func:`leakaudit.fl.resolve_defenses`: a bad name, key or value is refused before any
+    work); the Defense objects and the parameters."""
+    from .fl import resolve_defenses
 
     params = _defense_params(args)
-    for name in args.defenses:
-        try:
-            defenses.get(name, **params.get(name, {}))
-        except ValueError as exc:
-            if name not in params:
-                raise ValueError(f"--defenses: {exc}") from None
-            raise ValueError(f"--defense-param {name}: {exc}") from None
-    return params
-
-
-def _check_engine(args: argparse.Namespace) -> None:
-    """--engine and --ray-address (Ray installed, the address answering)."""
-    from .auditing.engines import check_ray_address, import_ray
-
-    if args.ray_address is not None and args.engine != "ray":
-        raise ValueError(f"--ray-address is only used with --engine ray, got --engine "
-                         f"{args.engine}")
-    if args.engine == "ray":
-        import_ray()
-        check_ray_address(args.ray_address)
+    return resolve_defenses(args.defenses, params), params
 
 
 def _out_dir(text: str) -> Path:
     """--out, created and checked writable before any work."""
+    if not text.strip():
+        raise ValueError(f"--out must name a directory, got {text!r} (use --out . for the "
+                         f"working directory)")
     out = Path(text)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -286,21 +338,20 @@ def _out_dir(text: str) -> Path:
 # ---------------------------------------------------------------- commands
 def _cmd_audit(args: argparse.Namespace) -> int:
     from .api import audit
+    from .auditing import AuditPlan, EngineConfig
 
-    params = _checked_defense_params(args)
-    _check_engine(args)
+    defs, _ = _checked_defenses(args)
+    engine = EngineConfig.make(args.engine, workers=args.workers, ray_address=args.ray_address)
+    plan = AuditPlan.make(profile=args.profile, attacks=args.attacks, points=args.points,
+                          examples=args.examples, rounds=args.rounds,
+                          max_iterations=args.max_iterations, threshold=args.threshold,
+                          delta=args.delta, batch_size=args.batch_size,
+                          local_steps=args.local_steps, stage=args.stage, device=args.device)
     out = _out_dir(args.out)
     args.resume_file = out / "results.jsonl"
-    report = audit(args.defenses, dataset=args.dataset, attacks=args.attacks,
-                   points=args.points, examples=args.examples, rounds=args.rounds,
-                   seed=args.seed, profile=args.profile, results=str(args.resume_file),
-                   threshold=args.threshold, delta=args.delta,
-                   max_iterations=args.max_iterations, defense_params=params,
-                   progress=not args.no_progress, engine=args.engine, workers=args.workers,
-                   ray_address=args.ray_address, batch_size=args.batch_size,
-                   local_steps=args.local_steps, stage=args.stage, device=args.device,
-                   empirical=args.empirical is not None,
-                   empirical_trials=args.empirical or 2000)
+    report = audit(defs, dataset=args.dataset, plan=plan, engine=engine, seed=args.seed,
+                   results=str(args.resume_file), progress=not args.no_progress,
+                   empirical=args.empirical or False)
     print(report.to_markdown())
     paths = report.save(out)
     print("wrote " + ", ".join(str(p) for p in paths.values()))
@@ -310,7 +361,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_privacy_audit(args: argparse.Namespace) -> int:
     from .empirical import privacy_audit
 
-    params = _checked_defense_params(args)
+    _, params = _checked_defenses(args)
     out = _out_dir(args.out)
     args.resume_file = out / "privacy_results.jsonl"
     report = privacy_audit(args.defenses, points=args.points, trials=args.trials,
@@ -339,7 +390,8 @@ def _cmd_defenses() -> int:
 def _flagged(message: str) -> str:
     """The library's message with a leading argument name written as its flag."""
     head, sep, rest = message.partition(" ")
-    return FLAGS[head] + sep + rest if head in FLAGS else message
+    name = head.rstrip(":")
+    return FLAGS[name] + head[len(name):] + sep + rest if name in FLAGS else message
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,12 @@
 Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
+The settings are objects built and checked once (:class:`AuditPlan`: what is attacked and
+with what budget; :class:`~.engines.EngineConfig`: where; :class:`leakaudit.fl.FLConfig`:
+each federated run, built by :func:`_training_run` and :func:`_attacked_round` and run by
+the one call of the simulator, :func:`_simulate`); the defenses are resolved by
+:func:`leakaudit.fl.resolve_defenses`, as everywhere.
+
 Per defense two simulations: a *training* run (the profile's federated setting) gives test
 accuracy and the claimed and sound eps; an *attack* run takes one round from the weights of
 the audited ``stage`` ("initial", or after 1 or 5 rounds of the training run under the
@@ -30,7 +36,6 @@ the same seed gives the same table.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,18 +50,33 @@ from .. import defenses as defenses_mod
 from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
-from .._validate import check_device, check_int, check_number, check_probability
+from .._validate import (
+    Moved,
+    check_bool,
+    check_device,
+    check_int,
+    check_probability,
+    check_selection,
+    legacy_call,
+)
 from ..records import ResultsFile, fingerprint
-from .cells import CellJob
-from .engines import ENGINES, Engine, check_ray_address, import_ray, make_engine
-from .pipeline import Target, build_jobs, run_jobs
+from .cells import AttackBudget, CellJob
+from .engines import ENGINES, Engine, EngineConfig, fold_engine
+from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
 from .report import AuditReport
 
-__all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "MeasuredEps",
-           "PAPER_PARAMS", "STAGES"]
+__all__ = ["audit", "AuditPlan", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES",
+           "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS", "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
 STAGES = {"initial": 0, "round1": 1, "round5": 5}
+
+#: the leak points (docs/attacks.md): 0 the update after the defense, 1 the update before
+#: the server-side step, 2 a local step's gradient
+POINTS = (0, 1, 2)
+
+#: the attacks an audit runs unless told otherwise
+DEFAULT_ATTACKS = ("dlg", "idlg", "cpl")
 
 DEFAULT_DEFENSES = ("none", "fed-sdp-server", "fed-sdp-client", "fed-cdp", "fed-alpha-cdp",
                     "prune", "random-noise")
@@ -108,133 +128,206 @@ class MeasuredEps(Protocol):
 
 
 @dataclass(frozen=True)
-class _Plan:
-    """The checked sizes of one audit call."""
+class AuditPlan:
+    """What one audit attacks, and how: the sizes (:class:`AuditProfile`, ``profile``
+    names it), the leak ``points`` and ``attacks``, ``examples`` attacked per (defense,
+    point, attack), training ``rounds``, the attack ``budget`` (:class:`AttackBudget`), the
+    attacked clients' B (``batch_size``) and L (``local_steps``), the ``stage`` of the
+    attacked weights (``STAGES``), the ``device`` of the attacks, the ``delta`` of the eps
+    columns, and whether the model is already ``trained`` (no training run). Build it with
+    :meth:`make`, which checks every setting (the profile's sizes unless given)."""
 
     profile: AuditProfile
+    profile_name: str
+    points: tuple[int, ...]
+    attacks: tuple[Any, ...]
     examples: int
     rounds: int
-    max_iterations: int
-    restarts: int
-    workers: int
-    points: tuple[int, ...]
-    attacks: tuple[str, ...]
+    budget: AttackBudget
     batch_size: int = 1
     local_steps: int = 1
     stage: str = "initial"
     #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
     device: str | None = None
+    delta: float = 1e-5
+    trained: bool = False
+
+    @property
+    def max_iterations(self) -> int:
+        return self.budget.max_iterations
+
+    @property
+    def restarts(self) -> int:
+        return self.budget.restarts
+
+    @property
+    def threshold(self) -> float:
+        return self.budget.threshold
+
+    @property
+    def attack_names(self) -> tuple[str, ...]:
+        return tuple(a if isinstance(a, str) else a.name for a in self.attacks)
+
+    @classmethod
+    def make(cls, *, profile: str = "quick", attacks: Sequence[Any] = DEFAULT_ATTACKS,
+             points: Sequence[int] = POINTS, examples: int | None = None,
+             rounds: int | None = None, max_iterations: int | None = None,
+             restarts: int | None = None, threshold: float = 0.01, delta: float = 1e-5,
+             trained: bool = False, batch_size: int = 1, local_steps: int = 1,
+             stage: str = "initial", device: str | None = None) -> AuditPlan:
+        """Check every setting before any work (ValueError naming it), then build the plan;
+        sizes left None are the profile's (``PROFILES``)."""
+        if not isinstance(stage, str) or stage not in STAGES:
+            raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+        where = check_device("device", device)
+        if not isinstance(profile, str) or profile not in PROFILES:
+            raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
+        prof = PROFILES[profile]
+        chosen = resolve_attacks(attacks)
+        return cls(
+            profile=prof, profile_name=profile,
+            points=tuple(int(p) for p in check_selection("points", points, POINTS)),
+            attacks=tuple(_attack_name_or_object(a) for a in chosen),
+            examples=check_int("examples", prof.examples if examples is None else examples, 1),
+            rounds=check_int("rounds", prof.rounds if rounds is None else rounds, 1),
+            budget=AttackBudget.make(
+                max_iterations=prof.max_iterations if max_iterations is None
+                else max_iterations,
+                restarts=prof.restarts if restarts is None else restarts,
+                threshold=threshold),
+            batch_size=check_int("batch_size", batch_size, 1),
+            local_steps=check_int("local_steps", local_steps, 1),
+            stage=stage, device=None if where is None else str(where),
+            delta=check_probability("delta", delta), trained=check_bool("trained", trained))
+
+    def replace(self, **changes: Any) -> AuditPlan:
+        """A copy with ``changes`` (keywords of :meth:`make`), checked again; a new
+        ``profile`` brings its sizes, except those given with it."""
+        now: dict[str, Any] = dict(
+            profile=self.profile_name, attacks=self.attacks, points=self.points,
+            examples=self.examples, rounds=self.rounds, max_iterations=self.max_iterations,
+            restarts=self.restarts, threshold=self.threshold, delta=self.delta,
+            trained=self.trained, batch_size=self.batch_size, local_steps=self.local_steps,
+            stage=self.stage, device=self.device)
+        unknown = sorted(set(changes) - set(now))
+        if unknown:
+            raise ValueError(f"{unknown[0]} is not a setting of AuditPlan; expected one of "
+                             f"{list(now)}")
+        if "profile" in changes:
+            for size in ("examples", "rounds", "max_iterations", "restarts"):
+                now[size] = None
+        return AuditPlan.make(**{**now, **changes})
 
 
-def _resolve_defenses(defenses: Sequence[Any],
-                      params: dict[str, dict[str, Any]] | None) -> list[defenses_mod.Defense]:
-    out = []
-    for d in defenses:
-        if isinstance(d, defenses_mod.Defense):
-            out.append(d)
-            continue
-        if not isinstance(d, str):
-            raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
-        out.append(defenses_mod.get(d, **(params or {}).get(d, {})))
-    names = [d.describe() for d in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"defenses must be distinct, got {names}")
-    return out
+def _attack_name_or_object(attack: Any) -> Any:
+    """A registered attack by its name (what the plan records), another as the object."""
+    registered = attack.name in attacks_mod.available() and attacks_mod.get(attack.name)
+    return attack.name if registered is attack else attack
 
 
+def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
+    return (plan or AuditPlan.make()).replace(**old)
+
+
+#: audit()'s keywords before its settings became objects (still accepted, with a warning):
+#: the plan's settings and the engine's
+MOVED = {
+    "plan": Moved(names=("profile", "points", "examples", "rounds", "max_iterations",
+                         "restarts", "threshold", "delta", "trained", "batch_size",
+                         "local_steps", "stage", "device"),
+                  fold=_fold_plan, how="AuditPlan.make"),
+    "engine": Moved(names=("workers", "ray_address"), fold=fold_engine,
+                    how="EngineConfig.make"),
+}
+
+
+@legacy_call(**MOVED)
 def audit(
     defenses: Sequence[Any] = DEFAULT_DEFENSES,
     *,
     dataset: Any = "digits",
     model: nn.Module | None = None,
-    attacks: Sequence[str] = ("dlg", "idlg", "cpl"),
-    points: Sequence[int] = (0, 1, 2),
-    examples: int | None = None,
-    rounds: int | None = None,
+    attacks: Sequence[Any] | None = None,
+    plan: AuditPlan | None = None,
+    engine: str | EngineConfig = "process",
     seed: int = 0,
-    profile: str = "quick",
     results: str | None = None,
-    delta: float = 1e-5,
-    threshold: float = 0.01,
-    max_iterations: int | None = None,
-    restarts: int | None = None,
     defense_params: dict[str, dict[str, Any]] | None = None,
-    trained: bool = False,
-    workers: int | None = None,
     progress: bool = True,
-    engine: str = "process",
-    ray_address: str | None = None,
-    batch_size: int = 1,
-    local_steps: int = 1,
-    stage: str = "initial",
-    device: str | None = None,
     measure: MeasuredEps | None = None,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring. Every
-    argument after ``defenses`` is keyword-only.
+    argument after ``defenses`` is keyword-only; the settings are objects
+    (``plan=AuditPlan.make(profile="paper", points=(2,))``,
+    ``engine=EngineConfig.make("process", workers=8)``); the keywords they replaced
+    (``profile=``, ``points=``, ``examples=``, ``workers=``, ...) still work and warn.
 
     Args:
         defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,
             overridable per name with ``defense_params``) or Defense objects.
         dataset: name or Dataset. model: the architecture and starting weights (default
             ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
-        attacks: attack names (``leakaudit.attacks.available()``); points: leak points.
-        examples: attacked examples per (defense, point, attack); rounds: training rounds.
-        profile: "quick" or "paper" (sizes, see ``PROFILES``).
+        attacks: attack names (``leakaudit.attacks.available()``) or Attack objects; None:
+            the plan's (default "dlg", "idlg", "cpl").
+        plan: what is attacked and how (:class:`AuditPlan`: profile sizes, points, examples,
+            rounds, attack budget and success threshold, B and L of the attacked clients,
+            stage, device, delta, whether ``model`` is already trained); default
+            ``AuditPlan.make()`` (the "quick" profile).
+        engine: where the attack cells run: "process" (default; a local pool of spawned
+            processes: call audit() under ``if __name__ == "__main__":`` in a script),
+            "serial" (this process) or "ray" (one Ray task per cell; ``pip install
+            leakaudit[ray]``), or an :class:`EngineConfig` with the workers and the Ray
+            address. Training runs in this process for every engine, and the same seed
+            gives the same results whatever the engine and the number of workers.
+        seed: the one seed (data split, model, training, attacks).
         results: path of the JSON-lines results file (resume); None keeps results in memory.
-        delta: for the eps columns; threshold: MSE at or below which an attack succeeds.
-        trained: ``model`` is already trained: skip the training run (accuracy is then
-            measured on the given weights, eps is that of the one audited round).
-        workers: processes for the attack cells (default: the CPU count, at most 4; 1 runs
-            them in this process). Results are identical whatever the number. Workers are
-            spawned: call audit() under ``if __name__ == "__main__":`` in a script (if they
-            fail, the audit warns and finishes in this process).
-        engine: where the attack cells run: "process" (default; the local process pool of
-            ``workers``), "serial" (this process; ``workers`` is ignored) or "ray" (one Ray
-            task per cell; needs ``pip install leakaudit[ray]``). Training runs in this
-            process for every engine, and the same seed gives the same results.
-        ray_address: with engine="ray", the cluster to connect to (``ray.init(address=...)``;
-            every node needs leakaudit and torch installed). None starts a local Ray instance
-            with ``workers`` CPUs. If this process has already initialised Ray, that Ray is
-            used as it is and left running; a Ray started by audit() is shut down at the end.
-        batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
-            and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
+        progress: a progress bar.
         measure: a measured lower bound on eps of each defense's releases at the audited
             points (:class:`MeasuredEps`; ``leakaudit.audit(empirical=True)`` passes the
             empirical audit's): the defense table gains a "measured eps >=" column.
     """
-    _check_engine(engine, ray_address)
-    _check_numbers(threshold, delta, seed)
-    plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
-                 batch_size, local_steps, stage, device)
-    defs = _resolve_defenses(defenses, defense_params)
+    plan = plan or AuditPlan.make()
+    if not isinstance(plan, AuditPlan):
+        raise ValueError(f"plan must be an AuditPlan (AuditPlan.make(...)), got {plan!r}")
+    if attacks is not None:
+        plan = plan.replace(attacks=attacks)
+    runs_on = EngineConfig.of(engine)
+    check_int("seed", seed, 0)
+    defs = fl.resolve_defenses(defenses, defense_params)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
-    config = (_config(ds, model, seed, profile, plan, threshold, delta, trained, clients)
+    _check_sizes(plan, ds, clients)
+    config = (_config(ds, model, seed, plan.profile_name, plan, plan.threshold, plan.delta,
+                      plan.trained, clients)
               | _empirical_config(measure))
     store = ResultsFile(results, config)
     cells = [(d, *c) for d in defs for c in _cells(plan)]
-    bar = tqdm(total=len(cells) + len(defs), disable=not progress, desc="audit")
-    report = AuditReport(config=config, threshold=threshold, delta=delta)
+    todo = sum(not store.has("cell", _cell_key(*c)) for c in cells) + sum(
+        store.get("training", d.describe()) is None for d in defs)
+    total = len(cells) + len(defs)
+    # a resumed audit starts its bar at what is done: the rate (and the ETA) is this run's
+    bar = tqdm(total=total, initial=total - todo, disable=not progress, desc="audit")
+    report = AuditReport(config=config, threshold=plan.threshold, delta=plan.delta)
     runner: Engine | None = None
     memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
     try:
         for d in defs:
-            train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
-                              measure)
+            stored = store.get("training", d.describe()) is not None
+            train = _training(d, store, bar, ds, model, plan, clients, seed, plan.delta,
+                              plan.trained, measure)
             report.add_defense(d.describe(), d.name, train)
-            bar.update(1)
+            if not stored:
+                bar.update(1)
             own = [c for c in cells if c[0] is d]
             pending = [c for c in own if not store.has("cell", _cell_key(*c))]
-            bar.update(len(own) - len(pending))
             if not pending:
                 continue
             bar.set_description(f"{d.name}: attack")
-            jobs = _attack_jobs(d, ds, model, plan, clients, seed, threshold,
+            jobs = _attack_jobs(d, ds, model, plan, clients, seed, plan.threshold,
                                 pending={_cell_key(*c) for c in pending})
             if runner is None:  # started at the first pending cell: a full resume starts none
-                runner = make_engine(engine, plan.workers, ray_address)
+                runner = runs_on.start()
             run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
     finally:
         if runner is not None:
@@ -243,14 +336,25 @@ def audit(
     return _with_cells(report, store, cells)
 
 
-def _check_numbers(threshold: float, delta: float, seed: int) -> None:
-    check_number("threshold", threshold, minimum=0.0, open_min=True)
-    check_probability("delta", delta)
-    check_int("seed", seed, 0)
+def _check_sizes(plan: AuditPlan, ds: data_mod.Dataset, clients: int) -> None:
+    """B of the attacked clients against the data they hold (before any work): each of
+    ``clients`` clients holds about (1 - 0.1) n / clients examples, or exactly B with L > 1
+    (then ``examples`` x B must fit in the training set)."""
+    n = len(ds.y_train)
+    if plan.local_steps > 1:
+        if plan.examples * plan.batch_size > n:
+            raise ValueError(f"batch_size {plan.batch_size} x examples {plan.examples} "
+                             f"exceeds the {n} training examples")
+        return
+    held = (n - int(round(0.1 * n))) // clients  # the simulator's validation share: 0.1
+    if plan.batch_size > held:
+        raise ValueError(f"batch_size must be at most the attacked clients' data (about "
+                         f"{held} examples each: {n} training examples, {clients} "
+                         f"clients), got {plan.batch_size}")
 
 
 def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
-              model: nn.Module, plan: _Plan, clients: int, seed: int, delta: float,
+              model: nn.Module, plan: AuditPlan, clients: int, seed: int, delta: float,
               trained: bool, measure: MeasuredEps | None) -> dict[str, Any]:
     """The defense's training record (stored, or trained now and stored), with the measured
     eps when asked; the progress bar says which phase runs."""
@@ -264,9 +368,10 @@ def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mo
     return _with_measured(train, d, store, plan.points, measure, seed, delta)
 
 
-def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
+def _cells(plan: AuditPlan) -> list[tuple[int, str, int]]:
     """(point, attack, example) of every cell of one defense."""
-    return [(p, a, e) for p in plan.points for a in plan.attacks for e in range(plan.examples)]
+    return [(p, a, e) for p in plan.points for a in plan.attack_names
+            for e in range(plan.examples)]
 
 
 def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
@@ -276,7 +381,7 @@ def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> 
     return report
 
 
-def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, plan: _Plan,
+def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, plan: AuditPlan,
             threshold: float, delta: float, trained: bool, clients: int) -> dict[str, Any]:
     """What the report records about the audit (and the results file's fingerprint)."""
     return {"dataset": ds.name, "model": repr(model), "weights": _weights_digest(model),
@@ -306,70 +411,53 @@ def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
     return train
 
 
-def _check_engine(engine: str, ray_address: str | None) -> None:
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
-    if ray_address is not None and engine != "ray":
-        raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
-    if engine == "ray":
-        import_ray()  # fail before any work if Ray is missing
-        check_ray_address(ray_address)  # or nothing answers at the address
-
-
-def _plan(profile: str, examples: int | None, rounds: int | None,
-          max_iterations: int | None, restarts: int | None, workers: int | None,
-          points: Sequence[int], attacks: Sequence[str], batch_size: int = 1,
-          local_steps: int = 1, stage: str = "initial", device: str | None = None) -> _Plan:
-    """Check the sizes of an audit (the profile's unless given)."""
-    if not isinstance(stage, str) or stage not in STAGES:
-        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
-    where = check_device("device", device)
-    if profile not in PROFILES:
-        raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
-    prof = PROFILES[profile]
-    points = tuple(points)
-    if not points or any(p not in (0, 1, 2) for p in points):
-        raise ValueError(f"points must be a non-empty subset of (0, 1, 2), got {points!r}")
-    attacks = tuple(attacks)
-    unknown = [a for a in attacks if a not in attacks_mod.available()]
-    if not attacks or unknown:
-        raise ValueError(f"attacks must be among {attacks_mod.available()}, got {list(attacks)}")
-    return _Plan(
-        profile=prof, points=points, attacks=attacks,
-        examples=check_int("examples", prof.examples if examples is None else examples, 1),
-        rounds=check_int("rounds", prof.rounds if rounds is None else rounds, 1),
-        max_iterations=check_int("max_iterations", prof.max_iterations
-                                 if max_iterations is None else max_iterations, 1),
-        restarts=check_int("restarts", prof.restarts if restarts is None else restarts, 1),
-        workers=check_int("workers", min(4, os.cpu_count() or 1)
-                          if workers is None else workers, 1),
-        batch_size=check_int("batch_size", batch_size, 1),
-        local_steps=check_int("local_steps", local_steps, 1),
-        stage=stage, device=None if where is None else str(where))
-
-
 def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                  plan: _Plan, clients: int, seed: int) -> fl.Run:
+                  plan: AuditPlan, clients: int, seed: int) -> fl.Run:
     """The attacked round: one round from the stage's weights, L local steps of batch B,
     taps at the audited points for ``plan.examples`` clients (each holding exactly B
     examples when L > 1: L local epochs)."""
     start = _stage_model(d, ds, model, plan, clients, seed)
-    setting: dict[str, Any] = {"clients": clients}
+    taps = [fl.Tap(p, clients=plan.examples) for p in plan.points]
     if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
-        setting = {"clients": plan.examples,
-                   "partition": _holdings(len(ds.y_train), plan.examples, plan.batch_size,
-                                          seed)}
-    return fl.simulate(start, dataset=ds, defense=copy.deepcopy(d),
-                       clients_per_round=plan.examples, rounds=1,
-                       local_steps=plan.local_steps, batch_size=plan.batch_size,
-                       lr=plan.profile.attack_lr, seed=seed, progress=False,
-                       batch_sampling="shuffle",  # the attacks' view: exactly B examples
-                       taps=[fl.Tap(p, clients=plan.examples) for p in plan.points],
-                       **setting)
+        holdings = _holdings(len(ds.y_train), plan.examples, plan.batch_size, seed)
+        config = _attacked_round(plan, plan.examples, seed, taps=taps, partition=holdings)
+    else:
+        config = _attacked_round(plan, clients, seed, taps=taps)
+    return _simulate(d, ds, start, config)
+
+
+def _training_run(plan: AuditPlan, clients: int, rounds: int, seed: int) -> fl.FLConfig:
+    """The profile's federated training run, ``rounds`` rounds."""
+    prof = plan.profile
+    return fl.FLConfig.make(clients=clients, clients_per_round=prof.clients_per_round,
+                            rounds=rounds, local_steps=prof.local_steps,
+                            batch_size=prof.batch_size, lr=prof.lr, optimizer=prof.optimizer,
+                            seed=seed, progress=False)
+
+
+def _attacked_round(plan: AuditPlan, clients: int, seed: int, *, clients_per_round: int | None
+                    = None, local_steps: int | None = None, batch_size: int | None = None,
+                    taps: Sequence[fl.Tap] = (), partition: Any = "iid") -> fl.FLConfig:
+    """One round at the attacks' learning rate, on batches of exactly B (the attacks'
+    view: "shuffle" batches), by the attacked clients (default: ``plan.examples`` of them,
+    L and B the plan's)."""
+    return fl.FLConfig.make(
+        clients=clients, rounds=1, lr=plan.profile.attack_lr, batch_sampling="shuffle",
+        clients_per_round=plan.examples if clients_per_round is None else clients_per_round,
+        local_steps=plan.local_steps if local_steps is None else local_steps,
+        batch_size=plan.batch_size if batch_size is None else batch_size,
+        taps=taps, partition=partition, seed=seed, progress=False)
+
+
+def _simulate(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+              config: fl.FLConfig) -> fl.Run:
+    """The audit's one call of the simulator: a fresh copy of the defense (each run starts
+    its state afresh) on ``model`` (copied by the simulator)."""
+    return fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), config=config)
 
 
 def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: _Plan, clients: int, seed: int, threshold: float,
+                 plan: AuditPlan, clients: int, seed: int, threshold: float,
                  pending: set[str]) -> list[tuple[str, CellJob]]:
     """The attacked round's observations, through the pipeline every audit shares
     (:func:`.pipeline.build_jobs`): one job per pending cell."""
@@ -387,25 +475,18 @@ def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module
 
 
 def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: _Plan, clients: int, seed: int) -> nn.Module:
+                 plan: AuditPlan, clients: int, seed: int) -> nn.Module:
     """The weights of the audited stage: the starting model, or that model after
     ``STAGES[stage]`` rounds of the profile's training run under the defense."""
     rounds = STAGES[plan.stage]
     if rounds == 0:
         return copy.deepcopy(model)
-    prof = plan.profile
-    run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
-                      clients_per_round=prof.clients_per_round, rounds=rounds,
-                      local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
-                      optimizer=prof.optimizer, seed=seed, progress=False)
-    return run.model
+    return _simulate(d, ds, model, _training_run(plan, clients, rounds, seed)).model
 
 
 def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int]]:
-    """Disjoint sets of ``batch_size`` training examples, one per attacked client."""
-    if clients * batch_size > n:
-        raise ValueError(f"batch_size {batch_size} x examples {clients} exceeds the "
-                         f"{n} training examples")
+    """Disjoint sets of ``batch_size`` training examples, one per attacked client (that they
+    fit: :func:`_check_sizes`)."""
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
 
@@ -420,21 +501,17 @@ def _weights_digest(model: nn.Module) -> str:
 
 
 def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                  plan: _Plan, clients: int, seed: int, delta: float,
+                  plan: AuditPlan, clients: int, seed: int, delta: float,
                   trained: bool) -> dict[str, Any]:
     """Accuracy and claimed/sound eps of the profile's training run (with ``trained``: of
     the one audited round on the given weights)."""
-    prof = plan.profile
     if trained:
-        run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
-                          clients_per_round=prof.clients_per_round, rounds=1, local_steps=1,
-                          batch_size=1, lr=prof.attack_lr, seed=seed, progress=False,
-                          batch_sampling="shuffle")
+        config = _attacked_round(plan, clients, seed,
+                                 clients_per_round=plan.profile.clients_per_round,
+                                 local_steps=1, batch_size=1)
     else:
-        run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
-                          clients_per_round=prof.clients_per_round, rounds=plan.rounds,
-                          local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
-                          optimizer=prof.optimizer, seed=seed, progress=False)
+        config = _training_run(plan, clients, plan.rounds, seed)
+    run = _simulate(d, ds, model, config)
     return finite_json({
         "defense": d.describe(), "name": d.name, "level": d.level,
         "accuracy": run.final_accuracy,

@@ -16,18 +16,23 @@ import warnings
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .._validate import check_int
 from .cells import CellJob, run_cell
 
-__all__ = ["ENGINES", "Engine", "check_ray_address", "env", "import_ray", "make_engine",
-           "spawn_safe"]
+__all__ = ["ENGINES", "ENGINE_HELP", "Engine", "EngineConfig", "check_ray_address", "env",
+           "fold_engine", "import_ray", "make_engine", "spawn_safe"]
 
-#: where the attack cells run (``audit(engine=...)``)
+#: where the attack cells run (``audit(engine=...)``), with what each means (the CLI's help)
 ENGINES = ("process", "serial", "ray")
+ENGINE_HELP = {"process": "a local pool of worker processes",
+               "serial": "this process, one cell after another",
+               "ray": "Ray tasks (pip install 'leakaudit[ray]')"}
 
 Jobs = list[tuple[str, CellJob]]
 
@@ -210,6 +215,71 @@ class RayEngine(Engine):
         if self.started:  # never shut down a Ray the caller started
             self.ray.shutdown()
             self.started = False
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Where the attack cells of an audit run: ``name`` (:data:`ENGINES`), ``workers``
+    (processes of "process", CPUs of a local Ray; None: the CPU count, at most 4) and, for
+    "ray", the cluster's ``ray_address`` (None: a local Ray). Build it with :meth:`make`,
+    the one check of these settings (the audits and the CLI use it)."""
+
+    name: str = "process"
+    workers: int | None = None
+    ray_address: str | None = None
+
+    @classmethod
+    def make(cls, name: str = "process", *, workers: int | None = None,
+             ray_address: str | None = None) -> EngineConfig:
+        """Check the settings before any work (ValueError naming the argument): a known
+        engine, workers >= 1 and only where they are used, an address only for Ray, Ray
+        installed and something answering at the address."""
+        if not isinstance(name, str) or name not in ENGINES:
+            raise ValueError(f"engine must be one of {list(ENGINES)}, got {name!r}")
+        if workers is not None:
+            check_int("workers", workers, 1)
+            if name == "serial" and workers > 1:
+                raise ValueError(f"workers is only used with engine='process' or 'ray' (the "
+                                 f"serial engine runs every cell in this process), got "
+                                 f"workers={workers}")
+        if ray_address is not None and name != "ray":
+            raise ValueError(f"ray_address is only used with engine='ray', got "
+                             f"engine={name!r}")
+        if name == "ray":
+            import_ray()  # fail before any work if Ray is missing
+            check_ray_address(ray_address)  # or nothing answers at the address
+        return cls(name=name, workers=workers, ray_address=ray_address)
+
+    @classmethod
+    def of(cls, engine: str | EngineConfig | None) -> EngineConfig:
+        """``engine`` as an EngineConfig (a name is checked with :meth:`make`)."""
+        if isinstance(engine, EngineConfig):
+            return engine
+        return cls.make("process" if engine is None else engine)
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes`` (``name``, ``workers``, ``ray_address``), checked again."""
+        now = {"name": self.name, "workers": self.workers, "ray_address": self.ray_address}
+        unknown = sorted(set(changes) - set(now))
+        if unknown:
+            raise ValueError(f"{unknown[0]} is not a setting of EngineConfig")
+        now.update(changes)
+        return EngineConfig.make(now.pop("name"), **now)
+
+    @property
+    def worker_count(self) -> int:
+        """The workers to start: ``workers``, else the CPU count (at most 4)."""
+        return self.workers if self.workers is not None else min(4, os.cpu_count() or 1)
+
+    def start(self) -> Engine:
+        """The engine, started."""
+        return make_engine(self.name, self.worker_count, self.ray_address)
+
+
+def fold_engine(given: str | EngineConfig | None, old: dict[str, Any]) -> EngineConfig:
+    """``engine`` with the old keywords ``workers`` and ``ray_address`` set (the audits'
+    deprecated form)."""
+    return EngineConfig.of(given).replace(**old)
 
 
 def make_engine(engine: str, workers: int, ray_address: str | None) -> Engine:

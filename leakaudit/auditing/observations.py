@@ -10,7 +10,6 @@ and, apart, the truth (:class:`CellJob`), run on an engine of :mod:`.engines`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,96 +17,106 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .. import attacks as attacks_mod
-from .._jsonsafe import finite_json
-from .._validate import check_int, check_number, keywords_after_first
+from .._validate import Moved, check_int, check_keys, check_probability, legacy_call
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
-from .engines import ENGINES, check_ray_address, import_ray, make_engine
-from .pipeline import Target, build_jobs, records, run_jobs
+from .cells import AttackBudget
+from .engines import EngineConfig, fold_engine
+from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
+from .pipeline import records as stored
 from .report import AuditReport
 
 __all__ = ["audit_observations"]
 
 
-@keywords_after_first("attacks")
+def _fold_budget(budget: AttackBudget | None, old: dict[str, Any]) -> AttackBudget:
+    return (budget or AttackBudget()).replace(**old)
+
+
+@legacy_call("attacks",
+             budget=Moved(names=("threshold", "max_iterations", "restarts"),
+                          fold=_fold_budget, how="AttackBudget.make"),
+             engine=Moved(names=("workers", "ray_address"), fold=fold_engine,
+                          how="EngineConfig.make"))
 def audit_observations(
     observations: Sequence[Observation],
     *,
-    attacks: Sequence[str] = ("idlg",),
+    attacks: Sequence[Any] = ("idlg",),
     model: nn.Module,
     truths: Sequence[GroundTruth],
     input_shape: Sequence[int],
     num_classes: int,
-    threshold: float = 0.01,
-    progress: bool = True,
-    engine: str = "process",
-    workers: int | None = None,
-    ray_address: str | None = None,
-    max_iterations: int = 40,
-    restarts: int = 1,
+    budget: AttackBudget | None = None,
+    engine: str | EngineConfig = "process",
     seed: int = 0,
     delta: float = 1e-5,
     defenses: Mapping[str, Mapping[str, Any]] | None = None,
     results: str | None = None,
+    progress: bool = True,
 ) -> AuditReport:
     """Attack every observation with every attack; score against the truths; report. Every
     argument after ``observations`` is keyword-only (``attacks`` given second, by position,
-    still works and warns).
+    still works and warns; so do ``threshold=``, ``max_iterations=``, ``restarts=``,
+    ``workers=`` and ``ray_address=``, folded into ``budget`` and ``engine``).
 
     Args:
         observations: what the attacker saw (:class:`leakaudit.fl.Observation`: the tensors in
             the order of ``model``'s trainable parameters, the weights at that moment, lr,
             local steps, batch size, point, and ``defense``, the report's row label).
-        attacks: attack names (``leakaudit.attacks.available()``).
+        attacks: attack names (``leakaudit.attacks.available()``) or Attack objects.
         model: the architecture the observations come from; each attack gets a copy holding
             the observation's weights (by name, or in parameter order when the names differ).
         truths: ``truths[i]`` is the ground truth behind ``observations[i]``; only the scorer
             reads it (never passed to an attack).
         input_shape, num_classes: of one example; the attacker's knowledge.
-        threshold: MSE at or below which an attack succeeds.
-        engine, workers, ray_address: where the attack cells run (see :func:`leakaudit.audit`).
-        max_iterations, restarts, seed: the attacks' budget and seeds (cell i: ``seed + i``).
+        budget: the attacks' budget and the success threshold (:class:`AttackBudget`:
+            ``max_iterations`` 40, ``restarts`` 1, ``threshold`` 0.01 by default).
+        engine: where the attack cells run (a name or an :class:`EngineConfig`; see
+            :func:`leakaudit.audit`).
+        seed: the attacks' seeds (cell i: ``seed + i``).
         delta: the report's delta. defenses: per defense label, the report's defense record
             (``accuracy``, ``eps_claimed``, ``eps_sound``, ``reason``, ``level``); labels
             without one get no accuracy or eps.
         results: a JSON-lines results file (:class:`.results.ResultsFile`): each finished
             cell is written at once, and a rerun on the same observations skips those done.
+        progress: a progress bar.
     """
     observations, truths = list(observations), list(truths)
-    attacks = tuple(attacks)
-    _check_arguments(observations, truths, attacks, attacks_mod.available(), threshold,
-                     engine, ray_address)
+    chosen = resolve_attacks(attacks)
+    budget = budget or AttackBudget()
+    if not isinstance(budget, AttackBudget):
+        raise ValueError(f"budget must be an AttackBudget (AttackBudget.make(...)), got "
+                         f"{budget!r}")
+    runs_on = EngineConfig.of(engine)
+    _check_arguments(observations, truths)
     input_shape = tuple(int(s) for s in input_shape)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     for i, (obs, truth) in enumerate(zip(observations, truths)):
         _check_observation(i, obs, truth, params, input_shape)
-    workers = check_int("workers", min(4, os.cpu_count() or 1) if workers is None
-                        else workers, 1)
-    max_iterations = check_int("max_iterations", max_iterations, 1)
-    restarts = check_int("restarts", restarts, 1)
     seed = check_int("seed", seed, 0)
+    delta = check_probability("delta", delta)
     num_classes = check_int("num_classes", num_classes, 2)
-    if engine == "ray":
-        import_ray()  # fail before any work if Ray is missing
-        check_ray_address(ray_address)  # or nothing answers at the address
+    labels = sorted({obs.defense or "observed" for obs in observations})
+    records = check_keys("defenses", defenses, labels, what="label")
 
     config = {"source": "observations", "observations": _digest(observations),
-              "model": repr(model), "attacks": list(attacks), "threshold": threshold,
-              "delta": delta, "max_iterations": max_iterations, "restarts": restarts,
+              "model": repr(model), "attacks": [a.name for a in chosen],
+              "threshold": budget.threshold, "delta": delta,
+              "max_iterations": budget.max_iterations, "restarts": budget.restarts,
               "seed": seed}
     store = ResultsFile(results, config)
-    report = AuditReport(config=config, threshold=threshold, delta=delta)
-    for label, record in (defenses or {}).items():
+    report = AuditReport(config=config, threshold=budget.threshold, delta=delta)
+    for label, record in records.items():
         report.add_defense(label, label, dict(record))
     image = len(input_shape) == 3
-    jobs = build_jobs(_targets(observations, truths, seed), attacks, model,
-                      input_shape=input_shape, num_classes=num_classes, threshold=threshold,
-                      max_iterations=max_iterations, restarts=restarts, image=image,
+    jobs = build_jobs(_targets(observations, truths, seed), chosen, model,
+                      input_shape=input_shape, num_classes=num_classes,
+                      threshold=budget.threshold, max_iterations=budget.max_iterations,
+                      restarts=budget.restarts, image=image,
                       key=lambda i, t, a: f"{i}|{a}")
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
                desc="audit observations: attack")
-    runner = make_engine(engine, workers, ray_address) if pending else None
+    runner = runs_on.start() if pending else None
     try:
         if runner is not None:
             run_jobs(pending, runner, store, on_done=lambda: bar.update(1))
@@ -115,7 +124,7 @@ def audit_observations(
         if runner is not None:
             runner.close()
         bar.close()
-    for rec in records(store, [key for key, _ in jobs]):
+    for rec in stored(store, [key for key, _ in jobs]):
         report.add_cell(rec)
     return report
 
@@ -128,21 +137,12 @@ def _digest(observations: list) -> str:
          [float(t.detach().double().sum()) for t in o.tensors]] for o in observations]})
 
 
-def _check_arguments(observations: list, truths: list, attacks: tuple, known: list[str],
-                     threshold: float, engine: str, ray_address: str | None) -> None:
+def _check_arguments(observations: list, truths: list) -> None:
     if not observations:
         raise ValueError("observations must be a non-empty sequence of Observation")
     if len(truths) != len(observations):
         raise ValueError(f"truths must hold one GroundTruth per observation: "
                          f"{len(truths)} truths for {len(observations)} observations")
-    unknown = [a for a in attacks if a not in known]
-    if not attacks or unknown:
-        raise ValueError(f"attacks must be among {known}, got {list(attacks)}")
-    check_number("threshold", threshold, minimum=0.0, open_min=True)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {list(ENGINES)}, got {engine!r}")
-    if ray_address is not None and engine != "ray":
-        raise ValueError(f"ray_address is only used with engine='ray', got engine={engine!r}")
 
 
 def _check_observation(i: int, obs: Any, truth: Any, params: list[tuple[str, torch.Tensor]],
@@ -191,10 +191,3 @@ def _targets(observations: list, truths: list, seed: int) -> list[Target]:
         out.append(Target(observation=obs, truth=truth, defense=label, example=example,
                           seed=seed + i))
     return out
-
-
-def defense_record(accuracy: float, eps_claimed: float, eps_sound: float, reason: str = "",
-                   level: str = "") -> dict[str, Any]:
-    """A report's defense record (for ``audit_observations(defenses={label: ...})``)."""
-    return finite_json({"accuracy": accuracy, "eps_claimed": eps_claimed,
-                        "eps_sound": eps_sound, "reason": reason, "level": level})

@@ -24,11 +24,13 @@ import torch
 from torch import nn
 
 from .. import attacks as attacks_mod
+from .._validate import check_selection
 from ..records import GroundTruth, Observation, ResultsFile
 from .cells import AttackSpec, CellJob, content_key, relabelled
 from .engines import Engine
 
-__all__ = ["Target", "build_jobs", "protocol_options", "records", "run_jobs", "with_weights"]
+__all__ = ["Target", "build_jobs", "protocol_options", "records", "resolve_attacks", "run_jobs",
+           "with_weights"]
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,31 @@ class Target:
     seed: int
 
 
-def protocol_options(attack: str, obs: Observation) -> dict[str, Any]:
+def resolve_attacks(attacks: Sequence[str | attacks_mod.Attack]) -> list[attacks_mod.Attack]:
+    """Attack arguments as Attack objects (a registered name, or an Attack): the objects
+    travel to the engines' workers, so an attack registered at run time works in every
+    engine. Refused before any work: an empty selection, unknown names, a name twice."""
+    chosen = check_selection("attacks", attacks)
+    out = []
+    for a in chosen:
+        if isinstance(a, attacks_mod.Attack):
+            out.append(a)
+        elif isinstance(a, str) and a in attacks_mod.available():
+            out.append(attacks_mod.get(a))
+        else:
+            raise ValueError(f"attacks must be among {attacks_mod.available()} (or Attack "
+                             f"objects), got {a!r}")
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"attacks must be distinct, got {names}")
+    return out
+
+
+def protocol_options(attack: str | attacks_mod.Attack, obs: Observation) -> dict[str, Any]:
     """What the protocol tells ``attack`` about ``obs``: the options the attack declares in
     ``protocol`` (attack option -> Observation attribute), those the observation knows."""
-    facts = attacks_mod.get(attack).protocol
+    facts = (attack if isinstance(attack, attacks_mod.Attack)
+             else attacks_mod.get(attack)).protocol
     return {option: getattr(obs, attr) for option, attr in facts.items()
             if getattr(obs, attr) is not None}
 
@@ -68,7 +91,8 @@ def with_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> nn.Mo
     return net
 
 
-def build_jobs(targets: Sequence[Target], attacks: Sequence[str], model: nn.Module, *,
+def build_jobs(targets: Sequence[Target], attacks: Sequence[str | attacks_mod.Attack],
+               model: nn.Module, *,
                input_shape: Sequence[int], num_classes: int, threshold: float,
                max_iterations: int, restarts: int, image: bool,
                key: Callable[[int, Target, str], str], device: str | None = None,
@@ -79,19 +103,21 @@ def build_jobs(targets: Sequence[Target], attacks: Sequence[str], model: nn.Modu
     (the attacker's view), and apart the truth."""
     jobs = []
     shape = tuple(int(s) for s in input_shape)
+    chosen = resolve_attacks(attacks)
     for i, t in enumerate(targets):
-        keys = [(a, key(i, t, a)) for a in attacks]
+        keys = [(a, key(i, t, a.name)) for a in chosen]
         keys = [(a, k) for a, k in keys if pending(k)]
         if not keys:
             continue
         obs = t.observation
         net = with_weights(model, obs.weights)
         for a, k in keys:
-            spec = AttackSpec(attack=a, model=net, gradients=obs.as_gradient(),
-                              input_shape=shape, num_classes=int(num_classes),
-                              batch_size=obs.examples_behind, max_iterations=max_iterations,
-                              restarts=restarts, seed=t.seed,
-                              options=protocol_options(a, obs), device=device)
+            spec = AttackSpec.make(a, net, obs.as_gradient(), input_shape=shape,
+                                   num_classes=int(num_classes),
+                                   batch_size=obs.examples_behind,
+                                   max_iterations=max_iterations, restarts=restarts,
+                                   seed=t.seed, options=protocol_options(a, obs),
+                                   device=device)
             jobs.append((k, CellJob(defense=t.defense, point=int(obs.point),
                                     example=t.example, spec=spec, truth=t.truth,
                                     threshold=float(threshold), image=image)))

@@ -387,13 +387,10 @@ def _population(ds: Any, options: dict[str, Any], extra: int, seed: int
 
 def _relation(defense: Defense, options: dict[str, Any]) -> str:
     """The neighbouring relation of the run's sound client ledgers (the simulator's rule)."""
-    from types import SimpleNamespace
-
     from ..defenses.base import client_sampling_of
     from ..fl.simulate import sound_relation
 
-    sampling = client_sampling_of(options.get("client_fraction"))
-    return sound_relation(defense, SimpleNamespace(client_sampling=sampling))
+    return sound_relation(defense, client_sampling_of(options.get("client_fraction")))
 
 
 def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any,

@@ -10,11 +10,11 @@ Gradients, ``LocalBatch`` and the numeric contexts live one layer down, in
 from __future__ import annotations
 
 from ..grads import LocalBatch, NonFiniteGradientError, batch_gradient, per_example_gradients
-from .config import FLConfig
+from .config import FLConfig, resolve_defense, resolve_defenses
 from .observe import GroundTruth, Observation, Tap
 from .run import Run, accuracy_within
 from .simulate import simulate
 
 __all__ = ["FLConfig", "GroundTruth", "LocalBatch", "NonFiniteGradientError", "Observation",
            "Run", "Tap", "accuracy_within", "batch_gradient", "per_example_gradients",
-           "simulate"]
+           "resolve_defense", "resolve_defenses", "simulate"]

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from .._validate import check_fraction, check_int, check_number, check_probability
+from .. import data as data_mod
+from .. import defenses as defenses_mod
+from .._validate import (
+    check_fraction,
+    check_int,
+    check_keys,
+    check_number,
+    check_probability,
+    check_selection,
+)
+from ..defenses import Defense
 from ..defenses.base import client_rate_of, client_sampling_of
 from ..optim import OPTIMIZERS
 from .observe import Tap
 
-__all__ = ["FLConfig", "BATCH_SAMPLING", "CLIENT_SAMPLING"]
+__all__ = ["FLConfig", "BATCH_SAMPLING", "CLIENT_SAMPLING", "FIELDS", "resolve_defense",
+           "resolve_defenses"]
 
 #: how a local batch is drawn: fixed size min(B, n_c) without replacement, each example
 #: independently with probability B/n_c, or each example dealt into one of the L local steps
@@ -87,7 +99,9 @@ class FLConfig:
     seed: int = 0
     progress: bool = True
     val_fraction: float = 0.1
-    batch_sampling: str = "shuffle"
+    #: None: the defense's default (:func:`leakaudit.defenses.base.default_batch_sampling`),
+    #: resolved by the simulator
+    batch_sampling: str | None = None
     eval_every: int = 1
     track_epsilon: float | None = None
 
@@ -119,7 +133,7 @@ class FLConfig:
              optimizer: str = "sgd", partition: str | Sequence[Sequence[int]] = "iid",
              partition_kwargs: dict[str, Any] | None = None, taps: Sequence[Tap] = (),
              seed: int = 0, progress: bool = True, val_fraction: float = 0.1,
-             batch_sampling: str = "shuffle", eval_every: int = 1,
+             batch_sampling: str | None = None, eval_every: int = 1,
              track_epsilon: float | None = None) -> FLConfig:
         """Check every argument, then build the config."""
         clients = check_int("clients", clients, 1)
@@ -143,15 +157,17 @@ class FLConfig:
         lr = check_number("lr", lr, minimum=0.0, open_min=True)
         if optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if batch_sampling not in BATCH_SAMPLING:
-            raise ValueError(f"batch_sampling must be one of {BATCH_SAMPLING}, "
-                             f"got {batch_sampling!r}")
+        if batch_sampling is not None and batch_sampling not in BATCH_SAMPLING:
+            raise ValueError(f"batch_sampling must be one of {BATCH_SAMPLING} or None (the "
+                             f"defense's default), got {batch_sampling!r}")
         if track_epsilon is not None:
             check_probability("track_epsilon", track_epsilon,
                               what="a delta in (0, 1) or None")
         check_fraction("val_fraction", val_fraction)
         taps = _checked_taps(taps, rounds, local_steps,
                              clients if client_fraction is not None else k)
+        partition_kwargs = check_keys("partition_kwargs", partition_kwargs, _PARTITION_OPTIONS,
+                                      what="option")
         if not isinstance(partition, str):
             partition = tuple(tuple(int(i) for i in p) for p in partition)
             if len(partition) != clients:
@@ -165,6 +181,34 @@ class FLConfig:
                    taps=taps, seed=seed, progress=bool(progress),
                    val_fraction=float(val_fraction), batch_sampling=batch_sampling,
                    eval_every=eval_every, track_epsilon=track_epsilon)
+
+
+    def replace(self, **changes: Any) -> FLConfig:
+        """A copy with ``changes``, every setting checked again (:meth:`make`). K = N
+        (every client) stays every client when ``clients`` changes; giving one of
+        ``clients_per_round`` and ``client_fraction`` drops the other."""
+        unknown = sorted(set(changes) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"{unknown[0]} is not a setting of FLConfig; expected one of "
+                             f"{list(FIELDS)}")
+        now: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        now["partition_kwargs"] = dict(self.partition_kwargs)
+        if self.client_fraction is not None or self.clients_per_round == self.clients:
+            now["clients_per_round"] = None  # Poisson sampling, or every client
+        if "client_fraction" in changes and "clients_per_round" not in changes:
+            now["clients_per_round"] = None
+        if "clients_per_round" in changes and "client_fraction" not in changes:
+            now["client_fraction"] = None
+        return FLConfig.make(**{**now, **changes})
+
+
+#: the options of :func:`leakaudit.data.partition` (``partition_kwargs``)
+_PARTITION_OPTIONS = tuple(
+    name for name, p in inspect.signature(data_mod.partition).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "rng")
+
+#: the settings of :class:`FLConfig`, in order
+FIELDS = tuple(f.name for f in fields(FLConfig))
 
 
 def _checked_taps(taps: Sequence[Tap], rounds: int, local_steps: int,
@@ -184,3 +228,47 @@ def _checked_taps(taps: Sequence[Tap], rounds: int, local_steps: int,
     return taps
 
 
+
+
+def resolve_defense(defense: Defense | str) -> Defense:
+    """The one place a defense argument becomes a :class:`Defense` (for the simulator, the
+    audit and the CLI): a Defense as it is, a registered name with the source papers'
+    parameters (``defenses.PAPER_PARAMS``)."""
+    return resolve_defenses([defense])[0]
+
+
+def resolve_defenses(defenses: Sequence[Defense | str],
+                     params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Defense]:
+    """Defense arguments as Defense objects: names (the papers' parameters, overridden per
+    name by ``params``: name -> keyword arguments) or Defense objects. Refused before any
+    work (ValueError naming the argument): an empty selection, a name given twice, a
+    ``params`` entry for a name that is not among ``defenses`` (a misspelled name would
+    otherwise audit the defaults), bad parameters."""
+    if isinstance(defenses, (str, Defense)):
+        defenses = [defenses]
+    chosen = check_selection("defenses", defenses)
+    names = [d for d in chosen if isinstance(d, str)]
+    params = check_keys("defense_params", params, names, what="defense")
+    out = []
+    for d in chosen:
+        if isinstance(d, Defense):
+            out.append(d)
+            continue
+        if not isinstance(d, str):
+            raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
+        if d not in defenses_mod.available():
+            raise ValueError(f"defenses: unknown defense {d!r}; available: "
+                             f"{', '.join(defenses_mod.available())}")
+        given = params.get(d) or {}
+        if not isinstance(given, Mapping):
+            raise ValueError(f"defense_params: {d}: must map parameter names to values, got "
+                             f"{given!r}")
+        try:
+            out.append(defenses_mod.get(d, **given))
+        except ValueError as exc:
+            raise ValueError(f"defense_params: {d}: {exc}" if given
+                             else f"defenses: {exc}") from None
+    labels = [d.describe() for d in out]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"defenses must be distinct, got {labels}")
+    return out

@@ -45,10 +45,9 @@ from accounting import PrivacyLedger
 
 from .. import data as data_mod
 from .. import models as models_mod
-from .._validate import keywords_after_first
+from .._validate import Moved, legacy_call
 from ..data import Dataset
 from ..defenses import ClientContext, Defense, RoundContext
-from ..defenses import get as get_defense
 from ..defenses.base import (
     AllocationLedger,
     FixedSizeBatchLedger,
@@ -57,86 +56,68 @@ from ..defenses.base import (
 )
 from ..grads import LocalBatch, NonFiniteGradientError, cross_entropy, finite, flush_denormals
 from ..optim import make_optimizer
-from .config import FLConfig
+from .config import FIELDS, FLConfig, resolve_defense
 from .observe import Recorder, Tap
 from .run import Run, worst_epsilon
 
 __all__ = ["simulate"]
 
 
-@keywords_after_first("dataset", "defense")
+def _fold_config(config: FLConfig | None, old: dict[str, Any]) -> FLConfig:
+    return (config or FLConfig()).replace(**old)
+
+
+_SHORT = ("clients", "rounds", "taps", "seed", "progress")
+#: simulate()'s keywords before the settings became :class:`FLConfig` (still accepted)
+_MOVED = Moved(names=tuple(n for n in FIELDS if n not in _SHORT), fold=_fold_config,
+               how="FLConfig.make", along=_SHORT)
+
+
+@legacy_call("dataset", "defense", config=_MOVED)
 def simulate(
     model: nn.Module | None = None,
     *,
     dataset: str | Dataset = "digits",
     defense: Defense | str = "none",
-    clients: int = 10,
-    clients_per_round: int | None = None,
-    client_fraction: float | None = None,
-    expected_weight: float | None = None,
-    weight_cap: float | None = None,
-    rounds: int = 10,
-    local_steps: int = 1,
-    batch_size: int = 32,
-    lr: float = 0.1,
-    optimizer: str = "sgd",
-    partition: str | Sequence[Sequence[int]] = "iid",
-    partition_kwargs: dict[str, Any] | None = None,
-    taps: Sequence[Tap] = (),
-    seed: int = 0,
-    progress: bool = True,
-    val_fraction: float = 0.1,
-    batch_sampling: str | None = None,
-    eval_every: int = 1,
-    track_epsilon: float | None = None,
+    config: FLConfig | None = None,
+    clients: int | None = None,
+    rounds: int | None = None,
+    taps: Sequence[Tap] | None = None,
+    seed: int | None = None,
+    progress: bool | None = None,
 ) -> Run:
     """Train a federated model under a defense; return accuracy, ledgers and tapped views.
 
-    Every argument after ``model`` is keyword-only:
-    ``simulate(None, dataset="digits", defense="fed-cdp")`` (``dataset`` and ``defense``
-    given by position, the old form, still work and warn).
+    ``simulate(None, dataset="digits", defense="fed-cdp", config=FLConfig.make(rounds=20,
+    batch_size=8))``; the settings most runs change are keywords of their own and replace
+    the config's (``simulate(defense="fed-cdp", rounds=20, seed=1)``). Every argument after
+    ``model`` is keyword-only (``dataset`` and ``defense`` given by position, the old form,
+    still work and warn; so do the settings of :class:`FLConfig` given as keywords of
+    ``simulate``, e.g. ``batch_size=8``, folded into ``config``).
 
     Args:
         model: any nn.Module mapping the dataset's inputs to class logits; default
             ``leakaudit.models.default_for(dataset)``. It is copied, never mutated.
         dataset: a name for :func:`leakaudit.data.load` or a ``Dataset``.
         defense: a :class:`Defense` or a registered name (:func:`leakaudit.defenses.get`).
-        clients: N; clients_per_round: K, a count (fixed-size client sampling; None: every
-            client); client_fraction: q, each client takes part with probability q (Poisson
-            client sampling; give one of the two). A float K is refused.
-        expected_weight: the fixed denominator of client-level DP aggregation (default q N,
-            or K): a public constant of the algorithm; weight_cap: client-level DP weights
-            min(1, n_c / weight_cap) (None: 1 each).
-        rounds: T; local_steps: L local iterations of batch size B per round.
-        lr: local learning rate; optimizer: "sgd" or "adam" (fresh state every round).
-        partition: "iid", "shards", "classes", "dirichlet" (see ``leakaudit.data.partition``,
-            options in ``partition_kwargs``) or explicit index lists, one per client.
-        taps: leak points to record (:class:`Tap`).
-        val_fraction: share of the training data the server keeps as validation set.
-        batch_sampling: "shuffle" (fixed size min(B, n_c)), "poisson" (rate B/n_c) or
-            "balls-in-bins" (random allocation: each epoch of t = round(n_c / B) local steps
-            deals every example into one step uniformly at random; accounted by
-            ``AllocationLedger``: ``ledger.allocate(sigma, steps=t, selected=1, epochs=E)``,
-            or one Gaussian step per epoch without it); None:
-            "poisson" where the defense's sound ledger assumes it (instance-level per-example
-            DP), else "shuffle". With "shuffle" the per-example releases are accounted soundly
-            for fixed-size batches (``FixedSizeBatchLedger``: q = 1, sigma/2).
-        eval_every: evaluate the test set every this many rounds (and after the last).
-        track_epsilon: a delta: also record the worst client's claimed and sound eps at
-            every evaluation (``Run.eps_history``; accuracy against privacy spent).
+        config: the federated run (:class:`FLConfig`: clients N, K or q, the DP-FedAvg
+            denominator and weight cap, rounds T, L local steps of batch size B, lr,
+            optimizer, partition, validation share, batch sampling, evaluation, eps
+            tracking); default ``FLConfig()``.
+        clients, rounds, taps, seed, progress: replace the config's N, T, leak-point taps
+            (:class:`Tap`), seed and progress bar when given (None: the config's; the
+            default config: 10 clients, 10 rounds, no taps, seed 0, a progress bar).
     """
-    if batch_sampling is None and isinstance(defense, (str, Defense)):
-        batch_sampling = default_batch_sampling(get_defense(defense))
-    cfg = FLConfig.make(
-        clients=clients, clients_per_round=clients_per_round, client_fraction=client_fraction,
-        expected_weight=expected_weight, weight_cap=weight_cap, rounds=rounds,
-        local_steps=local_steps, batch_size=batch_size, lr=lr, optimizer=optimizer,
-        partition=partition, partition_kwargs=partition_kwargs, taps=taps, seed=seed,
-        progress=progress, val_fraction=val_fraction, batch_sampling=batch_sampling,
-        eval_every=eval_every, track_epsilon=track_epsilon)
+    if config is not None and not isinstance(config, FLConfig):
+        raise ValueError(f"config must be an FLConfig (FLConfig.make(...)), got {config!r}")
+    given = {k: v for k, v in dict(clients=clients, rounds=rounds, taps=taps, seed=seed,
+                                   progress=progress).items() if v is not None}
+    cfg = (config or FLConfig()).replace(**given) if given or config is None else config
     if not isinstance(defense, (str, Defense)):
         raise ValueError(f"defense must be a name or a Defense, got {defense!r}")
-    the_defense = get_defense(defense)
+    the_defense = resolve_defense(defense)
+    if cfg.batch_sampling is None:
+        cfg = cfg.replace(batch_sampling=default_batch_sampling(the_defense))
     ds = data_mod.resolve(dataset, seed=cfg.seed)
     net = models_mod.resolve(model, ds, seed=cfg.seed)
     if net is model:
@@ -196,12 +177,14 @@ def split(ds: Dataset, cfg: FLConfig, rng: np.random.Generator
     return val_idx, parts
 
 
-def sound_relation(defense: Defense, cfg: FLConfig) -> str:
+def sound_relation(defense: Defense, cfg: FLConfig | str) -> str:
     """The neighbouring relation the sound ledgers state: the defense's own, except that a
     client-level DP-FedAvg release under fixed-size client sampling is accounted under
-    replace-one (the server knows the K who took part: no amplification, sensitivity 2C)."""
+    replace-one (the server knows the K who took part: no amplification, sensitivity 2C).
+    ``cfg``: the run's settings, or just its client sampling ("fixed-size" or "poisson")."""
+    sampling = cfg if isinstance(cfg, str) else cfg.client_sampling
     if (defense.relation == "add-remove" and defense.level == "client"
-            and defense.fixed_denominator and cfg.client_sampling == "fixed-size"):
+            and defense.fixed_denominator and sampling == "fixed-size"):
         return "replace-one"
     return defense.relation
 
@@ -210,6 +193,8 @@ class _Simulation:
     """The state of one run and its steps: sample, train each client, aggregate, evaluate."""
 
     def __init__(self, model: nn.Module, ds: Dataset, defense: Defense, cfg: FLConfig) -> None:
+        if cfg.batch_sampling is None:  # the defense's default
+            cfg = cfg.replace(batch_sampling=default_batch_sampling(defense))
         self.model, self.ds, self.defense, self.cfg = model, ds, defense, cfg
         self.rng = np.random.default_rng(cfg.seed)
         self.noise = torch.Generator().manual_seed(cfg.seed + 1)

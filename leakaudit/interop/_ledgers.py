@@ -15,7 +15,7 @@ from accounting import PrivacyLedger
 from ..records import LedgerPair
 
 __all__ = ["LedgerPair", "RELATIONS", "check_relation", "new_ledger", "multiplier",
-           "keywords_after_first"]
+           "old_positional_order"]
 
 try:  # the accountant's constants, once it has them
     from accounting.relations import RELATIONS  # type: ignore[import-not-found]
@@ -31,7 +31,7 @@ def check_relation(name: str, relation: object) -> str:
     return str(relation)
 
 
-def keywords_after_first(call: str, names: Sequence[str], legacy: tuple[Any, ...],
+def old_positional_order(call: str, names: Sequence[str], legacy: tuple[Any, ...],
                          given: dict[str, Any]) -> dict[str, Any]:
     """The old positional form of an interop call: ``legacy`` (what came after the first
     argument by position) taken as ``names`` in order, with a DeprecationWarning; ``given``

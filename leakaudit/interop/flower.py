@@ -60,7 +60,7 @@ from accounting.relations import gaussian_sensitivity
 
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, keywords_after_first, multiplier, new_ledger
+from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger, old_positional_order
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
@@ -491,7 +491,7 @@ def ledgers(dp: Any, *legacy: Any,
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
-    participation = keywords_after_first("ledgers", ("participation",), legacy,
+    participation = old_positional_order("ledgers", ("participation",), legacy,
                                          {"participation": participation})["participation"]
     if participation is None:
         raise TypeError("ledgers() missing the keyword argument participation (a Captured "

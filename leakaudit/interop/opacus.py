@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, keywords_after_first, new_ledger
+from ._ledgers import LedgerPair, check_relation, new_ledger, old_positional_order
 
 __all__ = ["Recorder", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
 
@@ -275,7 +275,7 @@ def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
     central limit theorem (Bu et al. 2020), an approximation that may under-report; the
     ledger gives sound bounds for the same steps instead.
     """
-    orders = keywords_after_first("ledger_from_accountant", ("orders",), legacy,
+    orders = old_positional_order("ledger_from_accountant", ("orders",), legacy,
                                   {"orders": orders})["orders"]
     opacus = _import_opacus()
     kind = _accountant_kind(accountant, opacus)
@@ -339,7 +339,7 @@ def ledgers(engine: Any, *legacy: Any, data_loader: Any = None, relation: str | 
     the accountant's no-amplification rule gives); an in-order loader must stay without
     amplification even if "shuffle" ever takes some from the random permutation.
     """
-    data_loader = keywords_after_first("ledgers", ("data_loader",), legacy,
+    data_loader = old_positional_order("ledgers", ("data_loader",), legacy,
                                        {"data_loader": data_loader})["data_loader"]
     if data_loader is None:
         raise TypeError("ledgers() missing the keyword argument data_loader (the loader "

@@ -83,6 +83,9 @@ def test_python_dash_m_accounting_runs():
      "--defense-param"),
     (["audit", "--defenses", "nope"], "--defenses"),
     (["audit", "--ray-address", "127.0.0.1:1"], "--ray-address"),
+    (["audit", "--engine", "serial", "--workers", "2"], "--workers"),   # was ignored
+    (["audit", "--points", "2,2"], "--points"),
+    (["audit", "--defenses", "none,none"], "--defenses"),
     (["privacy-audit", "--point", "5"], "--point"),
     (["privacy-audit", "--confidence", "1"], "--confidence"),
 ])
@@ -99,6 +102,77 @@ def test_an_unwritable_out_is_refused_before_training(tmp_path, capsys):
     blocker.write_text("")
     assert leakaudit_main(["audit", "--out", str(blocker / "sub")]) == 2
     assert capsys.readouterr().err.startswith("error: --out ")
+
+
+def test_an_empty_out_is_refused(tmp_path, capsys, monkeypatch):
+    # it used to write the tables and the results file into the working directory
+    monkeypatch.chdir(tmp_path)
+    for argv in (["audit", "--defenses", "none"], ["privacy-audit"]):
+        assert leakaudit_main(argv + ["--out", ""]) == 2
+        assert capsys.readouterr().err.startswith("error: --out must name a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_batch_size_beyond_the_clients_data_is_refused_naming_the_flag(tmp_path, capsys,
+                                                                          monkeypatch):
+    # it was accepted: the attacked clients of the quick profile hold ~121 examples
+    from leakaudit.auditing import auditor
+
+    monkeypatch.setattr(auditor, "_train_record", lambda *a, **k: 1 / 0)  # no training
+    assert leakaudit_main(["audit", "--defenses", "none", "--batch-size", "100000",
+                           "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --batch-size must be at most") and "121 examples" in err
+
+
+def _choices(parser, command, flag):
+    sub = next(a for a in parser._actions if a.dest == "command").choices[command]
+    return next(a for a in sub._actions if flag in a.option_strings)
+
+
+def test_every_cli_vocabulary_is_the_librarys_and_back():
+    """Contract: each CLI choice exists in the library, each library registry entry is
+    offered by the CLI, and the defaults are the library's."""
+    import inspect
+
+    from leakaudit import attacks, defenses
+    from leakaudit.auditing import ENGINES, PROFILES, AuditPlan, audit
+    from leakaudit.auditing.auditor import DEFAULT_ATTACKS, DEFAULT_DEFENSES, POINTS, STAGES
+    from leakaudit.cli import build_parser
+    from leakaudit.empirical import STATISTICS, privacy_audit
+
+    p = build_parser()
+    for command, flag, table in (("audit", "--engine", ENGINES),
+                                 ("audit", "--profile", PROFILES),
+                                 ("audit", "--stage", STAGES),
+                                 ("privacy-audit", "--statistic", STATISTICS)):
+        assert set(_choices(p, command, flag).choices) == set(table), flag
+    for command in ("audit", "privacy-audit"):
+        text = _choices(p, command, "--defenses").help
+        assert all(name in text.split(" among ")[1] for name in defenses.available())
+        for point in POINTS:
+            assert p.parse_args([command, "--points", str(point)]).points == [point]
+    text = _choices(p, "audit", "--attacks").help
+    assert set(text.split(" among ")[1].split(",")) == set(attacks.available())
+    args = p.parse_args(["audit", "--attacks", ",".join(attacks.available()),
+                         "--defenses", ",".join(defenses.available())])
+    AuditPlan.make(attacks=args.attacks)            # every attack offered is the library's
+    assert args.defenses == defenses.available()
+    plan = inspect.signature(AuditPlan.make).parameters
+    defaults = p.parse_args(["audit"])
+    assert defaults.defenses == list(DEFAULT_DEFENSES)
+    assert defaults.attacks == list(DEFAULT_ATTACKS)
+    for name in ("profile", "threshold", "delta", "batch_size", "local_steps", "stage",
+                 "device"):
+        assert getattr(defaults, name) == plan[name].default, name
+    assert tuple(defaults.points) == plan["points"].default
+    top = inspect.signature(audit).parameters
+    assert (defaults.engine, defaults.seed) == (top["engine"].default, top["seed"].default)
+    priv = inspect.signature(privacy_audit).parameters
+    got = p.parse_args(["privacy-audit"])
+    for name in ("trials", "delta", "confidence", "seed", "statistic"):
+        assert getattr(got, name) == priv[name].default, name
+    assert got.points == [priv["points"].default]
 
 
 def test_version_and_defaults_in_help(capsys):
@@ -131,9 +205,9 @@ def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, 
     assert "warning: --iterations is deprecated, use --max-iterations" in err
     last = err.strip().splitlines()[-1]
     assert "rerun the same command to resume" in last and "results.jsonl" in last
-    assert seen["defense_params"] == {"fed-cdp": {"sigma": 1, "clip": 2.5}}
-    assert seen["defenses"] == ["fed-cdp", "prune"] and seen["points"] == [2]
-    assert seen["max_iterations"] == 3
+    cdp, prune = seen["defenses"]   # built once, by the library's resolver
+    assert (cdp.name, cdp.sigma, cdp.clip) == ("fed-cdp", 1, 2.5) and prune.name == "prune"
+    assert seen["plan"].points == (2,) and seen["plan"].max_iterations == 3
 
 
 def test_defenses_lists_the_parameters_the_audit_uses(capsys):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import leakaudit
-from leakaudit import data, models
+from leakaudit import data, fl, models
 from leakaudit.auditing import auditor
 from leakaudit.auditing.cells import content_key, run_cell
 from leakaudit.auditing.engines import Engine
@@ -27,8 +27,10 @@ def both():
                              batch_size=B, engine="serial", progress=False, **BUDGET)
     ds = data.resolve("digits", seed=0)
     model = models.resolve(None, ds, seed=0)
-    plan = auditor._plan("quick", 1, 1, 3, 1, 1, (1,), BUDGET["attacks"], B, L)
-    defense = auditor._resolve_defenses(["none"], None)[0]
+    plan = auditor.AuditPlan.make(examples=1, rounds=1, max_iterations=3, restarts=1,
+                                  points=(1,), attacks=BUDGET["attacks"], batch_size=B,
+                                  local_steps=L)
+    defense = fl.resolve_defense("none")
     clients = max(plan.profile.clients, plan.examples)
     run = auditor._attack_round(defense, ds, model, plan, clients, 0)
     obs = run.observations_at(1)[0]
@@ -72,8 +74,9 @@ def same_content():
     acts nowhere) and point 2 (the local gradient), 2 L-BFGS steps each."""
     ds = data.resolve("digits", seed=0)
     model = models.resolve(None, ds, seed=0)
-    plan = auditor._plan("quick", 1, 1, 2, 1, 1, (0, 1, 2), ("idlg",))
-    defense = auditor._resolve_defenses(["none"], None)[0]
+    plan = auditor.AuditPlan.make(examples=1, rounds=1, max_iterations=2, restarts=1,
+                                  attacks=("idlg",))
+    defense = fl.resolve_defense("none")
     return auditor._attack_jobs(defense, ds, model, plan, 10, 0, 0.01,
                                 pending={f"none()|{p}|idlg|0" for p in (0, 1, 2)})
 
@@ -131,5 +134,5 @@ def test_content_key_sees_every_entry_of_an_array_option(same_content):
     other = prior.clone()
     other[0, 20, 20] = 1e-3  # repr() of a tensor this large elides this entry
     a, b = copy.deepcopy(job), copy.deepcopy(job)
-    a.spec.options["prior"], b.spec.options["prior"] = prior, other
+    a.spec.config.options["prior"], b.spec.config.options["prior"] = prior, other
     assert content_key(a) != content_key(b) != content_key(job)

@@ -51,9 +51,9 @@ def test_a_cell_reconstruction_ignores_the_truth():
 
     model = lenet(generator=torch.Generator().manual_seed(0))
     x, y = ds.x_train[:1], ds.y_train[:1]
-    spec = cells.AttackSpec(attack="idlg", model=model, gradients=fl.batch_gradient(model, x, y),
-                            input_shape=(1, 28, 28), num_classes=10, batch_size=1,
-                            max_iterations=4, restarts=1, seed=0)
+    spec = cells.AttackSpec.make("idlg", model, fl.batch_gradient(model, x, y),
+                                 input_shape=(1, 28, 28), num_classes=10, batch_size=1,
+                                 max_iterations=4, restarts=1, seed=0)
     assert not any("truth" in f.name or "inputs" in f.name
                    for f in dataclasses.fields(cells.AttackSpec))
     records = []

@@ -306,3 +306,53 @@ def test_positional_dataset_and_defense_still_work_and_warn(digits):
     assert only.defense.name == "none"
     with pytest.raises(TypeError, match="1 positional argument"):
         fl.simulate(None, digits, "none", 3, **kw)
+
+
+def test_the_settings_are_one_object_and_the_old_keywords_fold_into_it(digits):
+    """``config=FLConfig.make(...)`` is the form; the keywords it replaced still work, warn
+    once naming them, and give the very same run."""
+    cfg = fl.FLConfig.make(clients_per_round=3, local_steps=2, batch_size=4, lr=0.05)
+    new = fl.simulate(None, dataset=digits, defense="fed-cdp", config=cfg, rounds=1, seed=5,
+                      progress=False)
+    with pytest.warns(DeprecationWarning, match=r"simulate\(clients_per_round=\.\.\., "
+                      r"local_steps=\.\.\., batch_size=\.\.\., lr=\.\.\.\) is deprecated: "
+                      r"pass config=FLConfig.make"):
+        old = fl.simulate(None, dataset=digits, defense="fed-cdp", clients_per_round=3,
+                          local_steps=2, batch_size=4, lr=0.05, rounds=1, seed=5,
+                          progress=False)
+    assert all(torch.equal(x, y) for x, y in zip(weights(new), weights(old)))
+    assert new.settings == old.settings and new.settings["batch_sampling"] == "poisson"
+    with pytest.raises(ValueError, match="config must be an FLConfig"):
+        fl.simulate(None, dataset=digits, config={"rounds": 1})
+
+
+def test_a_config_is_rebuilt_checked():
+    every = fl.FLConfig.make(clients=4)
+    assert every.replace(clients=8).clients_per_round == 8        # every client stays every
+    assert fl.FLConfig.make(clients=8, clients_per_round=3).replace(clients=9) \
+        .clients_per_round == 3
+    poisson = every.replace(client_fraction=0.5)                  # a rate drops the count
+    assert poisson.client_sampling == "poisson"
+    assert poisson.replace(clients_per_round=2).client_sampling == "fixed-size"
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        every.replace(rounds=0)
+    with pytest.raises(ValueError, match="not a setting of FLConfig"):
+        every.replace(defense="none")
+    assert fl.FLConfig().batch_sampling is None   # the defense's default, set by simulate
+
+
+def test_a_defense_is_resolved_in_one_place():
+    d = fl.resolve_defense("fed-cdp")
+    assert fl.resolve_defense(d) is d
+    with pytest.raises(ValueError, match="defenses: unknown defense 'fed-cpd'"):
+        fl.resolve_defense("fed-cpd")
+    with pytest.raises(ValueError, match="defense_params has an unknown defense"):
+        fl.resolve_defenses(["fed-cdp"], {"fed-cpd": {"sigma": 1.0}})
+
+
+def test_an_unknown_partition_option_is_refused_when_the_config_is_built():
+    # it was a TypeError from inside the data split
+    with pytest.raises(ValueError, match="partition_kwargs has an unknown option 'alhpa'"):
+        fl.FLConfig.make(partition="dirichlet", partition_kwargs={"alhpa": 0.5})
+    assert fl.FLConfig.make(partition="dirichlet", partition_kwargs={"alpha": 0.5}) \
+        .partition_kwargs == (("alpha", 0.5),)
