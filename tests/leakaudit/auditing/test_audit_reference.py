@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from leakaudit.auditing import audit
+from leakaudit.auditing import AuditPlan, audit
 from leakaudit.grads import torch_threads
 
 pytestmark = pytest.mark.slow  # end-to-end audits
@@ -35,12 +35,13 @@ pytestmark = pytest.mark.slow  # end-to-end audits
 REFERENCE = Path(__file__).with_name("reference_small_audit.json")
 
 SMALL = dict(defenses=["none", "fed-cdp", "random-noise"], attacks=("dlg", "idlg"),
-             points=(0, 2), examples=1, rounds=2, max_iterations=8, seed=0,
-             engine="serial", progress=False)
+             plan=AuditPlan.make(points=(0, 2), examples=1, rounds=2, max_iterations=8),
+             seed=0, engine="serial", progress=False)
 
 #: smaller still, for the byte-identity runs (three audits)
-TINY = dict(defenses=["fed-cdp"], attacks=("idlg",), points=(2,), examples=1, rounds=1,
-            max_iterations=4, engine="serial", progress=False)
+TINY = dict(defenses=["fed-cdp"], attacks=("idlg",),
+            plan=AuditPlan.make(points=(2,), examples=1, rounds=1, max_iterations=4),
+            engine="serial", progress=False)
 
 #: fields never compared: wall-clock time, and the reconstruction itself (its error is)
 SKIPPED = {"seconds", "reconstruction"}
@@ -53,8 +54,10 @@ def _records(path: Path) -> list[dict]:
 
 
 def _run(path: Path, **options) -> list[dict]:
+    options = dict(options)
+    defenses = options.pop("defenses")
     with torch_threads(1):  # float sums depend on the thread count: pin it
-        audit(results=str(path), **options)
+        audit(defenses, results=str(path), **options)
     return _records(path)
 
 
