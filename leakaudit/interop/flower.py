@@ -77,6 +77,26 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("leakaudit.interop.flower needs Flower: "
                       "pip install 'leakaudit[flower]'") from exc
 
+try:  # Flower's other import path (flwr.client / flwr.server): distinct classes, same fields
+    from flwr.client.mod import LocalDpMod as _LegacyLocalDpMod
+    from flwr.server.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping as _LegacyClientAdaptive,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyClientSideFixedClipping as _LegacyClientFixed,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyServerSideAdaptiveClipping as _LegacyServerAdaptive,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyServerSideFixedClipping as _LegacyServerFixed,
+    )
+    _LEGACY_FIXED: tuple[type, ...] = (_LegacyServerFixed, _LegacyClientFixed)
+    _LEGACY_ADAPTIVE: tuple[type, ...] = (_LegacyServerAdaptive, _LegacyClientAdaptive)
+    _LEGACY_LOCAL: tuple[type, ...] = (_LegacyLocalDpMod,)
+except ImportError:  # pragma: no cover - a Flower without the older path
+    _LEGACY_FIXED, _LEGACY_ADAPTIVE, _LEGACY_LOCAL = (), (), ()
+
 __all__ = ["ClientRecorder", "StrategyRecorder", "Captured", "RoundRecord", "keep_truth", "load",
            "ledgers", "AGGREGATE", "SAMPLING"]
 
@@ -100,9 +120,13 @@ SAMPLING = "fixed-size"
 #: ``Observation.client`` of an aggregated update (point 0): every client of the round
 AGGREGATE = -1
 _TRUTH_KEY = "leakaudit.truth"
-_FIXED = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientSideFixedClipping)
+#: the DP wrappers and LocalDpMod under both of Flower's import paths (flwr.serverapp /
+#: flwr.clientapp and flwr.server / flwr.client export different classes with the same fields)
+_FIXED = (DifferentialPrivacyServerSideFixedClipping,
+          DifferentialPrivacyClientSideFixedClipping) + _LEGACY_FIXED
 _ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
-             DifferentialPrivacyClientSideAdaptiveClipping)
+             DifferentialPrivacyClientSideAdaptiveClipping) + _LEGACY_ADAPTIVE
+_LOCAL = (LocalDpMod,) + _LEGACY_LOCAL
 
 
 
@@ -511,7 +535,7 @@ def ledgers(dp: Any, *legacy: Any,
         if any(not 1 <= int(r) <= rounds for r in rs):
             raise ValueError(f"participation of client {c} has rounds {list(rs)} outside "
                              f"1..{rounds}")
-    if dp is not None and not isinstance(dp, _FIXED + _ADAPTIVE + (LocalDpMod,)):
+    if dp is not None and not isinstance(dp, _FIXED + _ADAPTIVE + _LOCAL):
         raise ValueError(f"dp must be a Flower DP strategy wrapper "
                          f"({', '.join(c.__name__ for c in _FIXED + _ADAPTIVE)}), a LocalDpMod "
                          f"or None, got {type(dp).__module__}.{type(dp).__name__}")
@@ -527,7 +551,7 @@ def ledgers(dp: Any, *legacy: Any,
             for lg in (claimed[c], sound[c]):
                 lg.step(q=1.0, sigma=0.0, count=taken[c], note="no DP: update sent in clear")
         reason = "no DP: every aggregated update is released in the clear"
-    elif isinstance(dp, LocalDpMod):
+    elif isinstance(dp, _LOCAL):
         reason = _local(dp, claimed, sound, taken, neighbouring)
     else:
         reason = _central(dp, claimed, sound, taken, num_clients, rounds, neighbouring)
