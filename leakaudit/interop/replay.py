@@ -1,0 +1,210 @@
+"""Record/replay of a library's own DP step: what it released, checked against what it declares.
+
+The adapters (:func:`leakaudit.interop.opacus.audit_optimizer`,
+:func:`leakaudit.interop.flower.audit_dp`) run the library's real step on canary batches, in
+two neighbouring worlds (the canary in, and out under the stated relation), each run on a
+seeded noise draw, and hand the recorded releases here (after dp-recorder, PETS 2026, which
+records numpy/pandas mechanisms and replays them against their declared sensitivity).
+
+Two kinds of evidence, one row per audited mechanism (:class:`ReplayReport`):
+
+- **deterministic checks** (no statistics): run with the canary in and out *on the same
+  noise*, the release moves by exactly the canary's contribution, which must not exceed
+  the declared sensitivity (in the release's units: Opacus divides by its expected batch
+  size, Flower's central wrappers by K); and two runs of one world on different noise
+  differ by noise alone, whose std must be the one the accountant uses (within a tolerance
+  of a few standard errors of the estimate over every coordinate).
+- **the canary game** on the recorded releases: the white-box projection on the canary's
+  contribution (the Neyman-Pearson test for a Gaussian mechanism) and the energy about the
+  canary-out mean (a noise scale that differs between the worlds, Opacus #819), each turned
+  into eps and mu lower bounds by :func:`leakaudit.empirical.stats.bounds_from_scores`
+  (Bonferroni over the two), against the claimed and sound eps of one release.
+
+No torch, Opacus or Flower here (numpy and the empirical statistics only).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._jsonsafe import finite_json, number
+from ..reporting import latex_table, write_tables
+
+__all__ = ["ReplayReport", "COLUMNS", "replay_row"]
+
+COLUMNS = ("library", "version", "mode", "relation", "trials", "contribution", "bound",
+           "noise_ratio", "eps_claimed", "eps_sound", "eps_lower", "mu_claimed", "mu_lower",
+           "flagged", "finding")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if math.isinf(v) else "-" if math.isnan(v) else f"{v:.3g}"
+    return str(v)
+
+
+def _unclean(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _unclean(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_unclean(x) for x in v]
+    return number(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v
+
+
+@dataclass
+class ReplayReport:
+    """Rows of a record/replay audit, one per (library, version, mode): a
+    :class:`leakaudit.reporting.Report` (rows, Markdown, CSV, JSON, LaTeX, save, from_json).
+
+    Columns: ``contribution`` is the largest recorded move of the release by the canary on
+    the same noise, in units of the declared per-example sensitivity (``bound``: 1 under
+    add-remove or zero-out, 2 under replace-one); ``noise_ratio`` the measured noise std over
+    the accountant's; ``eps_claimed`` / ``mu_claimed`` one release as the library accounts it
+    (no sampling: the game fixes the batch), ``eps_sound`` one release as the sound ledger
+    accounts it; ``eps_lower`` / ``mu_lower`` what the canary game measured (95 %);
+    ``flagged`` when a check fails or the game beats the claim; ``finding`` says which.
+    """
+
+    config: dict[str, Any] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.records.append(dict(record))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.records]
+
+    def flagged(self) -> list[dict[str, Any]]:
+        """The rows with a finding."""
+        return [dict(r) for r in self.records if r["flagged"]]
+
+    def to_markdown(self) -> str:
+        head = "| " + " | ".join(COLUMNS) + " |"
+        sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
+        body = ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in self.records]
+        return "\n".join([head, sep, *body]) + "\n"
+
+    def to_csv(self) -> str:
+        buf = io.StringIO()
+        keys = list(COLUMNS) + sorted({k for r in self.records for k in r} - set(COLUMNS))
+        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+        writer.writeheader()
+        for r in self.records:
+            writer.writerow({k: finite_json(r.get(k)) for k in keys})
+        return buf.getvalue()
+
+    def to_json(self) -> str:
+        return json.dumps({"config": finite_json(self.config),
+                           "rows": [finite_json(r) for r in self.records]},
+                          indent=1, sort_keys=True)
+
+    def to_latex(self) -> str:
+        return latex_table(COLUMNS, self.records, _fmt)
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplayReport:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError("this JSON is not a ReplayReport (no list of rows)")
+        return cls(config=_unclean(data.get("config", {})),
+                   records=[_unclean(r) for r in data["rows"]])
+
+    def save(self, directory: str | Path, stem: str = "replay") -> dict[str, Path]:
+        """Write Markdown, CSV, LaTeX and JSON into ``directory``; paths by extension."""
+        return write_tables(self, directory, stem)
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """eps(delta) of one Gaussian release with sensitivity / std = mu (Balle & Wang 2018,
+    Thm 8; :func:`leakaudit.empirical.stats.gdp_epsilon`)."""
+    from ..empirical.stats import gdp_epsilon
+
+    return gdp_epsilon(mu, delta)
+
+
+def noise_tolerance(pairs: int, dim: int) -> float:
+    """Relative tolerance of a std estimated from ``pairs`` differences of two noise draws
+    over ``dim`` coordinates: 6 standard errors (sd of a std estimate from m normal draws is
+    about std / sqrt(2 m)), and at least 1e-3 for float32 rounding."""
+    return max(1e-3, 6.0 / math.sqrt(2.0 * max(1, pairs * dim)))
+
+
+def replay_row(*, library: str, version: str, mode: str, relation: str,
+               out: np.ndarray, into: np.ndarray, paired_in: np.ndarray, paired_out: np.ndarray,
+               sensitivity: float, noise_std: float, mu_claimed: float, mu_sound: float,
+               delta: float, confidence: float, seed: int, note: str = "") -> dict[str, Any]:
+    """One report row from recorded releases (rows of flattened releases).
+
+    Args:
+        out, into: releases of the canary-out and canary-in worlds, each on its own noise.
+        paired_in, paired_out: releases of both worlds on the same noise (row i on seed i).
+        sensitivity: the declared per-example sensitivity in the release's units (C times
+            the library's normaliser).
+        noise_std: the std the accountant assumes, in the release's units.
+        mu_claimed, mu_sound: sensitivity / std of one release as claimed (the library's
+            accountant, its relation) and as the sound ledger has it (the game's relation).
+    """
+    from ..empirical.stats import bounds_from_scores
+
+    bound = 2.0 if relation == "replace-one" else 1.0
+    moves = np.linalg.norm(paired_in - paired_out, axis=1)
+    contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
+    half = out.shape[0] // 2
+    noise = np.concatenate([(out[:half] - out[half:2 * half]),
+                            (into[:half] - into[half:2 * half])]) / math.sqrt(2.0)
+    measured = float(np.sqrt(np.mean(noise ** 2)))
+    ratio = measured / noise_std if noise_std > 0 else math.inf
+    n_out, n_in = (float(np.sqrt(np.mean(((a[:half] - a[half:2 * half]) ** 2) / 2.0)))
+                   for a in (out, into))
+    tol = noise_tolerance(half, out.shape[1])
+    findings = []
+    if contribution > bound * (1.0 + 1e-3):
+        findings.append(f"the canary moves the release by {contribution:.3g} x the declared "
+                        f"sensitivity (bound {bound:g} under {relation})")
+    if abs(ratio - 1.0) > tol:
+        findings.append(f"noise std {ratio:.3g} x the accountant's")
+    if abs(n_in / n_out - 1.0) > 2 * tol:
+        findings.append(f"noise std differs between the worlds (in / out {n_in / n_out:.4g}): "
+                        f"the normaliser depends on the data")
+    # the game: projection on the canary's contribution (white-box) and energy, Bonferroni
+    direction = (paired_in - paired_out).mean(axis=0)
+    norm = float(np.linalg.norm(direction))
+    direction = direction / norm if norm > 0 else direction
+    centre = paired_out.mean(axis=0)  # runs apart from the game's: no bias to either world
+    scores = {"projection": (out @ direction, into @ direction),
+              "energy": (((out - centre) ** 2).sum(axis=1), ((into - centre) ** 2).sum(axis=1))}
+    conf = 1.0 - (1.0 - confidence) / len(scores)
+    best = {"eps_lower": 0.0, "mu_lower": 0.0, "statistic": "-"}
+    for name, (s_out, s_in) in scores.items():
+        got = bounds_from_scores(s_out, s_in, confidence=conf, delta=delta, seed=seed)
+        if got["eps_lower"] > best["eps_lower"] or got["mu_lower"] > best["mu_lower"]:
+            best["statistic"] = name
+        best["eps_lower"] = max(best["eps_lower"], got["eps_lower"])
+        best["mu_lower"] = max(best["mu_lower"], got["mu_lower"])
+    eps_claimed = gaussian_epsilon(mu_claimed, delta)
+    eps_sound = gaussian_epsilon(mu_sound, delta)
+    if best["mu_lower"] > mu_claimed or best["eps_lower"] > eps_claimed:
+        findings.append(f"the game measures mu >= {best['mu_lower']:.3g} "
+                        f"(eps >= {best['eps_lower']:.3g}) against the claimed "
+                        f"{mu_claimed:.3g} ({eps_claimed:.3g})")
+    if note:
+        findings.append(note)
+    return {"library": library, "version": version, "mode": mode, "relation": relation,
+            "trials": int(out.shape[0]), "contribution": contribution, "bound": bound,
+            "noise_ratio": ratio, "noise_tolerance": tol, "eps_claimed": eps_claimed,
+            "eps_sound": eps_sound, "eps_lower": best["eps_lower"], "mu_claimed": mu_claimed,
+            "mu_sound": mu_sound, "mu_lower": best["mu_lower"], "statistic": best["statistic"],
+            "flagged": bool(findings) and findings != [note],
+            "finding": "; ".join(findings) if findings else "none", "delta": delta}
