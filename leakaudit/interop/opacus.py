@@ -647,7 +647,9 @@ class _Stepper:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # any draw from torch's generator (dropout, a noise
             opt.generator = torch.Generator().manual_seed(seed)  # not on opt.generator)
-            self.criterion(self.model(x), y).backward()
+            with warnings.catch_warnings():  # torch: backward hooks, inputs without grad
+                warnings.filterwarnings("ignore", message="Full backward hook")
+                self.criterion(self.model(x), y).backward()
             opt.step()
         return torch.cat([p.grad.detach().reshape(-1) for p in opt.params]).double().numpy()
 
