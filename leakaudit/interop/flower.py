@@ -45,6 +45,7 @@ leakaudit`` never imports it.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import warnings
@@ -63,7 +64,16 @@ from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, keywords_after_first, multiplier, new_ledger
 
 try:
-    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
     from flwr.clientapp.mod import LocalDpMod
     from flwr.serverapp import Grid
     from flwr.serverapp.strategy import (
@@ -98,7 +108,7 @@ except ImportError:  # pragma: no cover - a Flower without the older path
     _LEGACY_FIXED, _LEGACY_ADAPTIVE, _LEGACY_LOCAL = (), (), ()
 
 __all__ = ["ClientRecorder", "StrategyRecorder", "Captured", "RoundRecord", "keep_truth", "load",
-           "ledgers", "AGGREGATE", "SAMPLING"]
+           "ledgers", "audit_dp", "AGGREGATE", "SAMPLING"]
 
 #: old names, deprecated: the old name -> the new one
 _RENAMED = {"ClientTap": "ClientRecorder", "StrategyTap": "StrategyRecorder"}
@@ -677,3 +687,205 @@ def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> s
             f"its std {std:.4g} calibrated to sensitivity {dp.sensitivity:g} by Dwork & Roth "
             f"Thm A.1 (a proof for eps < 1 only); sound: that Gaussian on an upload that moves "
             f"by up to {span} under {relation}: multiplier {z:.4g} per round taken part")
+
+
+# ---------------------------------------------------------------------------- record/replay
+class _Identity:
+    """Flower's messages need a task identity (a simulation sets one); set while replaying,
+    restored afterwards."""
+
+    def __enter__(self) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        self._saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+        for name in ("_task_id", "_run_id", "_node_id"):
+            if getattr(TaskIdentity, name) is None:
+                setattr(TaskIdentity, name, 1)
+
+    def __exit__(self, *exc: object) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = self._saved
+
+
+def _record(vector: np.ndarray) -> ArrayRecord:
+    return ArrayRecord({"w": Array(np.asarray(vector, dtype=np.float64).copy())})
+
+
+def _seeded(seed: int) -> Any:
+    """numpy's global generator (Flower draws its DP noise from it) seeded, then restored."""
+    class _Seeded:
+        def __enter__(self) -> None:
+            self.state = np.random.get_state()
+            np.random.seed(seed % 2**32)
+
+        def __exit__(self, *exc: object) -> None:
+            np.random.set_state(self.state)
+
+    return _Seeded()
+
+
+def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """The wrapper's real aggregate_train on K replies (each the global weights, 0, plus an
+    update), its accountant detached: the published aggregate."""
+    msg = Message(content=RecordDict({"config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=1, message_type=MessageType.TRAIN)
+    replies = [Message(RecordDict({"arrays": _record(u),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg) for u in updates]
+    dp.current_arrays = _record(np.zeros_like(updates[0]))
+    with _seeded(seed):
+        arrays, _ = dp.aggregate_train(1, replies)
+    if arrays is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_train released nothing for "
+                         f"{len(updates)} replies (num_sampled_clients="
+                         f"{dp.num_sampled_clients})")
+    return np.asarray(arrays["w"].numpy(), dtype=np.float64).reshape(-1)
+
+
+def _local_release(mod: Any, update: np.ndarray, seed: int) -> np.ndarray:
+    """LocalDpMod's real __call__ around a client that returns the global weights (0) plus
+    ``update``: the upload that leaves the client."""
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    if isinstance(mod, _LEGACY_LOCAL):  # flwr.client.mod's reads the older message layout
+        from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {"server-round": 1}), keep_input=True)
+
+        def reply(m: Message) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+    else:
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({"server-round": 1})})
+
+        def reply(m: Message) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    with _seeded(seed):
+        out = mod(msg, ctx, lambda m, c: reply(m))
+    if out.has_error():
+        raise ValueError(f"LocalDpMod answered with an error: {out.error}")
+    if isinstance(mod, _LEGACY_LOCAL):
+        from flwr.common import parameters_to_ndarrays
+        from flwr.compat.common import recorddict_compat as compat
+
+        res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        return np.asarray(parameters_to_ndarrays(res.parameters)[0],
+                          dtype=np.float64).reshape(-1)
+    return np.asarray(next(iter(out.content.array_records.values()))["w"].numpy(),
+                      dtype=np.float64).reshape(-1)
+
+
+def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
+             trials: int = 200, pairs: int = 8, delta: float = 1e-5,
+             confidence: float = 0.95, seed: int = 0) -> Any:
+    """Record/replay a Flower DP wrapper's (or ``LocalDpMod``'s) own code: one public call,
+    one report row (:class:`leakaudit.interop.replay.ReplayReport`).
+
+    Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``, either
+    import path): the wrapper's real ``aggregate_train`` on K replies (weights ``dim``
+    zeros plus an update), the canary's update of norm 10 C in one of them and updates of
+    norm C/2 in the others; the out world replaces it by its negative (replace-one and
+    add-remove: Flower's cohort has a fixed size K) or by zeros (zero-out). ``LocalDpMod``:
+    its real ``__call__`` around a client returning the canary's (or the other) update.
+    Each run draws Flower's noise from numpy's global generator seeded per run (restored
+    afterwards); the wrapper's accountant, if any, is detached while replaying.
+
+    Checked: the release moves by at most the declared sensitivity (central: C/K on the
+    mean per client; LocalDpMod: its ``sensitivity`` argument) and the noise std is the one
+    Flower computes (``z C / K``; LocalDpMod's Dwork & Roth std); the game against one
+    release as claimed (DP-FedAvg's multiplier z; LocalDpMod's (eps, delta), read as the
+    Gaussian it calibrates) and as the sound ledger has it (:func:`ledgers`).
+    """
+    from .._validate import check_probability
+    from .replay import ReplayReport, replay_row
+
+    if not isinstance(dp, _FIXED + _LOCAL):
+        raise ValueError(f"dp must be one of Flower's fixed-clipping DP wrappers or a "
+                         f"LocalDpMod (either import path), got {type(dp).__module__}."
+                         f"{type(dp).__name__}")
+    neighbouring = check_relation("neighbouring", neighbouring)
+    check_int("dim", dim, 1)
+    check_int("trials", trials, 8)
+    check_int("pairs", pairs, 1)
+    check_probability("delta", delta)
+    check_probability("confidence", confidence)
+    import flwr
+
+    rng = np.random.default_rng(seed)
+    clip = float(dp.clipping_norm)
+    direction = rng.standard_normal(dim)
+    direction /= np.linalg.norm(direction)
+    canary = 10.0 * clip * direction
+    # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
+    # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-9 C
+    other = 1e-10 * canary if neighbouring == "zero-out" else -canary
+    if isinstance(dp, _LOCAL):
+        if not (dp.epsilon > 0 and 0 < dp.delta < 1):
+            raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its "
+                             f"noise std needs epsilon > 0 and 0 < delta < 1")
+        std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
+        sensitivity = float(dp.sensitivity) if dp.sensitivity > 0 else clip
+
+        def release(world_in: bool, s: int) -> np.ndarray:
+            return _local_release(dp, canary if world_in else other, s)
+
+        mode = f"LocalDpMod ({type(dp).__module__})"
+        span = clip * (1.0 if neighbouring == "zero-out" else 2.0)
+        note = (f"its sensitivity {dp.sensitivity:g} calibrates the noise, but the clipped "
+                f"upload moves by up to {span:g} under {neighbouring}: the sound eps of a "
+                f"release is above the claimed one" if span > dp.sensitivity else "")
+        # claimed: the Gaussian its (eps, delta) calibrates, at its stated sensitivity
+        mu_claimed = sensitivity / std
+        mu_sound = 1.0 / local_dp_noise_multiplier(std, clip, neighbouring)
+        detached = None
+    else:
+        k = int(dp.num_sampled_clients)
+        rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1, dim))]
+        std = float(dp.noise_multiplier) * clip / k
+        sensitivity = clip / k
+
+        def release(world_in: bool, s: int) -> np.ndarray:
+            return _central_release(dp, [canary if world_in else other, *rest], s)
+
+        mode = f"{type(dp).__name__} ({type(dp).__module__}), K={k}"
+        mu_claimed = 1.0 / float(dp.noise_multiplier)
+        mu_sound = 1.0 / central_noise_multiplier(float(dp.noise_multiplier), k, 1.0 / k,
+                                                  neighbouring)
+        detached = getattr(dp, "accountant", None)
+        note = ("the server does not clip: the wrapper trusts each client's "
+                "fixedclipping_mod (replayed here without it)"
+                if isinstance(dp, (DifferentialPrivacyClientSideFixedClipping,
+                                   *_LEGACY_FIXED[1:])) else "")
+    base = 1_000_003 * (seed + 1)
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    with _Identity(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logger.setLevel(logging.WARNING)  # Flower logs every clip and noise draw
+        if detached is not None:
+            dp.accountant = None
+        try:
+            out = np.stack([release(False, base + i) for i in range(trials)])
+            into = np.stack([release(True, base + trials + i) for i in range(trials)])
+            p_out = np.stack([release(False, base + 2 * trials + i) for i in range(pairs)])
+            p_in = np.stack([release(True, base + 2 * trials + i) for i in range(pairs)])
+        finally:
+            if detached is not None:
+                dp.accountant = detached
+            logger.setLevel(level)
+    row = replay_row(library="flower", version=flwr.__version__, mode=mode,
+                     relation=neighbouring, out=out, into=into, paired_in=p_in,
+                     paired_out=p_out, sensitivity=sensitivity, noise_std=std,
+                     mu_claimed=mu_claimed, mu_sound=mu_sound, delta=delta,
+                     confidence=confidence, seed=seed, note=note)
+    row["clipping_norm"] = clip
+    report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
+                                  "trials": trials, "pairs": pairs, "dim": dim})
+    report.add(row)
+    return report

@@ -139,3 +139,62 @@ def test_audit_optimizer_bad_input_is_named():
     with pytest.raises(ValueError, match="trials"):
         audit_optimizer(opt, model, loader, trials=2)
     assert noise_tolerance(100, 1000) == pytest.approx(6 / math.sqrt(2e5))
+
+
+# ------------------------------------------------------------------------------ Flower
+def _flower():
+    require("flwr", "flower")
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+    from leakaudit.interop import flower as lf
+
+    return lf, DifferentialPrivacyServerSideFixedClipping, FedAvg
+
+
+@pytest.mark.slow
+def test_flower_central_fixed_clipping_real_aggregate_from_one_call():
+    lf, Fixed, FedAvg = _flower()
+    dp = Fixed(FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=3)
+    (row,) = lf.audit_dp(dp, dim=300, trials=60, pairs=2, neighbouring="zero-out").rows()
+    assert row["library"] == "flower" and "K=3" in row["mode"]
+    # the canary's update (norm 10 C) is clipped to C: the mean moves by exactly C/K
+    assert row["contribution"] == pytest.approx(1.0, abs=1e-6)
+    assert abs(row["noise_ratio"] - 1.0) < row["noise_tolerance"]  # z C / K
+    assert not row["flagged"]
+    # replace-one: the canary replaced by its negative moves the mean by 2C/K, mu 2 = 2/z:
+    # more than DP-FedAvg's claimed multiplier z gives (the sound ledger's halved z)
+    swap = lf.audit_dp(dp, dim=300, trials=60, pairs=2).rows()[0]
+    assert swap["contribution"] == pytest.approx(2.0, abs=1e-6)
+    assert swap["eps_sound"] > swap["eps_claimed"]
+
+
+def test_flower_wrapper_with_half_the_noise_is_flagged():
+    lf, Fixed, FedAvg = _flower()
+
+    class HalfNoise(Fixed):
+        def _add_noise_to_aggregated_arrays(self, arrays):
+            self.noise_multiplier /= 2
+            try:
+                return super()._add_noise_to_aggregated_arrays(arrays)
+            finally:
+                self.noise_multiplier *= 2
+
+    dp = HalfNoise(FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=2)
+    row = lf.audit_dp(dp, dim=300, trials=60, pairs=2, neighbouring="zero-out").rows()[0]
+    assert row["flagged"] and row["noise_ratio"] == pytest.approx(0.5, rel=0.05)
+
+
+@pytest.mark.parametrize("path", ["flwr.clientapp.mod", "flwr.client.mod"])
+def test_flower_local_dp_mod_real_call_from_one_call(path):
+    lf, _, _ = _flower()
+    import importlib
+
+    mod = importlib.import_module(path).LocalDpMod(clipping_norm=1.0, sensitivity=1.0,
+                                                   epsilon=1.0, delta=1e-5)
+    row = lf.audit_dp(mod, dim=300, trials=60, pairs=2).rows()[0]
+    assert path in row["mode"]
+    # Dwork & Roth's std for sensitivity 1, eps 1, delta 1e-5 (Flower logs 4.8448)
+    assert abs(row["noise_ratio"] - 1.0) < row["noise_tolerance"]
+    assert row["contribution"] == pytest.approx(2.0, abs=1e-6)  # 2C under replace-one
+    assert "moves by up to 2" in row["finding"] and row["eps_sound"] > row["eps_claimed"]
+    assert not row["flagged"]  # information, not a check that failed
