@@ -155,7 +155,11 @@ def _partitions(grid: Any) -> dict[int, int]:
     client app's query function)."""
     from flwr.app import Message, MessageType, RecordDict
 
-    nodes = sorted(grid.get_node_ids())
+    deadline = time.monotonic() + 120
+    while len(nodes := sorted(grid.get_node_ids())) < NUM_CLIENTS:  # nodes still joining
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(nodes)} of {NUM_CLIENTS} nodes joined in 120 s")
+        time.sleep(0.5)
     replies = grid.send_and_receive([
         Message(content=RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
         for n in nodes])

@@ -781,6 +781,126 @@ def _local_release(mod: Any, update: np.ndarray, seed: int) -> np.ndarray:
                       dtype=np.float64).reshape(-1)
 
 
+def _local_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                 relation: str) -> dict[str, Any]:
+    """LocalDpMod: its call around a client returning the canary's (or the other) update;
+    declared: its ``sensitivity`` and the std its (eps, delta) calibrate."""
+    if not (dp.epsilon > 0 and 0 < dp.delta < 1):
+        raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its "
+                         f"noise std needs epsilon > 0 and 0 < delta < 1")
+    clip = float(dp.clipping_norm)
+    std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
+    sensitivity = float(dp.sensitivity) if dp.sensitivity > 0 else clip
+    span = clip * (1.0 if relation == "zero-out" else 2.0)
+    return {"release": lambda world_in, s: _local_release(dp, canary if world_in else other,
+                                                          s),
+            "mode": f"LocalDpMod ({type(dp).__module__})", "std": std,
+            "sensitivity": sensitivity, "detached": None,
+            "mu_claimed": sensitivity / std,  # the Gaussian its (eps, delta) calibrates
+            "mu_sound": 1.0 / local_dp_noise_multiplier(std, clip, relation),
+            "note": (f"its sensitivity {dp.sensitivity:g} calibrates the noise, but the "
+                     f"clipped upload moves by up to {span:g} under {relation}: the sound "
+                     f"eps of a release is above the claimed one"
+                     if span > dp.sensitivity else "")}
+
+
+def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                   relation: str) -> dict[str, Any]:
+    """A fixed-clipping wrapper: its aggregate over K replies, the canary's in one and
+    updates of norm C/2 in the others (through Flower's ``fixedclipping_mod`` first for the
+    client-side wrapper); declared: C/K on the mean and the std z C / K."""
+    clip, k, z = float(dp.clipping_norm), int(dp.num_sampled_clients), float(
+        dp.noise_multiplier)
+    rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1,
+                                                                             canary.size))]
+    legacy = isinstance(dp, _LEGACY_FIXED)
+    client_side = isinstance(dp, (DifferentialPrivacyClientSideFixedClipping,
+                                  *_LEGACY_FIXED[1:]))
+    aggregate = _legacy_central_release if legacy else _central_release
+
+    def release(world_in: bool, s: int) -> np.ndarray:
+        updates = [canary if world_in else other, *rest]
+        if client_side:
+            updates = [_client_clipped(u, clip, legacy) for u in updates]
+        return aggregate(dp, updates, s)
+
+    return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
+            "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
+            "mu_claimed": 1.0 / z,
+            "mu_sound": 1.0 / central_noise_multiplier(z, k, 1.0 / k, relation),
+            "detached": getattr(dp, "accountant", None),
+            "note": "clipped by Flower's fixedclipping_mod at each client" if client_side
+            else ""}
+
+
+def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray:
+    """``update`` as it leaves a client through Flower's ``fixedclipping_mod``."""
+    from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
+
+    if legacy:
+        from flwr.client.mod import fixedclipping_mod
+        from flwr.common import (
+            Code,
+            FitIns,
+            FitRes,
+            Status,
+            ndarrays_to_parameters,
+            parameters_to_ndarrays,
+        )
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {KEY_CLIPPING_NORM: clip}), keep_input=True)
+
+        def reply(m: Message, c: Context) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            res = compat.recorddict_to_fitres(out.content, keep_input=True)
+            return np.asarray(parameters_to_ndarrays(res.parameters)[0], dtype=np.float64)
+    else:
+        from flwr.clientapp.mod import fixedclipping_mod
+
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({KEY_CLIPPING_NORM: clip})})
+
+        def reply(m: Message, c: Context) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            return np.asarray(out.content.array_records["arrays"]["w"].numpy(),
+                              dtype=np.float64)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    out = fixedclipping_mod(msg, ctx, reply)
+    if out.has_error():
+        raise ValueError(f"fixedclipping_mod answered with an error: {out.error}")
+    return read(out).reshape(-1)
+
+
+def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """A flwr.server.strategy wrapper's real aggregate_fit on K FitRes results."""
+    from flwr.common import (
+        Code,
+        FitRes,
+        Status,
+        ndarrays_to_parameters,
+        parameters_to_ndarrays,
+    )
+
+    dp.current_round_params = [np.zeros_like(updates[0])]
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u.copy()]), 1, {}))
+               for u in updates]
+    with _seeded(seed):
+        params, _ = dp.aggregate_fit(1, results, [])
+    if params is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_fit released nothing")
+    return np.asarray(parameters_to_ndarrays(params)[0], dtype=np.float64).reshape(-1)
+
+
 def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
              trials: int = 200, pairs: int = 8, delta: float = 1e-5,
              confidence: float = 0.95, seed: int = 0) -> Any:
@@ -803,87 +923,48 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     Gaussian it calibrates) and as the sound ledger has it (:func:`ledgers`).
     """
     from .._validate import check_probability
-    from .replay import ReplayReport, replay_row
+    from .replay import ReplayReport, record, replay_row
 
     if not isinstance(dp, _FIXED + _LOCAL):
         raise ValueError(f"dp must be one of Flower's fixed-clipping DP wrappers or a "
                          f"LocalDpMod (either import path), got {type(dp).__module__}."
                          f"{type(dp).__name__}")
     neighbouring = check_relation("neighbouring", neighbouring)
-    check_int("dim", dim, 1)
-    check_int("trials", trials, 8)
-    check_int("pairs", pairs, 1)
-    check_probability("delta", delta)
-    check_probability("confidence", confidence)
+    for name, value, low in (("dim", dim, 1), ("trials", trials, 8), ("pairs", pairs, 1)):
+        check_int(name, value, low)
+    for name, value in (("delta", delta), ("confidence", confidence)):
+        check_probability(name, value)
     import flwr
 
     rng = np.random.default_rng(seed)
     clip = float(dp.clipping_norm)
     direction = rng.standard_normal(dim)
-    direction /= np.linalg.norm(direction)
-    canary = 10.0 * clip * direction
+    canary = 10.0 * clip * direction / np.linalg.norm(direction)
     # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
-    # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-9 C
+    # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-10 x it
     other = 1e-10 * canary if neighbouring == "zero-out" else -canary
-    if isinstance(dp, _LOCAL):
-        if not (dp.epsilon > 0 and 0 < dp.delta < 1):
-            raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its "
-                             f"noise std needs epsilon > 0 and 0 < delta < 1")
-        std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
-        sensitivity = float(dp.sensitivity) if dp.sensitivity > 0 else clip
-
-        def release(world_in: bool, s: int) -> np.ndarray:
-            return _local_release(dp, canary if world_in else other, s)
-
-        mode = f"LocalDpMod ({type(dp).__module__})"
-        span = clip * (1.0 if neighbouring == "zero-out" else 2.0)
-        note = (f"its sensitivity {dp.sensitivity:g} calibrates the noise, but the clipped "
-                f"upload moves by up to {span:g} under {neighbouring}: the sound eps of a "
-                f"release is above the claimed one" if span > dp.sensitivity else "")
-        # claimed: the Gaussian its (eps, delta) calibrates, at its stated sensitivity
-        mu_claimed = sensitivity / std
-        mu_sound = 1.0 / local_dp_noise_multiplier(std, clip, neighbouring)
-        detached = None
-    else:
-        k = int(dp.num_sampled_clients)
-        rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1, dim))]
-        std = float(dp.noise_multiplier) * clip / k
-        sensitivity = clip / k
-
-        def release(world_in: bool, s: int) -> np.ndarray:
-            return _central_release(dp, [canary if world_in else other, *rest], s)
-
-        mode = f"{type(dp).__name__} ({type(dp).__module__}), K={k}"
-        mu_claimed = 1.0 / float(dp.noise_multiplier)
-        mu_sound = 1.0 / central_noise_multiplier(float(dp.noise_multiplier), k, 1.0 / k,
-                                                  neighbouring)
-        detached = getattr(dp, "accountant", None)
-        note = ("the server does not clip: the wrapper trusts each client's "
-                "fixedclipping_mod (replayed here without it)"
-                if isinstance(dp, (DifferentialPrivacyClientSideFixedClipping,
-                                   *_LEGACY_FIXED[1:])) else "")
-    base = 1_000_003 * (seed + 1)
+    setup = (_local_setup if isinstance(dp, _LOCAL) else _central_setup)(
+        dp, canary, other, rng, neighbouring)
+    release, detached = setup["release"], setup["detached"]
     logger = logging.getLogger("flwr")
     level = logger.level
     with _Identity(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        logger.setLevel(logging.WARNING)  # Flower logs every clip and noise draw
+        logger.setLevel(logging.ERROR)  # Flower logs every clip and noise draw
         if detached is not None:
             dp.accountant = None
         try:
-            out = np.stack([release(False, base + i) for i in range(trials)])
-            into = np.stack([release(True, base + trials + i) for i in range(trials)])
-            p_out = np.stack([release(False, base + 2 * trials + i) for i in range(pairs)])
-            p_in = np.stack([release(True, base + 2 * trials + i) for i in range(pairs)])
+            out, into, p_out, p_in = record(release, trials=trials, pairs=pairs, seed=seed)
         finally:
             if detached is not None:
                 dp.accountant = detached
             logger.setLevel(level)
-    row = replay_row(library="flower", version=flwr.__version__, mode=mode,
+    row = replay_row(library="flower", version=flwr.__version__, mode=setup["mode"],
                      relation=neighbouring, out=out, into=into, paired_in=p_in,
-                     paired_out=p_out, sensitivity=sensitivity, noise_std=std,
-                     mu_claimed=mu_claimed, mu_sound=mu_sound, delta=delta,
-                     confidence=confidence, seed=seed, note=note)
+                     paired_out=p_out, sensitivity=setup["sensitivity"],
+                     noise_std=setup["std"], mu_claimed=setup["mu_claimed"],
+                     mu_sound=setup["mu_sound"], delta=delta, confidence=confidence,
+                     seed=seed, note=setup["note"])
     row["clipping_norm"] = clip
     report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
                                   "trials": trials, "pairs": pairs, "dim": dim})

@@ -610,6 +610,37 @@ def _examples(dataset: Any, indices: range) -> tuple[torch.Tensor, torch.Tensor]
         [int(y) for y in ys])
 
 
+def _defaults(optimizer: Any, dataset: Any, size: int, background: Any, canary: Any,
+              criterion: Any) -> tuple[Any, Any, Any]:
+    """The background (the data set's first ``size - 1`` examples), the canary (the next
+    one, its input x10: far above the clip) and the loss (cross-entropy with the optimizer's
+    ``loss_reduction``) where the caller gave none."""
+    if background is None:
+        background = _examples(dataset, range(size - 1))
+    if canary is None:
+        x, y = _examples(dataset, range(size - 1, size))
+        canary = (10.0 * x, y)
+    if criterion is None:
+        reduction = optimizer.loss_reduction
+
+        def criterion(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(out, target, reduction=reduction)
+
+    return background, canary, criterion
+
+
+def _rebuilt(rebuild: Any, dataset: Any, out_step: _Stepper) -> tuple[_Stepper, str]:
+    """The step of the user's pipeline built on the neighbouring ``dataset`` (its model
+    loaded with the same weights), and what its normaliser is next to the original's."""
+    built = rebuild(dataset)
+    model, opt = built[0], built[1]
+    model.load_state_dict(out_step.model.state_dict())
+    criterion = built[2] if len(built) == 4 else out_step.criterion
+    return _Stepper(opt, model, criterion), (
+        f"expected batch size {out_step.optimizer.expected_batch_size} on the data set, "
+        f"{opt.expected_batch_size} with the canary added")
+
+
 def _with(dataset: Any, x: torch.Tensor, y: torch.Tensor) -> Any:
     """``dataset`` with the canary example appended (its add-remove neighbour)."""
     from torch.utils.data import ConcatDataset, TensorDataset
@@ -692,7 +723,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
             same noise for the deterministic checks.
     """
     from .._validate import check_int, check_probability
-    from .replay import ReplayReport, replay_row
+    from .replay import ReplayReport, record, replay_row
 
     opacus = _import_opacus()
     if not isinstance(optimizer, opacus.optimizers.DPOptimizer):
@@ -701,10 +732,10 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be the module make_private returned, got "
                          f"{type(model).__name__}")
-    check_int("trials", trials, 8)
-    check_int("pairs", pairs, 1)
-    check_probability("delta", delta)
-    check_probability("confidence", confidence)
+    for name, value, low in (("trials", trials, 8), ("pairs", pairs, 1)):
+        check_int(name, value, low)
+    for name, value in (("delta", delta), ("confidence", confidence)):
+        check_probability(name, value)
     if rebuild is not None and not callable(rebuild):
         raise ValueError("rebuild must be a callable dataset -> make_private's outputs")
     sampler = _sampler(data_loader)
@@ -716,17 +747,8 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
         sigma = history[-1][0] if history else sigma
     dataset = data_loader.dataset
     size = max(1, int(optimizer.expected_batch_size or 1))
-    if background is None:
-        background = _examples(dataset, range(size - 1))
-    if canary is None:
-        x, y = _examples(dataset, range(size - 1, size))
-        canary = (10.0 * x, y)
-    if criterion is None:
-        reduction = optimizer.loss_reduction
-
-        def criterion(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-            return F.cross_entropy(out, target, reduction=reduction)
-
+    background, canary, criterion = _defaults(optimizer, dataset, size, background, canary,
+                                              criterion)
     # one backward pass per replayed step: Opacus divides by expected_batch_size x 1
     scale = 1.0 / size if optimizer.loss_reduction == "mean" else 1.0
     clip = float(optimizer.max_grad_norm)
@@ -739,22 +761,13 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     else:
         x_out, y_out = bx, by
     out_step = _Stepper(optimizer, model, criterion)
-    in_step = out_step
-    note = ""
+    in_step, note = out_step, ""
     if rebuild is not None:
-        built = rebuild(_with(dataset, cx, cy))
-        in_model, in_opt = built[0], built[1]
-        in_model.load_state_dict(model.state_dict())
-        in_crit = built[2] if len(built) == 4 else criterion
-        in_step = _Stepper(in_opt, in_model, in_crit)
-        note = (f"expected batch size {optimizer.expected_batch_size} on the data set, "
-                f"{in_opt.expected_batch_size} with the canary added")
-    base = 1_000_003 * (seed + 1)
+        in_step, note = _rebuilt(rebuild, _with(dataset, cx, cy), out_step)
     with out_step, (in_step if in_step is not out_step else contextlib.nullcontext()):
-        out = np.stack([out_step(x_out, y_out, base + i) for i in range(trials)])
-        into = np.stack([in_step(x_in, y_in, base + trials + i) for i in range(trials)])
-        p_out = np.stack([out_step(x_out, y_out, base + 2 * trials + i) for i in range(pairs)])
-        p_in = np.stack([in_step(x_in, y_in, base + 2 * trials + i) for i in range(pairs)])
+        out, into, p_out, p_in = record(
+            lambda world_in, s: in_step(x_in, y_in, s) if world_in else out_step(
+                x_out, y_out, s), trials=trials, pairs=pairs, seed=seed)
     mode = _grad_sample_mode(model)
     claimed_mu = 1.0 / sigma if sigma > 0 else math.inf  # Opacus: add-remove, sensitivity C
     sound_mu = (2.0 if relation == "replace-one" else 1.0) / sigma if sigma > 0 else math.inf

@@ -17,10 +17,12 @@ Two kinds of evidence, one row per audited mechanism (:class:`ReplayReport`):
 - **the canary game** on the recorded releases: the white-box projection on the canary's
   contribution (the Neyman-Pearson test for a Gaussian mechanism) and the energy about the
   canary-out mean (a noise scale that differs between the worlds, Opacus #819), each turned
-  into eps and mu lower bounds by :func:`leakaudit.empirical.stats.bounds_from_scores`
-  (Bonferroni over the two), against the claimed and sound eps of one release.
+  into eps and mu lower bounds by :func:`game_bounds` (the distinguishing game of
+  :mod:`leakaudit.empirical.stats` in its simplest form: the adapters sit apart from the
+  empirical audit; Bonferroni over the two statistics), against the claimed and sound eps
+  of one release.
 
-No torch, Opacus or Flower here (numpy and the empirical statistics only).
+No torch, Opacus or Flower here (numpy, scipy and the accountant only).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ import numpy as np
 from .._jsonsafe import finite_json, number
 from ..reporting import latex_table, write_tables
 
-__all__ = ["ReplayReport", "COLUMNS", "replay_row"]
+__all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds", "gaussian_epsilon",
+           "noise_tolerance"]
 
 COLUMNS = ("library", "version", "mode", "relation", "trials", "contribution", "bound",
            "noise_ratio", "eps_claimed", "eps_sound", "eps_lower", "mu_claimed", "mu_lower",
@@ -128,10 +131,63 @@ class ReplayReport:
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
     """eps(delta) of one Gaussian release with sensitivity / std = mu (Balle & Wang 2018,
-    Thm 8; :func:`leakaudit.empirical.stats.gdp_epsilon`)."""
-    from ..empirical.stats import gdp_epsilon
+    Thm 8: the exact Gaussian mechanism of ``accounting.composition``)."""
+    from accounting.composition import analytic_gaussian_epsilons
 
-    return gdp_epsilon(mu, delta)
+    if mu <= 0.0:
+        return 0.0
+    if math.isinf(mu):
+        return math.inf
+    return float(analytic_gaussian_epsilons(np.array([1.0 / mu]), delta)[0])
+
+
+def _upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    """One-sided (1 - alpha) Clopper-Pearson upper bounds on rates k / n (1 when k = n)."""
+    from scipy import stats
+
+    k = np.asarray(k, float)
+    return np.where(k >= n, 1.0, stats.beta.ppf(1.0 - alpha, k + 1, np.maximum(n - k, 1)))
+
+
+def _bound(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """eps (Kairouz et al. 2015, Thm 2.1) and mu (Dong et al. 2019, Def. 2.6) lower bounds
+    of tests with these upper bounds on their error rates, one direction."""
+    from scipy import special
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        eps = np.maximum(np.log(np.maximum(1.0 - delta - fnr, 1e-300) / fpr),
+                         np.log(np.maximum(1.0 - delta - fpr, 1e-300) / fnr))
+    mu = special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) - special.ndtri(
+        np.clip(fnr, 1e-300, 1.0))
+    return np.maximum(np.nan_to_num(eps, nan=0.0), 0.0), np.maximum(mu, 0.0)
+
+
+def game_bounds(out: np.ndarray, into: np.ndarray, *, confidence: float, delta: float,
+                seed: int) -> tuple[float, float]:
+    """(eps, mu) lower bounds at ``confidence`` from scores of canary-out and canary-in runs:
+    a random half of each side picks the threshold and direction (the best bound there),
+    the other half gives Clopper-Pearson bounds (alpha/2 per rate). The same game as
+    :func:`leakaudit.empirical.stats.bounds_from_scores` in its simplest form (the adapters
+    sit apart from the empirical audit)."""
+    rng = np.random.default_rng(seed)
+    out, into = rng.permutation(np.asarray(out, float)), rng.permutation(np.asarray(into, float))
+    h0, h1 = out.size // 2, into.size // 2
+    alpha = (1.0 - confidence) / 2.0
+    cuts = np.unique(np.concatenate([out[:h0], into[:h1]]))
+    best = (-1.0, 1, 0.0)
+    for sign in (1, -1):
+        fp = (sign * out[:h0, None] > sign * cuts[None, :]).sum(axis=0)
+        fn = (~(sign * into[:h1, None] > sign * cuts[None, :])).sum(axis=0)
+        _, mu = _bound(_upper(fp, h0, alpha), _upper(fn, h1, alpha), delta)
+        j = int(np.argmax(mu))
+        if mu[j] > best[0]:
+            best = (float(mu[j]), sign, float(cuts[j]))
+    _, sign, cut = best
+    fp = int((sign * out[h0:] > sign * cut).sum())
+    fn = int((~(sign * into[h1:] > sign * cut)).sum())
+    eps, mu = _bound(_upper(np.array([fp]), out.size - h0, alpha / 2),
+                     _upper(np.array([fn]), into.size - h1, alpha / 2), delta)
+    return float(eps[0]), float(mu[0])
 
 
 def noise_tolerance(pairs: int, dim: int) -> float:
@@ -139,6 +195,19 @@ def noise_tolerance(pairs: int, dim: int) -> float:
     over ``dim`` coordinates: 6 standard errors (sd of a std estimate from m normal draws is
     about std / sqrt(2 m)), and at least 1e-3 for float32 rounding."""
     return max(1e-3, 6.0 / math.sqrt(2.0 * max(1, pairs * dim)))
+
+
+def record(release: Any, *, trials: int, pairs: int, seed: int
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(out, into, paired_out, paired_in): ``release(world_in, noise_seed)`` recorded
+    ``trials`` times per world on distinct seeds, then ``pairs`` times per world on shared
+    seeds (row i of both on the same noise)."""
+    base = 1_000_003 * (seed + 1)
+    out = np.stack([release(False, base + i) for i in range(trials)])
+    into = np.stack([release(True, base + trials + i) for i in range(trials)])
+    p_out = np.stack([release(False, base + 2 * trials + i) for i in range(pairs)])
+    p_in = np.stack([release(True, base + 2 * trials + i) for i in range(pairs)])
+    return out, into, p_out, p_in
 
 
 def replay_row(*, library: str, version: str, mode: str, relation: str,
@@ -156,8 +225,6 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         mu_claimed, mu_sound: sensitivity / std of one release as claimed (the library's
             accountant, its relation) and as the sound ledger has it (the game's relation).
     """
-    from ..empirical.stats import bounds_from_scores
-
     bound = 2.0 if relation == "replace-one" else 1.0
     moves = np.linalg.norm(paired_in - paired_out, axis=1)
     contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
@@ -188,11 +255,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
     conf = 1.0 - (1.0 - confidence) / len(scores)
     best = {"eps_lower": 0.0, "mu_lower": 0.0, "statistic": "-"}
     for name, (s_out, s_in) in scores.items():
-        got = bounds_from_scores(s_out, s_in, confidence=conf, delta=delta, seed=seed)
-        if got["eps_lower"] > best["eps_lower"] or got["mu_lower"] > best["mu_lower"]:
+        eps, mu = game_bounds(s_out, s_in, confidence=conf, delta=delta, seed=seed)
+        if eps > best["eps_lower"] or mu > best["mu_lower"]:
             best["statistic"] = name
-        best["eps_lower"] = max(best["eps_lower"], got["eps_lower"])
-        best["mu_lower"] = max(best["mu_lower"], got["mu_lower"])
+        best["eps_lower"] = max(best["eps_lower"], eps)
+        best["mu_lower"] = max(best["mu_lower"], mu)
     eps_claimed = gaussian_epsilon(mu_claimed, delta)
     eps_sound = gaussian_epsilon(mu_sound, delta)
     if best["mu_lower"] > mu_claimed or best["eps_lower"] > eps_claimed:
@@ -200,11 +267,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
                         f"(eps >= {best['eps_lower']:.3g}) against the claimed "
                         f"{mu_claimed:.3g} ({eps_claimed:.3g})")
     if note:
-        findings.append(note)
+        findings.append(f"note: {note}")
     return {"library": library, "version": version, "mode": mode, "relation": relation,
             "trials": int(out.shape[0]), "contribution": contribution, "bound": bound,
             "noise_ratio": ratio, "noise_tolerance": tol, "eps_claimed": eps_claimed,
             "eps_sound": eps_sound, "eps_lower": best["eps_lower"], "mu_claimed": mu_claimed,
             "mu_sound": mu_sound, "mu_lower": best["mu_lower"], "statistic": best["statistic"],
-            "flagged": bool(findings) and findings != [note],
+            "flagged": bool(findings) and findings != [f"note: {note}"],
             "finding": "; ".join(findings) if findings else "none", "delta": delta}

@@ -198,3 +198,22 @@ def test_flower_local_dp_mod_real_call_from_one_call(path):
     assert row["contribution"] == pytest.approx(2.0, abs=1e-6)  # 2C under replace-one
     assert "moves by up to 2" in row["finding"] and row["eps_sound"] > row["eps_claimed"]
     assert not row["flagged"]  # information, not a check that failed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("legacy", [False, True])
+def test_flower_client_side_fixed_clipping_through_its_client_mod(legacy):
+    """The client-side wrapper does not clip at the server: each reply goes through Flower's
+    own fixedclipping_mod first (either import path), then the wrapper's aggregate."""
+    lf, _, _ = _flower()
+    if legacy:
+        from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping as Wrapper
+        from flwr.server.strategy import FedAvg
+    else:
+        from flwr.serverapp.strategy import DifferentialPrivacyClientSideFixedClipping as Wrapper
+        from flwr.serverapp.strategy import FedAvg
+    dp = Wrapper(FedAvg(), noise_multiplier=1.0, clipping_norm=1.0, num_sampled_clients=3)
+    row = lf.audit_dp(dp, dim=300, trials=60, pairs=2, neighbouring="zero-out").rows()[0]
+    assert row["contribution"] == pytest.approx(1.0, abs=1e-6)
+    assert abs(row["noise_ratio"] - 1.0) < row["noise_tolerance"] and not row["flagged"]
+    assert ("flwr.server.strategy" if legacy else "flwr.serverapp.strategy") in row["mode"]
