@@ -270,7 +270,7 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         findings.append(f"note: {note}")
     return {"library": library, "version": version, "mode": mode, "relation": relation,
             "trials": int(out.shape[0]), "contribution": contribution, "bound": bound,
-            "noise_ratio": ratio, "noise_tolerance": tol, "eps_claimed": eps_claimed,
+            "noise_ratio": ratio, "noise_tolerance": tol, "noise_in_out": n_in / n_out, "eps_claimed": eps_claimed,
             "eps_sound": eps_sound, "eps_lower": best["eps_lower"], "mu_claimed": mu_claimed,
             "mu_sound": mu_sound, "mu_lower": best["mu_lower"], "statistic": best["statistic"],
             "flagged": bool(findings) and findings != [f"note: {note}"],

@@ -104,7 +104,8 @@ def test_opacus_normaliser_that_depends_on_the_data_set_is_flagged():
     row = audit_optimizer(opt, model, loader, engine=engine, rebuild=rebuild, trials=100,
                           pairs=4).rows()[0]
     assert row["flagged"]
-    assert "noise std differs between the worlds (in / out 0.75" in row["finding"]
+    assert "noise std differs between the worlds" in row["finding"]
+    assert row["noise_in_out"] == pytest.approx(3 / 4, rel=0.05)  # 1/4 against 1/3
     assert "expected batch size 3 on the data set, 4 with the canary added" in row["finding"]
     assert row["mu_lower"] > row["mu_claimed"]  # the energy statistic sees the scale
     # without the rebuild (the same pipeline in both worlds) nothing is found
