@@ -39,7 +39,7 @@ Names: like :class:`leakaudit.records.Recorder`, :class:`ClientRecorder` and
 :class:`StrategyRecorder` record observations (a :class:`leakaudit.fl.Tap` is only the spec of
 what to record); ``ClientTap`` and ``StrategyTap``, their old names, are deprecated aliases.
 
-Flower is imported when this module is (``pip install 'leakaudit[flower]'``); ``import
+Flower is imported when this module is (from a clone: ``pip install -e '.[flower]'``); ``import
 leakaudit`` never imports it.
 """
 
@@ -85,7 +85,7 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("leakaudit.interop.flower needs Flower: "
-                      "pip install 'leakaudit[flower]'") from exc
+                      "pip install -e '.[flower]' (from a clone of leakaudit)") from exc
 
 try:  # Flower's other import path (flwr.client / flwr.server): distinct classes, same fields
     from flwr.client.mod import LocalDpMod as _LegacyLocalDpMod

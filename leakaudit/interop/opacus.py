@@ -21,7 +21,7 @@ Names: like :class:`leakaudit.records.Recorder` (the simulator's), :class:`Recor
 observations and ground truths; a :class:`leakaudit.fl.Tap` is only the spec of what to
 record. ``Tap``, this class's old name, is a deprecated alias.
 
-Opacus is imported only when these are used (``pip install leakaudit[opacus]``).
+Opacus is imported only when these are used (from a clone: ``pip install -e '.[opacus]'``).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _import_opacus() -> Any:
         import opacus
     except ImportError as exc:  # pragma: no cover - exercised without the extra
         raise ImportError("leakaudit.interop.opacus needs Opacus: "
-                          "pip install 'leakaudit[opacus]'") from exc
+                          "pip install -e '.[opacus]' (from a clone of leakaudit)") from exc
     return opacus
 
 
