@@ -82,7 +82,7 @@ def _client_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
     mods: list[Any] = [ClientRecorder(tap_dir, label=setting, lr=args.lr, local_steps=1,
                                       batch_size=1, parameter_keys=keys)]
     if setting == "client-side fixed clipping":
-        mods.append(fixedclipping_mod)
+        mods.append(_train_only(fixedclipping_mod))
     elif setting == "LocalDpMod":
         mods.append(_train_only(_local_dp(args)))
     app = ClientApp(mods=mods)

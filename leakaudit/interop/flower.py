@@ -62,6 +62,7 @@ from accounting.relations import gaussian_sensitivity
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, keywords_after_first, multiplier, new_ledger
+from .replay import ReplayReport
 
 try:
     from flwr.app import (
@@ -903,7 +904,7 @@ def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -
 
 def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
              trials: int = 200, pairs: int = 8, delta: float = 1e-5,
-             confidence: float = 0.95, seed: int = 0) -> Any:
+             confidence: float = 0.95, seed: int = 0) -> ReplayReport:
     """Record/replay a Flower DP wrapper's (or ``LocalDpMod``'s) own code: one public call,
     one report row (:class:`leakaudit.interop.replay.ReplayReport`).
 
@@ -923,7 +924,7 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     Gaussian it calibrates) and as the sound ledger has it (:func:`ledgers`).
     """
     from .._validate import check_probability
-    from .replay import ReplayReport, record, replay_row
+    from .replay import record, replay_row
 
     if not isinstance(dp, _FIXED + _LOCAL):
         raise ValueError(f"dp must be one of Flower's fixed-clipping DP wrappers or a "

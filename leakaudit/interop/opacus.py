@@ -42,6 +42,7 @@ from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, keywords_after_first, new_ledger
+from .replay import ReplayReport
 
 __all__ = ["Recorder", "ledgers", "ledger_from_accountant", "audit_optimizer", "UNKNOWN_LABEL"]
 
@@ -690,7 +691,8 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
                     canary: tuple[torch.Tensor, torch.Tensor] | None = None,
                     background: tuple[torch.Tensor, torch.Tensor] | None = None,
                     rebuild: Any = None, trials: int = 200, pairs: int = 8,
-                    delta: float = 1e-5, confidence: float = 0.95, seed: int = 0) -> Any:
+                    delta: float = 1e-5, confidence: float = 0.95, seed: int = 0
+                    ) -> ReplayReport:
     """Record/replay Opacus's own DP step: one public call, one report row.
 
     Runs ``optimizer``'s real step (``DPOptimizer.step``: per-example clipping in whatever
@@ -723,7 +725,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
             same noise for the deterministic checks.
     """
     from .._validate import check_int, check_probability
-    from .replay import ReplayReport, record, replay_row
+    from .replay import record, replay_row
 
     opacus = _import_opacus()
     if not isinstance(optimizer, opacus.optimizers.DPOptimizer):

@@ -3,6 +3,7 @@ ghost clipping) and Flower's central fixed clipping and LocalDpMod, each from on
 
 import json
 import math
+import typing
 import warnings
 
 import pytest
@@ -131,6 +132,11 @@ def test_replay_report_follows_the_report_protocol(tmp_path):
     assert "| opacus | " in report.to_markdown() and report.to_latex().startswith("\\begin")
     assert set(report.save(tmp_path)) == {"md", "csv", "tex", "json"}
     assert json.loads(report.to_json())["config"]["trials"] == 16
+    report.add(dict(report.rows()[0], eps_sound=math.inf, mu_lower=math.nan, finding="a & b_c"))
+    back = ReplayReport.from_json(report.to_json()).rows()[1]
+    assert math.isinf(back["eps_sound"]) and math.isnan(back["mu_lower"])
+    assert "a \\& b\\_c" in report.to_latex() and "| inf |" in report.to_markdown()
+    assert typing.get_type_hints(audit_optimizer)["return"] is ReplayReport
 
 
 def test_audit_optimizer_bad_input_is_named():
