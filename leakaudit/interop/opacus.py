@@ -606,9 +606,19 @@ def _grad_sample_mode(model: Any) -> str:
 
 
 def _examples(dataset: Any, indices: range) -> tuple[torch.Tensor, torch.Tensor]:
-    xs, ys = zip(*(dataset[i][:2] for i in indices))
-    return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor(
-        [int(y) for y in ys])
+    """The examples ``indices`` of ``dataset`` as (inputs, labels); a ValueError naming
+    ``background`` and ``canary`` when its items are not (input, label) pairs."""
+    try:
+        items = [dataset[i] for i in indices]
+        xs = [torch.as_tensor(item[0]) for item in items]
+        ys = torch.as_tensor([int(item[1]) for item in items], dtype=torch.long)
+    except (TypeError, IndexError, ValueError) as exc:
+        raise ValueError(f"data_loader.dataset items must be (input, label) pairs to draw "
+                         f"the default background and canary ({exc}); pass background= "
+                         f"and canary= as (inputs, labels) tensors") from None
+    if not xs:
+        return torch.empty(0), ys
+    return torch.stack(xs), ys
 
 
 def _defaults(optimizer: Any, dataset: Any, size: int, background: Any, canary: Any,
@@ -714,9 +724,11 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
         criterion: the loss (for ghost clipping, the criterion ``make_private`` returned);
             default cross-entropy with the optimizer's ``loss_reduction``.
         canary: (inputs, labels) of one example; default the dataset's example after the
-            background, its input scaled by 10 (a gradient far above the clip).
+            background, its input scaled by 10 (usually a gradient above the clip; a
+            ``contribution`` below 1 in the row says it was not).
         background: (inputs, labels) of the rest of the batch; default the dataset's first
-            ``expected_batch_size - 1`` examples.
+            ``expected_batch_size - 1`` examples (none for batches of one: the out world
+            is then an empty batch, noise only).
         rebuild: optional ``rebuild(dataset) -> (model, optimizer, ...)``: the user's
             ``make_private`` pipeline; when given, the canary-in world runs the pipeline
             built on the dataset with the canary added (add-remove at the data set), so that
@@ -757,6 +769,8 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     sensitivity, noise_std = clip * scale, sigma * clip * scale
     bx, by = background
     cx, cy = canary
+    if bx.shape[0] == 0:  # a batch of one: the out world is an empty batch (noise only)
+        bx, by = cx[:0], cy[:0]
     x_in, y_in = torch.cat([bx, cx]), torch.cat([by, cy])
     if relation == "replace-one":
         x_out, y_out = torch.cat([bx, -cx]), torch.cat([by, cy])

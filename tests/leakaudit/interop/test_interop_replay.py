@@ -139,6 +139,16 @@ def test_replay_report_follows_the_report_protocol(tmp_path):
     assert typing.get_type_hints(audit_optimizer)["return"] is ReplayReport
 
 
+def test_opacus_batches_of_one_replay_an_empty_out_batch():
+    """expected_batch_size 1 (the setting of examples/opacus_audit.py): no background, the
+    canary-out world is an empty batch, which Opacus releases as noise only."""
+    engine, model, opt, loader, _ = _private(_data(8), batch=1)
+    row = audit_optimizer(opt, model, loader, engine=engine, trials=16, pairs=2).rows()[0]
+    assert opt.expected_batch_size == 1 and row["relation"] == "add-remove"
+    assert 0.0 < row["contribution"] <= 1.0 + 1e-4
+    assert abs(row["noise_ratio"] - 1.0) < row["noise_tolerance"] and not row["flagged"]
+
+
 def test_audit_optimizer_bad_input_is_named():
     engine, model, opt, loader, _ = _private(_data(32))
     with pytest.raises(ValueError, match="optimizer must be an Opacus DPOptimizer"):
