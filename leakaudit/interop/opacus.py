@@ -740,12 +740,11 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     from .replay import record, replay_row
 
     opacus = _import_opacus()
-    if not isinstance(optimizer, opacus.optimizers.DPOptimizer):
-        raise ValueError(f"optimizer must be an Opacus DPOptimizer (make_private's), got "
-                         f"{type(optimizer).__name__}")
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be the module make_private returned, got "
-                         f"{type(model).__name__}")
+    for name, value, cls in (("optimizer", optimizer, opacus.optimizers.DPOptimizer),
+                             ("model", model, nn.Module)):
+        if not isinstance(value, cls):
+            raise ValueError(f"{name} must be an Opacus {cls.__name__} (what make_private "
+                             f"returned), got {type(value).__name__}")
     for name, value, low in (("trials", trials, 8), ("pairs", pairs, 1)):
         check_int(name, value, low)
     for name, value in (("delta", delta), ("confidence", confidence)):
@@ -769,13 +768,11 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     sensitivity, noise_std = clip * scale, sigma * clip * scale
     bx, by = background
     cx, cy = canary
-    if bx.shape[0] == 0:  # a batch of one: the out world is an empty batch (noise only)
+    if bx.shape[0] == 0:  # batches of one: the out world is an empty batch (noise only)
         bx, by = cx[:0], cy[:0]
     x_in, y_in = torch.cat([bx, cx]), torch.cat([by, cy])
-    if relation == "replace-one":
-        x_out, y_out = torch.cat([bx, -cx]), torch.cat([by, cy])
-    else:
-        x_out, y_out = bx, by
+    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) if relation == "replace-one" \
+        else (bx, by)
     out_step = _Stepper(optimizer, model, criterion)
     in_step, note = out_step, ""
     if rebuild is not None:
