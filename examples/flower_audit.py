@@ -73,7 +73,7 @@ def _parse() -> argparse.Namespace:
 
 
 def _client_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: list[str]):
-    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
     from flwr.clientapp.mod import fixedclipping_mod
 
@@ -82,10 +82,16 @@ def _client_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
     mods: list[Any] = [ClientRecorder(tap_dir, label=setting, lr=args.lr, local_steps=1,
                                       batch_size=1, parameter_keys=keys)]
     if setting == "client-side fixed clipping":
-        mods.append(fixedclipping_mod)
+        mods.append(_train_only(fixedclipping_mod))
     elif setting == "LocalDpMod":
-        mods.append(_local_dp(args))
+        mods.append(_train_only(_local_dp(args)))
     app = ClientApp(mods=mods)
+
+    @app.query()
+    def query(msg: Message, context: Any) -> Message:
+        """The server asks each node its partition, to sample clients by partition (below)."""
+        info = ConfigRecord({"partition-id": int(context.node_config["partition-id"])})
+        return Message(content=RecordDict({"info": info}), reply_to=msg)
 
     @app.train()
     def train(msg: Message, context: Any) -> Message:
@@ -112,6 +118,56 @@ def _client_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
         return Message(content=content, reply_to=msg)
 
     return app
+
+
+def _train_only(mod: Any) -> Any:
+    """``mod`` on train messages only (LocalDpMod answers any other message with an error)."""
+    from flwr.app import MessageType
+
+    def wrapped(msg: Any, context: Any, call_next: Any) -> Any:
+        if msg.metadata.message_type != MessageType.TRAIN:
+            return call_next(msg, context)
+        return mod(msg, context, call_next)
+
+    return wrapped
+
+
+class _PartitionOrder:
+    """The simulation's grid with its node ids in partition order.
+
+    Flower gives each simulated node a random 64-bit id on every run and its strategies draw
+    ``random.sample(list(grid.get_node_ids()), k)`` from a set of those ids, whose order
+    follows the random ids: the same seed picked other partitions on the next run (accuracy
+    0.10, then 0.216). Listed by partition, the seeded draw picks the same clients."""
+
+    def __init__(self, grid: Any, partition: dict[int, int]) -> None:
+        self._grid, self._partition = grid, partition
+
+    def get_node_ids(self) -> list[int]:
+        return sorted(self._grid.get_node_ids(), key=lambda n: self._partition[n])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._grid, name)
+
+
+def _partitions(grid: Any) -> dict[int, int]:
+    """node id -> partition id, asked of every node (a query message, answered by the
+    client app's query function)."""
+    from flwr.app import Message, MessageType, RecordDict
+
+    deadline = time.monotonic() + 120
+    while len(nodes := sorted(grid.get_node_ids())) < NUM_CLIENTS:  # nodes still joining
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {len(nodes)} of {NUM_CLIENTS} nodes joined in 120 s")
+        time.sleep(0.5)
+    replies = grid.send_and_receive([
+        Message(content=RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
+        for n in nodes])
+    out = {r.metadata.src_node_id: int(r.content["info"]["partition-id"]) for r in replies
+           if not r.has_error()}
+    if set(out) != set(nodes):
+        raise RuntimeError(f"{len(nodes) - len(out)} node(s) did not say their partition")
+    return out
 
 
 def _local_dp(args: argparse.Namespace) -> Any:
@@ -159,6 +215,7 @@ def _server_app(setting: str, args: argparse.Namespace, tap_dir: Path, keys: lis
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
+        grid = _PartitionOrder(grid, _partitions(grid))  # the same clients on every run
         random.seed(args.seed)  # Flower samples nodes with Python's random.sample
         np.random.seed(args.seed)  # and its server-side DP noise comes from numpy's
         base = FedAvg(fraction_train=1 / NUM_CLIENTS, min_train_nodes=1,

@@ -82,6 +82,10 @@ def main() -> None:
     print(report.to_markdown())
     if args.out:
         report.save(Path(args.out))
+    for label, (tap, _, _) in runs.items():
+        if tap.noise_only:  # empty Poisson batches: released (noise only), nothing to attack
+            print(f"{label}: {len(tap.noise_only)} empty Poisson batch(es) at step(s) "
+                  f"{[o.local_step for o in tap.noise_only]}: noise only, not attacked")
     label = "opacus, sigma 1, clip 1"
     pair, engine = pairs[label], runs[label][1]
     print(f"{label}: {pair.describe(args.delta)}")

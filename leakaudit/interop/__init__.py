@@ -8,11 +8,15 @@
   ``StrategyRecorder``), and per-client ledgers for Flower's DP wrappers under one stated
   neighbouring relation.
 
+- :mod:`leakaudit.interop.replay`: record/replay of the libraries' own DP step
+  (``opacus.audit_optimizer``, ``flower.audit_dp``), checked against the declared
+  sensitivity and the accountant's noise, and the canary game on the recorded releases.
+
 Both ``ledgers`` return a :class:`LedgerPair`: ``claimed, sound = ...`` unpacks it, and it
 names the relation and sampling of each and why they differ.
 
 Neither Opacus nor Flower is imported by ``import leakaudit`` or by this package: import the
-submodule you need (``pip install 'leakaudit[opacus]'`` / ``'leakaudit[flower]'``). Audit the
+submodule you need (from a clone: ``pip install -e '.[opacus]'`` / ``'.[flower]'``). Audit the
 observations with :func:`leakaudit.audit_observations`.
 """
 

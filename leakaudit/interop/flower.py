@@ -39,12 +39,13 @@ Names: like :class:`leakaudit.records.Recorder`, :class:`ClientRecorder` and
 :class:`StrategyRecorder` record observations (a :class:`leakaudit.fl.Tap` is only the spec of
 what to record); ``ClientTap`` and ``StrategyTap``, their old names, are deprecated aliases.
 
-Flower is imported when this module is (``pip install 'leakaudit[flower]'``); ``import
+Flower is imported when this module is (from a clone: ``pip install -e '.[flower]'``); ``import
 leakaudit`` never imports it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import warnings
@@ -61,9 +62,19 @@ from accounting.relations import gaussian_sensitivity
 from .._validate import check_int, check_number
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger, old_positional_order
+from .replay import ReplayReport
 
 try:
-    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType
+    from flwr.app import (
+        Array,
+        ArrayRecord,
+        ConfigRecord,
+        Context,
+        Message,
+        MessageType,
+        MetricRecord,
+        RecordDict,
+    )
     from flwr.clientapp.mod import LocalDpMod
     from flwr.serverapp import Grid
     from flwr.serverapp.strategy import (
@@ -75,10 +86,30 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("leakaudit.interop.flower needs Flower: "
-                      "pip install 'leakaudit[flower]'") from exc
+                      "pip install -e '.[flower]' (from a clone of leakaudit)") from exc
+
+try:  # Flower's other import path (flwr.client / flwr.server): distinct classes, same fields
+    from flwr.client.mod import LocalDpMod as _LegacyLocalDpMod
+    from flwr.server.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping as _LegacyClientAdaptive,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyClientSideFixedClipping as _LegacyClientFixed,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyServerSideAdaptiveClipping as _LegacyServerAdaptive,
+    )
+    from flwr.server.strategy import (
+        DifferentialPrivacyServerSideFixedClipping as _LegacyServerFixed,
+    )
+    _LEGACY_FIXED: tuple[type, ...] = (_LegacyServerFixed, _LegacyClientFixed)
+    _LEGACY_ADAPTIVE: tuple[type, ...] = (_LegacyServerAdaptive, _LegacyClientAdaptive)
+    _LEGACY_LOCAL: tuple[type, ...] = (_LegacyLocalDpMod,)
+except ImportError:  # pragma: no cover - a Flower without the older path
+    _LEGACY_FIXED, _LEGACY_ADAPTIVE, _LEGACY_LOCAL = (), (), ()
 
 __all__ = ["ClientRecorder", "StrategyRecorder", "Captured", "RoundRecord", "keep_truth", "load",
-           "ledgers", "AGGREGATE", "SAMPLING"]
+           "ledgers", "audit_dp", "AGGREGATE", "SAMPLING"]
 
 #: old names, deprecated: the old name -> the new one
 _RENAMED = {"ClientTap": "ClientRecorder", "StrategyTap": "StrategyRecorder"}
@@ -100,9 +131,13 @@ SAMPLING = "fixed-size"
 #: ``Observation.client`` of an aggregated update (point 0): every client of the round
 AGGREGATE = -1
 _TRUTH_KEY = "leakaudit.truth"
-_FIXED = (DifferentialPrivacyServerSideFixedClipping, DifferentialPrivacyClientSideFixedClipping)
+#: the DP wrappers and LocalDpMod under both of Flower's import paths (flwr.serverapp /
+#: flwr.clientapp and flwr.server / flwr.client export different classes with the same fields)
+_FIXED = (DifferentialPrivacyServerSideFixedClipping,
+          DifferentialPrivacyClientSideFixedClipping) + _LEGACY_FIXED
 _ADAPTIVE = (DifferentialPrivacyServerSideAdaptiveClipping,
-             DifferentialPrivacyClientSideAdaptiveClipping)
+             DifferentialPrivacyClientSideAdaptiveClipping) + _LEGACY_ADAPTIVE
+_LOCAL = (LocalDpMod,) + _LEGACY_LOCAL
 
 
 
@@ -511,7 +546,7 @@ def ledgers(dp: Any, *legacy: Any,
         if any(not 1 <= int(r) <= rounds for r in rs):
             raise ValueError(f"participation of client {c} has rounds {list(rs)} outside "
                              f"1..{rounds}")
-    if dp is not None and not isinstance(dp, _FIXED + _ADAPTIVE + (LocalDpMod,)):
+    if dp is not None and not isinstance(dp, _FIXED + _ADAPTIVE + _LOCAL):
         raise ValueError(f"dp must be a Flower DP strategy wrapper "
                          f"({', '.join(c.__name__ for c in _FIXED + _ADAPTIVE)}), a LocalDpMod "
                          f"or None, got {type(dp).__module__}.{type(dp).__name__}")
@@ -527,7 +562,7 @@ def ledgers(dp: Any, *legacy: Any,
             for lg in (claimed[c], sound[c]):
                 lg.step(q=1.0, sigma=0.0, count=taken[c], note="no DP: update sent in clear")
         reason = "no DP: every aggregated update is released in the clear"
-    elif isinstance(dp, LocalDpMod):
+    elif isinstance(dp, _LOCAL):
         reason = _local(dp, claimed, sound, taken, neighbouring)
     else:
         reason = _central(dp, claimed, sound, taken, num_clients, rounds, neighbouring)
@@ -653,3 +688,286 @@ def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> s
             f"its std {std:.4g} calibrated to sensitivity {dp.sensitivity:g} by Dwork & Roth "
             f"Thm A.1 (a proof for eps < 1 only); sound: that Gaussian on an upload that moves "
             f"by up to {span} under {relation}: multiplier {z:.4g} per round taken part")
+
+
+# ---------------------------------------------------------------------------- record/replay
+class _Identity:
+    """Flower's messages need a task identity (a simulation sets one); set while replaying,
+    restored afterwards."""
+
+    def __enter__(self) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        self._saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+        for name in ("_task_id", "_run_id", "_node_id"):
+            if getattr(TaskIdentity, name) is None:
+                setattr(TaskIdentity, name, 1)
+
+    def __exit__(self, *exc: object) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = self._saved
+
+
+def _record(vector: np.ndarray) -> ArrayRecord:
+    return ArrayRecord({"w": Array(np.asarray(vector, dtype=np.float64).copy())})
+
+
+def _seeded(seed: int) -> Any:
+    """numpy's global generator (Flower draws its DP noise from it) seeded, then restored."""
+    class _Seeded:
+        def __enter__(self) -> None:
+            self.state = np.random.get_state()
+            np.random.seed(seed % 2**32)
+
+        def __exit__(self, *exc: object) -> None:
+            np.random.set_state(self.state)
+
+    return _Seeded()
+
+
+def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """The wrapper's real aggregate_train on K replies (each the global weights, 0, plus an
+    update), its accountant detached: the published aggregate."""
+    msg = Message(content=RecordDict({"config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=1, message_type=MessageType.TRAIN)
+    replies = [Message(RecordDict({"arrays": _record(u),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg) for u in updates]
+    dp.current_arrays = _record(np.zeros_like(updates[0]))
+    with _seeded(seed):
+        arrays, _ = dp.aggregate_train(1, replies)
+    if arrays is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_train released nothing for "
+                         f"{len(updates)} replies (num_sampled_clients="
+                         f"{dp.num_sampled_clients})")
+    return np.asarray(arrays["w"].numpy(), dtype=np.float64).reshape(-1)
+
+
+def _local_release(mod: Any, update: np.ndarray, seed: int) -> np.ndarray:
+    """LocalDpMod's real __call__ around a client that returns the global weights (0) plus
+    ``update``: the upload that leaves the client."""
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    if isinstance(mod, _LEGACY_LOCAL):  # flwr.client.mod's reads the older message layout
+        from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {"server-round": 1}), keep_input=True)
+
+        def reply(m: Message) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+    else:
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({"server-round": 1})})
+
+        def reply(m: Message) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    with _seeded(seed):
+        out = mod(msg, ctx, lambda m, c: reply(m))
+    if out.has_error():
+        raise ValueError(f"LocalDpMod answered with an error: {out.error}")
+    if isinstance(mod, _LEGACY_LOCAL):
+        from flwr.common import parameters_to_ndarrays
+        from flwr.compat.common import recorddict_compat as compat
+
+        res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        return np.asarray(parameters_to_ndarrays(res.parameters)[0],
+                          dtype=np.float64).reshape(-1)
+    return np.asarray(next(iter(out.content.array_records.values()))["w"].numpy(),
+                      dtype=np.float64).reshape(-1)
+
+
+def _local_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                 relation: str) -> dict[str, Any]:
+    """LocalDpMod: its call around a client returning the canary's (or the other) update;
+    declared: its ``sensitivity`` and the std its (eps, delta) calibrate."""
+    if not (dp.epsilon > 0 and 0 < dp.delta < 1):
+        raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its "
+                         f"noise std needs epsilon > 0 and 0 < delta < 1")
+    clip = float(dp.clipping_norm)
+    std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
+    sensitivity = float(dp.sensitivity) if dp.sensitivity > 0 else clip
+    span = clip * (1.0 if relation == "zero-out" else 2.0)
+    return {"release": lambda world_in, s: _local_release(dp, canary if world_in else other,
+                                                          s),
+            "mode": f"LocalDpMod ({type(dp).__module__})", "std": std,
+            "sensitivity": sensitivity, "detached": None,
+            "mu_claimed": sensitivity / std,  # the Gaussian its (eps, delta) calibrates
+            "mu_sound": 1.0 / local_dp_noise_multiplier(std, clip, relation),
+            "note": (f"its sensitivity {dp.sensitivity:g} calibrates the noise, but the "
+                     f"clipped upload moves by up to {span:g} under {relation}: the sound "
+                     f"eps of a release is above the claimed one"
+                     if span > dp.sensitivity else "")}
+
+
+def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                   relation: str) -> dict[str, Any]:
+    """A fixed-clipping wrapper: its aggregate over K replies, the canary's in one and
+    updates of norm C/2 in the others (through Flower's ``fixedclipping_mod`` first for the
+    client-side wrapper); declared: C/K on the mean and the std z C / K."""
+    clip, k, z = float(dp.clipping_norm), int(dp.num_sampled_clients), float(
+        dp.noise_multiplier)
+    rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1,
+                                                                             canary.size))]
+    legacy = isinstance(dp, _LEGACY_FIXED)
+    client_side = isinstance(dp, (DifferentialPrivacyClientSideFixedClipping,
+                                  *_LEGACY_FIXED[1:]))
+    aggregate = _legacy_central_release if legacy else _central_release
+
+    def release(world_in: bool, s: int) -> np.ndarray:
+        updates = [canary if world_in else other, *rest]
+        if client_side:
+            updates = [_client_clipped(u, clip, legacy) for u in updates]
+        return aggregate(dp, updates, s)
+
+    return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
+            "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
+            "mu_claimed": 1.0 / z,
+            "mu_sound": 1.0 / central_noise_multiplier(z, k, 1.0 / k, relation),
+            "detached": getattr(dp, "accountant", None),
+            "note": "clipped by Flower's fixedclipping_mod at each client" if client_side
+            else ""}
+
+
+def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray:
+    """``update`` as it leaves a client through Flower's ``fixedclipping_mod``."""
+    from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
+
+    if legacy:
+        from flwr.client.mod import fixedclipping_mod
+        from flwr.common import (
+            Code,
+            FitIns,
+            FitRes,
+            Status,
+            ndarrays_to_parameters,
+            parameters_to_ndarrays,
+        )
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {KEY_CLIPPING_NORM: clip}), keep_input=True)
+
+        def reply(m: Message, c: Context) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            res = compat.recorddict_to_fitres(out.content, keep_input=True)
+            return np.asarray(parameters_to_ndarrays(res.parameters)[0], dtype=np.float64)
+    else:
+        from flwr.clientapp.mod import fixedclipping_mod
+
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({KEY_CLIPPING_NORM: clip})})
+
+        def reply(m: Message, c: Context) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            return np.asarray(out.content.array_records["arrays"]["w"].numpy(),
+                              dtype=np.float64)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    out = fixedclipping_mod(msg, ctx, reply)
+    if out.has_error():
+        raise ValueError(f"fixedclipping_mod answered with an error: {out.error}")
+    return read(out).reshape(-1)
+
+
+def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """A flwr.server.strategy wrapper's real aggregate_fit on K FitRes results."""
+    from flwr.common import (
+        Code,
+        FitRes,
+        Status,
+        ndarrays_to_parameters,
+        parameters_to_ndarrays,
+    )
+
+    dp.current_round_params = [np.zeros_like(updates[0])]
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u.copy()]), 1, {}))
+               for u in updates]
+    with _seeded(seed):
+        params, _ = dp.aggregate_fit(1, results, [])
+    if params is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_fit released nothing")
+    return np.asarray(parameters_to_ndarrays(params)[0], dtype=np.float64).reshape(-1)
+
+
+def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
+             trials: int = 200, pairs: int = 8, delta: float = 1e-5,
+             confidence: float = 0.95, seed: int = 0) -> ReplayReport:
+    """Record/replay a Flower DP wrapper's (or ``LocalDpMod``'s) own code: one public call,
+    one report row (:class:`leakaudit.interop.replay.ReplayReport`).
+
+    Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``, either
+    import path): the wrapper's real ``aggregate_train`` on K replies (weights ``dim``
+    zeros plus an update), the canary's update of norm 10 C in one of them and updates of
+    norm C/2 in the others; the out world replaces it by its negative (replace-one and
+    add-remove: Flower's cohort has a fixed size K) or by zeros (zero-out). ``LocalDpMod``:
+    its real ``__call__`` around a client returning the canary's (or the other) update.
+    Each run draws Flower's noise from numpy's global generator seeded per run (restored
+    afterwards); the wrapper's accountant, if any, is detached while replaying.
+
+    Checked: the release moves by at most the declared sensitivity (central: C/K on the
+    mean per client; LocalDpMod: its ``sensitivity`` argument) and the noise std is the one
+    Flower computes (``z C / K``; LocalDpMod's Dwork & Roth std); the game against one
+    release as claimed (DP-FedAvg's multiplier z; LocalDpMod's (eps, delta), read as the
+    Gaussian it calibrates) and as the sound ledger has it (:func:`ledgers`).
+    """
+    from .._validate import check_probability
+    from .replay import record, replay_row
+
+    if not isinstance(dp, _FIXED + _LOCAL):
+        raise ValueError(f"dp must be one of Flower's fixed-clipping DP wrappers or a "
+                         f"LocalDpMod (either import path), got {type(dp).__module__}."
+                         f"{type(dp).__name__}")
+    neighbouring = check_relation("neighbouring", neighbouring)
+    for name, value, low in (("dim", dim, 1), ("trials", trials, 8), ("pairs", pairs, 1)):
+        check_int(name, value, low)
+    for name, value in (("delta", delta), ("confidence", confidence)):
+        check_probability(name, value)
+    import flwr
+
+    rng = np.random.default_rng(seed)
+    clip = float(dp.clipping_norm)
+    direction = rng.standard_normal(dim)
+    canary = 10.0 * clip * direction / np.linalg.norm(direction)
+    # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
+    # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-10 x it
+    other = 1e-10 * canary if neighbouring == "zero-out" else -canary
+    setup = (_local_setup if isinstance(dp, _LOCAL) else _central_setup)(
+        dp, canary, other, rng, neighbouring)
+    release, detached = setup["release"], setup["detached"]
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    with _Identity(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logger.setLevel(logging.ERROR)  # Flower logs every clip and noise draw
+        if detached is not None:
+            dp.accountant = None
+        try:
+            out, into, p_out, p_in = record(release, trials=trials, pairs=pairs, seed=seed)
+        finally:
+            if detached is not None:
+                dp.accountant = detached
+            logger.setLevel(level)
+    row = replay_row(library="flower", version=flwr.__version__, mode=setup["mode"],
+                     relation=neighbouring, out=out, into=into, paired_in=p_in,
+                     paired_out=p_out, sensitivity=setup["sensitivity"],
+                     noise_std=setup["std"], mu_claimed=setup["mu_claimed"],
+                     mu_sound=setup["mu_sound"], delta=delta, confidence=confidence,
+                     seed=seed, note=setup["note"])
+    row["clipping_norm"] = clip
+    report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
+                                  "trials": trials, "pairs": pairs, "dim": dim})
+    report.add(row)
+    return report

@@ -21,16 +21,18 @@ Names: like :class:`leakaudit.records.Recorder` (the simulator's), :class:`Recor
 observations and ground truths; a :class:`leakaudit.fl.Tap` is only the spec of what to
 record. ``Tap``, this class's old name, is a deprecated alias.
 
-Opacus is imported only when these are used (``pip install leakaudit[opacus]``).
+Opacus is imported only when these are used (from a clone: ``pip install -e '.[opacus]'``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,8 +42,9 @@ from accounting import PrivacyLedger
 
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, new_ledger, old_positional_order
+from .replay import ReplayReport
 
-__all__ = ["Recorder", "ledgers", "ledger_from_accountant", "UNKNOWN_LABEL"]
+__all__ = ["Recorder", "ledgers", "ledger_from_accountant", "audit_optimizer", "UNKNOWN_LABEL"]
 
 
 #: old names, deprecated: the old name -> the new one
@@ -69,7 +72,7 @@ def _import_opacus() -> Any:
         import opacus
     except ImportError as exc:  # pragma: no cover - exercised without the extra
         raise ImportError("leakaudit.interop.opacus needs Opacus: "
-                          "pip install 'leakaudit[opacus]'") from exc
+                          "pip install -e '.[opacus]' (from a clone of leakaudit)") from exc
     return opacus
 
 
@@ -123,6 +126,12 @@ class Recorder:
     from the batch's size (``batch_size``, the rows Opacus clipped). Skipped steps (Opacus's
     gradient accumulation, ``signal_skip_step``) are not steps: nothing is applied, nothing
     is recorded.
+
+    An empty Poisson batch (Opacus's ``DPDataLoader`` can draw one) is a legal release: the
+    step applies noise only. It holds no example to attack, so it is kept in ``noise_only``
+    (its observation, ``batch_size`` 0), not in ``observations``: every recorded observation
+    has at least one example behind it and can go to
+    :func:`leakaudit.audit_observations` as it is. ``local_step`` names the step either way.
     """
 
     def __init__(self, optimizer: Any, model: nn.Module | None = None, *,
@@ -143,6 +152,8 @@ class Recorder:
         self.model = model
         self.observations: list[Observation] = []
         self.truths: list[GroundTruth] = []
+        #: releases of empty batches (noise only): nothing to attack, kept apart
+        self.noise_only: list[Observation] = []
         self._names = self._parameter_names()
         self._step = 0
         self._inputs: list[torch.Tensor] = []
@@ -214,6 +225,9 @@ class Recorder:
             lr=lr, local_steps=1, batch_size=batch,
             defense=f"opacus(noise_multiplier={optimizer.noise_multiplier:g}, "
                     f"max_grad_norm={optimizer.max_grad_norm:g})")
+        if batch == 0:  # an empty Poisson batch: noise only, no example behind it
+            self.noise_only.append(obs)
+            return
         self.observations.append(obs)
         if self.model is not None:
             self.truths.append(self._truth(batch))
@@ -571,3 +585,214 @@ def _accountant_kind(accountant: Any, opacus: Any) -> str:
         f"accountant must be an Opacus RDPAccountant, PRVAccountant or GaussianAccountant "
         f"(opacus {opacus.__version__}), got {type(accountant).__module__}."
         f"{type(accountant).__name__}: its history cannot be read as sampled Gaussian steps")
+
+
+# ---------------------------------------------------------------------------- record/replay
+def _grad_sample_mode(model: Any) -> str:
+    """Opacus's grad_sample_mode of a wrapped model: hooks, functorch, ew, ghost, ..."""
+    from opacus.grad_sample import (
+        GradSampleModule,
+        GradSampleModuleExpandedWeights,
+        GradSampleModuleFastGradientClipping,
+    )
+
+    if isinstance(model, GradSampleModuleFastGradientClipping):
+        return "ghost"
+    if isinstance(model, GradSampleModuleExpandedWeights):
+        return "ew"
+    if isinstance(model, GradSampleModule):
+        return "functorch" if getattr(model, "force_functorch", False) else "hooks"
+    return type(model).__name__
+
+
+def _examples(dataset: Any, indices: range) -> tuple[torch.Tensor, torch.Tensor]:
+    """The examples ``indices`` of ``dataset`` as (inputs, labels); a ValueError naming
+    ``background`` and ``canary`` when its items are not (input, label) pairs."""
+    try:
+        items = [dataset[i] for i in indices]
+        xs = [torch.as_tensor(item[0]) for item in items]
+        ys = torch.as_tensor([int(item[1]) for item in items], dtype=torch.long)
+    except (TypeError, IndexError, ValueError) as exc:
+        raise ValueError(f"data_loader.dataset items must be (input, label) pairs to draw "
+                         f"the default background and canary ({exc}); pass background= "
+                         f"and canary= as (inputs, labels) tensors") from None
+    if not xs:
+        return torch.empty(0), ys
+    return torch.stack(xs), ys
+
+
+def _defaults(optimizer: Any, dataset: Any, size: int, background: Any, canary: Any,
+              criterion: Any) -> tuple[Any, Any, Any]:
+    """The background (the data set's first ``size - 1`` examples), the canary (the next
+    one, its input x10: far above the clip) and the loss (cross-entropy with the optimizer's
+    ``loss_reduction``) where the caller gave none."""
+    if background is None:
+        background = _examples(dataset, range(size - 1))
+    if canary is None:
+        x, y = _examples(dataset, range(size - 1, size))
+        canary = (10.0 * x, y)
+    if criterion is None:
+        reduction = optimizer.loss_reduction
+
+        def criterion(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return F.cross_entropy(out, target, reduction=reduction)
+
+    return background, canary, criterion
+
+
+def _rebuilt(rebuild: Any, dataset: Any, out_step: _Stepper) -> tuple[_Stepper, str]:
+    """The step of the user's pipeline built on the neighbouring ``dataset`` (its model
+    loaded with the same weights), and what its normaliser is next to the original's."""
+    built = rebuild(dataset)
+    model, opt = built[0], built[1]
+    model.load_state_dict(out_step.model.state_dict())
+    criterion = built[2] if len(built) == 4 else out_step.criterion
+    return _Stepper(opt, model, criterion), (
+        f"expected batch size {out_step.optimizer.expected_batch_size} on the data set, "
+        f"{opt.expected_batch_size} with the canary added")
+
+
+def _with(dataset: Any, x: torch.Tensor, y: torch.Tensor) -> Any:
+    """``dataset`` with the canary example appended (its add-remove neighbour)."""
+    from torch.utils.data import ConcatDataset, TensorDataset
+
+    return ConcatDataset([dataset, TensorDataset(x, y)])
+
+
+class _Stepper:
+    """Runs ``optimizer``'s real DP step (clip, noise, scale, its hooks) on a given batch and
+    a seeded noise draw, and returns the gradient it would apply, flattened; the wrapped
+    optimizer's own step, the accountant's hook and the weights are left untouched."""
+
+    def __init__(self, optimizer: Any, model: nn.Module, criterion: Any) -> None:
+        self.optimizer, self.model, self.criterion = optimizer, model, criterion
+
+    def __enter__(self) -> _Stepper:
+        opt = self.optimizer
+        self._saved = (opt.generator, opt.step_hook, opt.original_optimizer.__dict__.get("step"))
+        opt.step_hook = None  # the accountant's: a replayed step is not a training step
+        opt.original_optimizer.step = lambda *a, **k: None  # the weights stay as they are
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        opt = self.optimizer
+        opt.generator, opt.step_hook, step = self._saved
+        if step is None:
+            del opt.original_optimizer.step
+        else:
+            opt.original_optimizer.step = step
+        opt.zero_grad(set_to_none=True)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor, seed: int) -> np.ndarray:
+        opt = self.optimizer
+        opt.zero_grad(set_to_none=True)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)  # any draw from torch's generator (dropout, a noise
+            opt.generator = torch.Generator().manual_seed(seed)  # not on opt.generator)
+            with warnings.catch_warnings():  # torch: backward hooks, inputs without grad
+                warnings.filterwarnings("ignore", message="Full backward hook")
+                self.criterion(self.model(x), y).backward()
+            opt.step()
+        return torch.cat([p.grad.detach().reshape(-1) for p in opt.params]).double().numpy()
+
+
+def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
+                    engine: Any = None, criterion: Any = None,
+                    canary: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    background: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    rebuild: Any = None, trials: int = 200, pairs: int = 8,
+                    delta: float = 1e-5, confidence: float = 0.95, seed: int = 0
+                    ) -> ReplayReport:
+    """Record/replay Opacus's own DP step: one public call, one report row.
+
+    Runs ``optimizer``'s real step (``DPOptimizer.step``: per-example clipping in whatever
+    grad-sample mode ``model`` has (hooks, functorch, ghost), noise from the optimizer's own
+    generator, seeded per run, and the scaling) on a fixed background batch with the canary
+    in and out, records each release, checks that the canary moves it by at most the
+    declared sensitivity and that its noise std is the accountant's, and plays the canary
+    game on the releases (:func:`leakaudit.interop.replay.replay_row`). The weights, the
+    wrapped optimizer and the accountant are left as they were.
+
+    The relation is the one ``ledgers(engine, data_loader=...)`` states (add-remove for
+    Opacus's Poisson ``DPDataLoader``: the out world lacks the canary; replace-one
+    otherwise: the canary is replaced by its negative input).
+
+    Args:
+        optimizer, model, data_loader: what ``PrivacyEngine.make_private`` returned.
+        engine: the ``PrivacyEngine``; its accountant's noise multiplier is the one checked
+            (default: the optimizer's ``noise_multiplier``).
+        criterion: the loss (for ghost clipping, the criterion ``make_private`` returned);
+            default cross-entropy with the optimizer's ``loss_reduction``.
+        canary: (inputs, labels) of one example; default the dataset's example after the
+            background, its input scaled by 10 (usually a gradient above the clip; a
+            ``contribution`` below 1 in the row says it was not).
+        background: (inputs, labels) of the rest of the batch; default the dataset's first
+            ``expected_batch_size - 1`` examples (none for batches of one: the out world
+            is then an empty batch, noise only).
+        rebuild: optional ``rebuild(dataset) -> (model, optimizer, ...)``: the user's
+            ``make_private`` pipeline; when given, the canary-in world runs the pipeline
+            built on the dataset with the canary added (add-remove at the data set), so that
+            a normaliser that depends on the data set's size shows (Opacus #819, #571).
+        trials: releases per world for the game (>= 8); pairs: runs of both worlds on the
+            same noise for the deterministic checks.
+    """
+    from .._validate import check_int, check_probability
+    from .replay import record, replay_row
+
+    opacus = _import_opacus()
+    for name, value, cls in (("optimizer", optimizer, opacus.optimizers.DPOptimizer),
+                             ("model", model, nn.Module)):
+        if not isinstance(value, cls):
+            raise ValueError(f"{name} must be an Opacus {cls.__name__} (what make_private "
+                             f"returned), got {type(value).__name__}")
+    for name, value, low in (("trials", trials, 8), ("pairs", pairs, 1)):
+        check_int(name, value, low)
+    for name, value in (("delta", delta), ("confidence", confidence)):
+        check_probability(name, value)
+    if rebuild is not None and not callable(rebuild):
+        raise ValueError("rebuild must be a callable dataset -> make_private's outputs")
+    sampler = _sampler(data_loader)
+    relation = "add-remove" if sampler.kind == "poisson" else "replace-one"
+    sigma = float(optimizer.noise_multiplier)  # what the accountant's hook records
+    if engine is not None:
+        history = _history(engine.accountant if isinstance(engine, opacus.PrivacyEngine)
+                           else engine)
+        sigma = history[-1][0] if history else sigma
+    dataset = data_loader.dataset
+    size = max(1, int(optimizer.expected_batch_size or 1))
+    background, canary, criterion = _defaults(optimizer, dataset, size, background, canary,
+                                              criterion)
+    # one backward pass per replayed step: Opacus divides by expected_batch_size x 1
+    scale = 1.0 / size if optimizer.loss_reduction == "mean" else 1.0
+    clip = float(optimizer.max_grad_norm)
+    sensitivity, noise_std = clip * scale, sigma * clip * scale
+    bx, by = background
+    cx, cy = canary
+    if bx.shape[0] == 0:  # batches of one: the out world is an empty batch (noise only)
+        bx, by = cx[:0], cy[:0]
+    x_in, y_in = torch.cat([bx, cx]), torch.cat([by, cy])
+    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) if relation == "replace-one" \
+        else (bx, by)
+    out_step = _Stepper(optimizer, model, criterion)
+    in_step, note = out_step, ""
+    if rebuild is not None:
+        in_step, note = _rebuilt(rebuild, _with(dataset, cx, cy), out_step)
+    with out_step, (in_step if in_step is not out_step else contextlib.nullcontext()):
+        out, into, p_out, p_in = record(
+            lambda world_in, s: in_step(x_in, y_in, s) if world_in else out_step(
+                x_out, y_out, s), trials=trials, pairs=pairs, seed=seed)
+    mode = _grad_sample_mode(model)
+    claimed_mu = 1.0 / sigma if sigma > 0 else math.inf  # Opacus: add-remove, sensitivity C
+    sound_mu = (2.0 if relation == "replace-one" else 1.0) / sigma if sigma > 0 else math.inf
+    row = replay_row(library="opacus", version=opacus.__version__,
+                     mode=f"{mode}, {type(optimizer).__name__}", relation=relation,
+                     out=out, into=into, paired_in=p_in, paired_out=p_out,
+                     sensitivity=sensitivity, noise_std=noise_std, mu_claimed=claimed_mu,
+                     mu_sound=sound_mu, delta=delta, confidence=confidence, seed=seed,
+                     note=note)
+    row["noise_multiplier"], row["max_grad_norm"] = sigma, float(optimizer.max_grad_norm)
+    row["sampling"] = sampler.sampling
+    report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
+                                  "trials": trials, "pairs": pairs})
+    report.add(row)
+    return report

@@ -422,3 +422,38 @@ def test_upload_leaks_and_the_aggregate_resists(flower_run):
                                           progress=False, max_iterations=20)
     assert report.resilience() == {"client-side": {1: False, 0: True}}
     assert all(c["success"] for c in report.cells if c["point"] == 1)
+
+
+def test_both_flower_import_paths_are_accepted():
+    """Flower 1.41 exports LocalDpMod and the DP wrappers twice (flwr.clientapp /
+    flwr.serverapp and flwr.client / flwr.server) as different classes with the same fields:
+    each gives the same ledgers (the older path was refused with a ValueError)."""
+    from flwr.client.mod import LocalDpMod as OldLocalDpMod
+    from flwr.server.strategy import DifferentialPrivacyClientSideAdaptiveClipping as OldCA
+    from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping as OldCF
+    from flwr.server.strategy import DifferentialPrivacyServerSideFixedClipping as OldSF
+    from flwr.server.strategy import FedAvg as OldFedAvg
+
+    assert OldLocalDpMod is not LocalDpMod
+    assert OldSF is not DifferentialPrivacyServerSideFixedClipping
+    part = {0: [1, 2], 3: [2]}
+    for new, old in (
+            (LocalDpMod(C, C, 1.0, 1e-6), OldLocalDpMod(C, C, 1.0, 1e-6)),
+            (DifferentialPrivacyServerSideFixedClipping(FedAvg(), Z, C, 2),
+             OldSF(OldFedAvg(), Z, C, 2)),
+            (DifferentialPrivacyClientSideFixedClipping(FedAvg(), Z, C, 2),
+             OldCF(OldFedAvg(), Z, C, 2))):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a = lf.ledgers(new, participation=part, num_clients=N, rounds=2)
+            b = lf.ledgers(old, participation=part, num_clients=N, rounds=2)
+        assert a.reason == b.reason
+        for c in range(N):
+            assert a.sound[c].epsilon(1e-5) == b.sound[c].epsilon(1e-5)
+            assert a.claimed[c].epsilon(1e-5) == b.claimed[c].epsilon(1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        adaptive = OldCA(OldFedAvg(), noise_multiplier=1.2, num_sampled_clients=N,
+                         clipped_count_stddev=2.0)
+        pair = lf.ledgers(adaptive, participation={0: [1]}, num_clients=N, rounds=1)
+    assert len(pair.sound[0].events) == 2  # the update's and the count's Gaussians

@@ -269,6 +269,35 @@ def test_tap_with_poisson_sampling_keeps_each_batch_with_its_step(digits):
             assert any(torch.equal(x, d) for d in digits.x_train[:8])
 
 
+def test_an_empty_poisson_batch_is_noise_only_and_the_rest_audits(digits):
+    """Opacus's DPDataLoader can draw an empty batch (a legal release: noise only);
+    examples/opacus_audit.py --poisson crashed on it in audit_observations ("truths[1] holds
+    0 examples"). The Recorder keeps it apart; every observation has an example behind it."""
+    net = models.default_for(digits, generator=torch.Generator().manual_seed(0))
+    data_ = TensorDataset(digits.x_train[:3], digits.y_train[:3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, opt, loader = opacus.PrivacyEngine().make_private(
+            module=net, optimizer=torch.optim.SGD(net.parameters(), lr=0.1),
+            data_loader=DataLoader(data_, batch_size=1), noise_multiplier=1.0,
+            max_grad_norm=1.0, poisson_sampling=True,
+            noise_generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)  # the sampler's draws: this seed gives empty batches at steps 1, 2
+    with Recorder(opt, model) as rec:
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert [o.local_step for o in rec.noise_only] == [1, 2]
+    assert all(o.batch_size == 0 for o in rec.noise_only)
+    noise = torch.cat([t.flatten() for t in rec.noise_only[0].tensors])
+    assert noise.abs().max() > 0  # the step was released: noise only
+    assert [o.local_step for o in rec.observations] == [0]
+    assert len(rec.truths) == 1 and all(o.batch_size >= 1 for o in rec.observations)
+    report = _audit(digits, rec, "opacus poisson", max_iterations=1)
+    assert len(report.cells) == 1
+
+
 # ------------------------------------------------------------------------------ ledgers
 def _tiny_run(loader_kwargs, *, n, poisson, sigma=1.0, epochs=1, accountant="rdp"):
     """Opacus DP-SGD on a linear model over n random points; returns engine, loader."""
