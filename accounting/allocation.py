@@ -67,7 +67,8 @@ from scipy import special
 from ._validate import check_count, check_positive
 from .events import Event, register_event
 
-__all__ = ["RandomAllocation", "allocation_epsilon_bounds", "clear_cache"]
+__all__ = ["RandomAllocation", "allocation_epsilon_bounds", "allocation_gaussian_bounds",
+           "clear_cache"]
 
 #: Bins of the linear grid of S (the cap C is n hy).
 _BINS = 2**18
@@ -223,9 +224,97 @@ def _laws(sigma: float, t: int, bins: int = _BINS) -> _Laws:
     return _Laws(hy, p_up, p_dn, q_up, q_dn, err)
 
 
+def _power(law: np.ndarray, m: int) -> tuple[np.ndarray, float]:
+    """(law, L1 round-off) of min(A_1 + ... + A_m, C) for i.i.d. A_i with law ``law``
+    (index n: ">= C"), by repeated squaring; m = 0: the point mass at 0."""
+    out = np.zeros(law.size)
+    out[0] = 1.0
+    err, base, err_b, first = 0.0, law, 0.0, True
+    while m:
+        if m & 1:
+            if first:
+                out, err, first = base, err_b, False
+            else:
+                out, e = _conv(out, base)
+                err += err_b + e
+        m >>= 1
+        if m:
+            base, e = _conv(base, base)
+            err_b = 2.0 * err_b + e
+    return out, err
+
+
+@functools.lru_cache(maxsize=16)
+def _binned_pair(sigma: float, t: int, k: int, bins: int = _BINS) -> _Laws:
+    """Laws of the statistic g(x) = min(sum_i min(floor(Y_i / hy), n), n), Y_i =
+    exp(x_i / sigma^2), under the REALISED pair of k-of-t allocation (P: the example's
+    gradient 1 in a uniform k-subset A of the steps, Q: the example absent), and their L1
+    round-off bound (``err``; fields p_dn / q_dn, the *_up fields repeat them).
+
+    g is a deterministic, symmetric function of the released vector (min(a + b, n) is
+    associative and commutative on nonnegative integers, so the order of the sums does not
+    matter), hence (law of g under P, law of g under Q) is a post-processing of a pair the
+    mechanism itself realises, and its hockey-stick divergence is a certified LOWER bound on
+    the mechanism's delta(eps), for every k (data processing inequality). Under P, by
+    symmetry of g, the law does not depend on which k steps hold the example: k terms
+    with log Y ~ N(1/sigma^2, 1/sigma^2) (tilted) and t - k with log Y ~ N(0, 1/sigma^2).
+    """
+    s = 1.0 / sigma
+    cap = (_cap(t - k, s) if t > k else 0.0) + k * math.exp(s * s + _Z_TAIL * s)
+    hy = cap / bins
+    plain = _term(0.0, s, hy, bins, False)
+    tilt = _term(s * s, s, hy, bins, False)
+    q_law, e_q = _power(plain, t)
+    rest, e_r = _power(plain, t - k)
+    held, e_h = _power(tilt, k)
+    if t > k:
+        p_law, e_c = _conv(rest, held)
+    else:
+        p_law, e_c = held, 0.0
+    err = max(e_q, e_r + e_h + e_c)
+    return _Laws(hy, p_law, p_law, q_law, q_law, err)
+
+
+def _binned_pmf(sigma: float, t: int, k: int, h: float, direction: str):
+    """LOWER discrete PLD (``accounting.pld._PMF``) of the binned realised pair
+    (:func:`_binned_pair`) on the loss grid {j h}.
+
+    The computed laws are off the exact ones by at most ``err`` in L1, hence in every bin:
+    P~ = max(P^ - err, 0) <= P and Q~ = Q^ + err >= Q pointwise. The hockey-stick
+    divergence is increasing in P and decreasing in Q pointwise, also for product measures
+    (composition), so the pair (P~, Q~) is still a certified lower bound; its losses
+    log(P~/Q~) are then rounded down onto the grid (a smaller loss: a smaller delta).
+    remove: (P~, Q~); add: the two laws swapped.
+    """
+    from . import pld
+
+    laws = _binned_pair(sigma, t, k)
+    err = laws.err
+    num, den = (laws.p_dn, laws.q_dn) if direction == "remove" else (laws.q_dn, laws.p_dn)
+    pt = np.maximum(num - err, 0.0)
+    qt = den + err
+    keep = pt > 0
+    if not keep.any():
+        return pld._PMF(0, np.zeros(1), 0.0)
+    loss = np.log(pt[keep]) - np.log(qt[keep])
+    idx = np.floor(loss / h - 1e-9).astype(np.int64)
+    lo = int(idx.min())
+    p = np.bincount(idx - lo, weights=pt[keep])
+    return pld._trim(pld._PMF(lo, p, 0.0), False)
+
+
+def _exact_ok(sigma: float, t: int) -> bool:
+    """Whether the log-normal sum machinery is usable: its cap is a finite float with room
+    (below sigma ~ 0.06 the variance exp(2/sigma^2) of a term overflows; the bounds there
+    are the Gaussian ones of :meth:`RandomAllocation.pld_parts`)."""
+    s = 1.0 / sigma
+    return max(2.0 * s * s, s * s + _Z_TAIL * s) + math.log(max(t, 1)) + 20.0 < 600.0
+
+
 def clear_cache() -> None:
     """Forget the cached per-sigma laws (for timings from scratch)."""
     _laws.cache_clear()
+    _binned_pair.cache_clear()
 
 
 def _loss_pmf(law: np.ndarray, hy: float, sigma: float, t: int, h: float, direction: str,
@@ -359,21 +448,39 @@ class RandomAllocation(Event):
         return self.steps_per_epoch * self.epochs
 
     @property
+    def groups_of(self) -> int:
+        """m = floor(t / k): the upper bound is k concurrent 1-of-m allocations (module doc)."""
+        return self.steps_per_epoch // self.selected
+
+    @property
     def reduction(self) -> str:
-        """How the upper bound is obtained: "exact" (k = 1), "groups" (k | t), "none"."""
+        """How the upper bound is obtained: "exact" (k = 1), "groups" (k x 1-of-m, m =
+        floor(t/k) >= 2), "none" (m = 1: k Gaussian releases per epoch)."""
         if self.selected == 1:
             return "exact"
-        return "groups" if self.steps_per_epoch % self.selected == 0 else "none"
+        return "groups" if self.groups_of >= 2 else "none"
 
     @property
     def count(self) -> int:
         """Compositions of one per-epoch PLD in the upper bound (epochs, or epochs x k)."""
         return self.epochs * (1 if self.selected == 1 else self.selected)
 
+    @property
+    def lower_kind(self) -> str:
+        """What the lower end is: "realised" (k = 1: the realised pair, which is the
+        dominating one), "binned" (k > 1: a post-processing of the realised k-of-t pair,
+        :func:`_binned_pair`), "sum" (the sum of the outputs, where the log-normal
+        machinery does not apply: sigma below ~0.06, or k = t). All three are certified
+        lower bounds on the eps of the scheme that ran."""
+        if not _exact_ok(self.sigma, self.steps_per_epoch) or self.selected == self.steps_per_epoch:
+            return "sum" if self.steps_per_epoch > 1 else "realised"
+        return "realised" if self.selected == 1 else "binned"
+
     def describe(self) -> str:
-        how = {"exact": "", "groups": f" (bound: {self.selected} x 1-of-"
-               f"{self.steps_per_epoch // self.selected})",
-               "none": " (bound: no amplification, k does not divide t)"}[self.reduction]
+        t, k, m = self.steps_per_epoch, self.selected, self.groups_of
+        sub = f" of a uniform {k * m}-step subset" if t % k else ""
+        how = {"exact": "", "groups": f" (bound: {k} x 1-of-{m}{sub})",
+               "none": " (bound: no amplification, k > t/2)"}[self.reduction]
         return (f"random allocation {self.selected} of {self.steps_per_epoch} steps, "
                 f"Gaussian sigma={self.sigma:.6g} x {self.epochs} epoch(s){how}"
                 f"{self._note()}")
@@ -386,36 +493,38 @@ class RandomAllocation(Event):
     # ------------------------------------------------------------ PLD hooks
     def pld_loss_variance(self) -> float:
         """Variance of the one-epoch privacy loss under P (sets the PLD grid step)."""
-        if self.reduction == "none" or self.steps_per_epoch == self.selected:
+        m = self.groups_of
+        if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        laws = _laws(self.sigma, self.steps_per_epoch // self.selected)
+        laws = _laws(self.sigma, m)
         n = laws.p_dn.size - 1
         j = np.arange(1, n + 1, dtype=float)
-        t = self.steps_per_epoch // self.selected
-        loss = np.log(j * laws.hy / t) - 0.5 / self.sigma**2
+        loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
         w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
-        m = float((w * loss).sum())
-        return float(self.selected * (w * (loss - m) ** 2).sum())
+        mean = float((w * loss).sum())
+        return float(self.selected * (w * (loss - mean) ** 2).sum())
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
         """Discrete PLDs (``accounting.pld._PMF``, count) of this event on the loss grid
         {k h} for one direction ("remove"/"add") and side, and its round-off allowance."""
         from . import pld
 
-        if upper and self.reduction == "none":
-            return [(_gaussian_pmf(self.sigma, h, direction, True), self.count)], 0.0
-        if not upper and self.selected > 1:
-            s = self.sigma * math.sqrt(self.steps_per_epoch) / self.selected
-            return [(_gaussian_pmf(s, h, direction, False), self.epochs)], 0.0
-        t = self.steps_per_epoch // self.selected
-        if t == 1:  # 1-of-1: the Gaussian mechanism itself
+        t, k, m = self.steps_per_epoch, self.selected, self.groups_of
+        if not upper:
+            kind = self.lower_kind
+            if kind == "sum":  # the sum of the t outputs: N(k, t sigma^2) vs N(0, t sigma^2)
+                s = self.sigma * math.sqrt(t) / k
+                return [(_gaussian_pmf(s, h, direction, False), self.epochs)], 0.0
+            if kind == "binned":  # round-off already inside the pair (see _binned_pmf)
+                return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
+        if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        laws = _laws(self.sigma, t)
+        laws = _laws(self.sigma, m)
         if direction == "remove":
             law = laws.p_up if upper else laws.p_dn
         else:
             law = laws.q_dn if upper else laws.q_up
-        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, t, h, direction, upper)
+        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, m, h, direction, upper)
         pmf = pld._trim(pld._PMF(lo, p, inf), upper)
         return [(pmf, self.count)], self.count * laws.err
 
@@ -439,10 +548,79 @@ def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
 register_event(RandomAllocation)
 
 
+def allocation_gaussian_bounds(sigma: float, steps: int, delta: float, *, selected: int = 1,
+                               epochs: int = 1) -> tuple[float, float]:
+    """Closed-form certified (lower, upper) eps of ``epochs`` epochs of k-of-t random
+    allocation, valid for every sigma, t, k and delta (no discretisation, never 0 or NaN).
+
+    upper: no amplification: conditioned on the allocation the example is in k Gaussian
+    releases per epoch, and a mixture of mechanisms each dominated by one pair is dominated
+    by it (joint convexity of the hockey-stick divergence), so the k E releases compose into
+    one Gaussian with multiplier sigma / sqrt(k E) (Balle & Wang 2018, Thm 8).
+    lower: the sum of the t outputs of an epoch, N(k, t sigma^2) against N(0, t sigma^2),
+    a post-processing of the realised pair: E epochs give the Gaussian with multiplier
+    sigma sqrt(t) / (k sqrt(E)).
+    """
+    from ._validate import check_delta
+    from .composition import analytic_gaussian_epsilons
+
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    delta = check_delta("delta", delta)
+    k, e = ev.selected, ev.epochs
+    up = float(analytic_gaussian_epsilons(np.array([ev.sigma / math.sqrt(k * e)]), delta)[0])
+    lo = float(analytic_gaussian_epsilons(
+        np.array([ev.sigma * math.sqrt(ev.steps_per_epoch) / (k * math.sqrt(e))]), delta)[0])
+    return lo * (1.0 - 1e-11), up
+
+
 def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selected: int = 1,
                               epochs: int = 1, **kwargs: Any):
     """Certified (lower, estimate, upper) eps of ``epochs`` epochs of random allocation
-    (:class:`RandomAllocation`), via :func:`accounting.pld_epsilon` (``kwargs``)."""
-    from .pld import pld_epsilon
+    (:class:`RandomAllocation`), via :func:`accounting.pld_epsilon` (``kwargs``).
 
-    return pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    The lower end is a lower bound on the eps of the k-of-t scheme that ran (for k > 1 a
+    post-processing of its realised pair, :attr:`RandomAllocation.lower_kind`); the upper
+    end for k > 1 is that of k concurrent 1-of-floor(t/k) allocations (module doc). Where
+    the discretisation cannot certify an amplified upper end at this delta (its round-off
+    allowance reaches delta: delta ~1e-8 and below at t = 1,000), the upper end is the
+    closed-form no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the
+    bracket is then wide, but true.
+    """
+    from .pld import PLDBounds, pld_epsilon
+
+    g_lo, g_up = allocation_gaussian_bounds(sigma, steps, delta, selected=selected,
+                                            epochs=epochs)
+    b = pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    lower, upper = b.lower, b.upper
+    if not (upper >= g_lo) or not (lower < upper):
+        # the PLD gave up on the upper end (its fallback does not know this event) and
+        # dragged the lower end with it: recompute both ends soundly
+        upper = g_up
+        lower = _lower_only(sigma, steps, delta, selected, epochs, kwargs)
+    upper = min(upper, g_up)
+    lower = min(max(lower, g_lo), upper)
+    return PLDBounds(lower, (lower + upper) / 2.0, upper)
+
+
+def _lower_only(sigma: float, steps: int, delta: float, selected: int, epochs: int,
+                kwargs: dict[str, Any]) -> float:
+    """The certified lower end alone: the PLD bracket's lower end of a ledger whose upper
+    side cannot fail (the event's lower pair, composed with itself, asked at ``delta``),
+    via pld_delta's lower side at a few eps (bisection on the monotone delta(eps))."""
+    from .pld import pld_delta
+
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    opts = {key: kwargs[key] for key in ("value_interval", "sigma_resolution", "max_distinct")
+            if key in kwargs}
+    _, hi = allocation_gaussian_bounds(sigma, steps, delta, selected=selected, epochs=epochs)
+    lo_eps, hi_eps = 0.0, hi
+    for _ in range(30):
+        mid = (lo_eps + hi_eps) / 2.0
+        low_delta, _ = pld_delta([ev], mid, **opts)
+        if low_delta > delta:  # the true delta(mid) > delta: the true eps is above mid
+            lo_eps = mid
+        else:
+            hi_eps = mid
+        if hi_eps - lo_eps < 1e-4 * hi_eps:
+            break
+    return lo_eps
