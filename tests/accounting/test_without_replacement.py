@@ -1,0 +1,125 @@
+"""Fixed-size batches (sampling without replacement, replace-one): RDP of Wang, Balle,
+Kasiviswanathan 2019 Thm 9 against dp-accounting, the sensitivity convention (dp-accounting
+issue #378), and the certified bracket."""
+
+import math
+
+import numpy as np
+import pytest
+
+from accounting.composition import analytic_gaussian_epsilons
+from accounting.events import SampledGaussian
+from accounting.pld import pld_epsilon
+from accounting.rdp import DEFAULT_ORDERS, rdp_sgm
+from accounting.without_replacement import (
+    epsilon_bounds_without_replacement,
+    epsilon_without_replacement,
+    rdp_without_replacement,
+)
+
+dpa = pytest.importorskip("dp_accounting")
+from dp_accounting.rdp import rdp_privacy_accountant as dpa_rdp  # noqa: E402
+
+ORDERS = np.array([2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 64.0, 2.5, 10.5])
+
+
+def dp_accounting_eps(sigma, batch, n, steps, delta, multiplier_for_sensitivity_2=True):
+    """dp-accounting's RDP accountant on SampledWithoutReplacementDpEvent, REPLACE_ONE.
+    Its noise multiplier is relative to the replace-one sensitivity (2C): sigma / 2."""
+    acc = dpa_rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    s = sigma / 2 if multiplier_for_sensitivity_2 else sigma
+    event = dpa.SampledWithoutReplacementDpEvent(n, batch, dpa.GaussianDpEvent(s))
+    acc.compose(dpa.SelfComposedDpEvent(event, steps))
+    return acc.get_epsilon(delta)
+
+
+@pytest.mark.parametrize("sigma, batch, n", [(1.0, 256, 60_000), (2.0, 100, 1_000),
+                                             (0.5, 10, 1_000), (4.0, 500, 1_000)])
+def test_rdp_matches_dp_accounting_at_half_sigma_and_never_below_it(sigma, batch, n):
+    ours = rdp_without_replacement(sigma, batch, n, ORDERS)
+    theirs = dpa_rdp._compute_rdp_sample_wor_gaussian(batch / n, sigma / 2, ORDERS)
+    # Thm 9 (ours) >= Thm 27 (theirs) wherever Thm 9 is below the unamplified Gaussian
+    plain = 2 * ORDERS / sigma**2
+    assert np.all((ours >= theirs * (1 - 1e-9)) | np.isclose(ours, plain))
+    # equal at the small-gamma settings (the two theorems coincide for the Gaussian there)
+    if batch / n < 0.2:
+        np.testing.assert_allclose(ours, theirs, rtol=1e-9)
+
+
+def test_sensitivity_is_2c_not_the_issue_378_erratum():
+    # passing sigma (std / clip) to dp-accounting as if the replace-one sensitivity were C
+    # understates the RDP ~4x: we must match the sigma / 2 value, not that one
+    sigma, batch, n = 1.0, 256, 60_000
+    ours = rdp_without_replacement(sigma, batch, n, ORDERS)
+    erratum = dpa_rdp._compute_rdp_sample_wor_gaussian(batch / n, sigma, ORDERS)
+    assert np.all(ours > 3.0 * erratum)
+    # gamma = 1: the plain Gaussian with sensitivity 2C, i.e. multiplier sigma / 2
+    np.testing.assert_allclose(rdp_without_replacement(sigma, 7, 7, ORDERS),
+                               rdp_sgm(1.0, sigma / 2, ORDERS), rtol=1e-12)
+
+
+def test_epsilon_equals_a_dp_accounting_value():
+    # MNIST-like: 60,000 records, batches of 256, sigma 1.1, 60 epochs, delta 1e-5
+    sigma, batch, n, delta = 1.1, 256, 60_000, 1e-5
+    steps = 60 * (n // batch)
+    ours = epsilon_without_replacement(sigma, batch, n, steps, delta)
+    theirs = dp_accounting_eps(sigma, batch, n, steps, delta)
+    assert ours == pytest.approx(theirs, rel=0.02)
+    assert ours > 1.5 * dp_accounting_eps(sigma, batch, n, steps, delta, False)
+    # amplification is real: far below the unamplified Gaussian (sigma / 2 per step)
+    plain = float(analytic_gaussian_epsilons(np.array([sigma / 2 / math.sqrt(steps)]),
+                                             delta)[0])
+    assert ours < plain / 20
+
+
+@pytest.mark.parametrize("sigma, batch, n, steps", [(1.0, 64, 10_000, 1_000),
+                                                    (2.0, 10, 100, 50),
+                                                    (0.8, 1, 50, 20)])
+def test_bracket_is_ordered_and_between_independent_bounds(sigma, batch, n, steps):
+    delta = 1e-6
+    lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, delta)
+    assert 0 < lo <= up < math.inf
+    # lower end: the realised Poisson remove/add pair at q = B/n
+    assert lo == pytest.approx(pld_epsilon([SampledGaussian(batch / n, sigma, steps)],
+                                           delta).lower)
+    # upper end never above the unamplified Gaussian with sensitivity 2C
+    plain = float(analytic_gaussian_epsilons(np.array([sigma / 2 / math.sqrt(steps)]),
+                                             delta)[0])
+    assert up <= plain * (1 + 1e-12)
+    assert up <= epsilon_without_replacement(sigma, batch, n, steps, delta)
+
+
+def test_monotone_in_batch_size_and_steps():
+    curve = [rdp_without_replacement(1.0, b, 1_000, DEFAULT_ORDERS) for b in (1, 10, 100, 1_000)]
+    for a, b in zip(curve, curve[1:]):
+        assert np.all(a <= b + 1e-12)
+    eps = [epsilon_without_replacement(1.0, 10, 1_000, t, 1e-5) for t in (1, 10, 100)]
+    assert eps[0] < eps[1] < eps[2]
+
+
+def test_edge_cases_are_answers_not_nan():
+    assert np.all(np.isinf(rdp_without_replacement(0.0, 1, 10, ORDERS)))
+    assert epsilon_bounds_without_replacement(0.0, 1, 10, 5, 1e-5) == (math.inf, math.inf)
+    assert epsilon_bounds_without_replacement(1.0, 1, 10, 0, 1e-5) == (0.0, 0.0)
+    tiny = rdp_without_replacement(1e-3, 1, 10**6, [2.0, 64.0, 256.0])
+    assert np.all(np.isfinite(tiny)) and np.all(tiny > 0)
+    huge = rdp_without_replacement(1e6, 1, 10, [2.0, 64.0])
+    assert np.all(np.isfinite(huge)) and np.all(huge >= 0)
+    for d in (1e-9, 1e-12):
+        lo, up = epsilon_bounds_without_replacement(1.0, 10, 1_000, 100, d)
+        assert 0 < lo <= up < math.inf
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(sigma=-1.0, batch_size=1, dataset_size=10), "sigma"),
+    (dict(sigma=1.0, batch_size=0, dataset_size=10), "batch_size"),
+    (dict(sigma=1.0, batch_size=11, dataset_size=10), "batch_size"),
+    (dict(sigma=1.0, batch_size=1, dataset_size=0), "dataset_size"),
+])
+def test_bad_input_is_refused_by_name(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        rdp_without_replacement(orders=[2.0], **kwargs)
+    with pytest.raises(ValueError, match=name):
+        epsilon_bounds_without_replacement(steps=1, delta=1e-5, **kwargs)
+    with pytest.raises(ValueError, match="orders"):
+        rdp_without_replacement(1.0, 1, 10, [0.5])
