@@ -787,7 +787,7 @@ def _pmf_from(loss: np.ndarray, mass: np.ndarray, inf: float, h: float, upper: b
 
 
 def allocation_schedule_bounds(sigmas: object, delta: float, *, epochs: int = 1,
-                               bins: int = 2**16) -> ScheduleBounds:
+                               bins: int = 2**15) -> ScheduleBounds:
     """Certified (lower, upper) eps of ``epochs`` epochs of random allocation (k = 1) where
     step i of every epoch adds Gaussian noise with multiplier ``sigmas[i]`` (t = len(sigmas)).
 

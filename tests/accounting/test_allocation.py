@@ -10,7 +10,11 @@ import numpy as np
 import pytest
 
 import accounting as A
-from accounting.allocation import RandomAllocation, allocation_gaussian_bounds
+from accounting.allocation import (
+    RandomAllocation,
+    allocation_gaussian_bounds,
+    allocation_schedule_bounds,
+)
 from accounting.composition import analytic_gaussian_epsilons
 from accounting.pld import pld_delta, pld_epsilon
 
@@ -273,3 +277,60 @@ def test_never_zero_nan_or_a_crash_where_privacy_was_spent(sigma, t, delta, epoc
     g_lo, g_up = allocation_gaussian_bounds(sigma, t, delta, epochs=epochs)
     assert all(math.isfinite(v) for v in b)
     assert 0 < g_lo <= b.lower <= b.upper <= g_up
+
+
+def mc_eps_of_schedule_pair(sigmas, epochs, delta, n, rng):
+    """Monte Carlo eps (4-se interval) of the realised pair of random allocation with a
+    per-step sigma schedule, remove direction: x_i ~ N(1{i = J}, sigma_i^2), J uniform,
+    loss log mean_i exp((x_i - 1/2) / sigma_i^2)."""
+    t = sigmas.size
+    total = np.zeros(n)
+    for _ in range(epochs):
+        x = rng.standard_normal((n, t)) * sigmas
+        x[np.arange(n), rng.integers(0, t, n)] += 1.0
+        z = (x - 0.5) / sigmas**2
+        total += np.logaddexp.reduce(z, axis=1) - math.log(t)
+    grid = np.linspace(0.0, 3.0 * max(float(np.quantile(total, 1 - delta / 10)), 0.1), 600)
+    vals = np.maximum(-np.expm1(grid[:, None] - total[None, :]), 0.0)
+    mean, se = vals.mean(axis=1), vals.std(axis=1) / math.sqrt(n)
+
+    def crossing(curve):
+        above = np.flatnonzero(curve > delta)
+        return float(grid[above[-1] + 1]) if above.size and above[-1] + 1 < grid.size else 0.0
+
+    return crossing(mean - 4 * se), crossing(mean), crossing(mean + 4 * se)
+
+
+@pytest.mark.slow
+def test_constant_schedule_reproduces_the_allocation_bracket():
+    sched = allocation_schedule_bounds(np.full(120, 1.0), DELTA, bins=2**16)
+    const = A.allocation_epsilon_bounds(1.0, 120, DELTA)
+    assert sched.lower <= const.lower <= const.upper <= sched.upper
+    assert sched.upper - sched.lower <= 0.015 * sched.upper
+    ten = allocation_schedule_bounds(np.full(120, 1.0), DELTA, epochs=10, bins=2**16)
+    const10 = A.allocation_epsilon_bounds(1.0, 120, DELTA, epochs=10)
+    assert ten.lower <= const10.upper and const10.lower <= ten.upper
+
+
+@pytest.mark.slow
+def test_100_step_schedule_bracket_contains_monte_carlo_and_is_between_constants():
+    sigmas = np.linspace(2.0, 0.8, 100)
+    delta = 1e-3
+    b = allocation_schedule_bounds(sigmas, delta)
+    assert 0 < b.lower <= b.upper <= 1.08 * b.lower  # 5.4%: an absolute 0.013 at eps 0.24
+    lo_ci, mid, hi_ci = mc_eps_of_schedule_pair(sigmas, 1, delta, 60_000,
+                                                np.random.default_rng(100))
+    assert b.lower <= hi_ci and lo_ci <= b.upper
+    assert b.lower * 0.95 <= mid <= b.upper * 1.05
+    # every step at the largest / smallest sigma brackets the schedule (post-processing)
+    assert A.allocation_epsilon_bounds(2.0, 100, delta).lower <= b.upper
+    assert b.lower <= A.allocation_epsilon_bounds(0.8, 100, delta).upper
+
+
+@pytest.mark.parametrize("sigmas, name", [([], "sigmas"), ([1.0, 0.0], "sigmas"),
+                                          ([1.0, float("nan")], "sigmas")])
+def test_schedule_bad_input_is_refused_by_name(sigmas, name):
+    with pytest.raises(ValueError, match=name):
+        allocation_schedule_bounds(sigmas, DELTA)
+    with pytest.raises(ValueError, match="epochs"):
+        allocation_schedule_bounds([1.0], DELTA, epochs=0)
