@@ -34,9 +34,10 @@ largest term's 1e-10 quantile); each doubling rounds once onto a grid twice as c
 (monotone rebinning), so T_up - T_dn is about log2(t) final grid steps, not t. FFT
 round-off masses (~1e-18 a bin) go to +inf (upper) or are dropped (lower).
 
-Measured (2 busy cores): t = 120, one epoch, delta 1e-5, sigma 0.6 .. 2: bracket <= 0.6%
-wide, 2-4 s per sigma from scratch; about 0.15% wider per further epoch (the per-epoch
-rounding adds up); t = 10,000 at sigma 3: 4% wide in 4 s.
+Measured (2 busy cores, delta 1e-5, from scratch, 3-4 s a case): t = 120: 0.11-0.3% wide at
+sigma 0.6-1; t = 1,000: 0.5% (sigma 0.5), 1.5% (sigma 1); ten epochs at t = 1,000: 10%
+(sigma 0.8), 44% (sigma 0.5: the linear grid of S is coarse against the heavy tail of
+exp(x / sigma^2), whose 1e-10 quantile sets the cap); t = 1,000 at delta 1e-8: 5%.
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -47,10 +48,30 @@ of the subset is permutation invariant, hence uniform). Revealing the partition 
 help the adversary, and given it the epoch is k random 1-of-(t/k) allocations run
 concurrently, which compose like sequential ones (Vadhan & Zhang 2023, concurrent
 composition of f-DP), so eps <= that of the k-fold composition of 1-of-(t/k) (the
-reduction of Feldman & Shenfeld 2025, Sec. 5). If k does not divide t, the upper bound
-is the sound no-amplification one (k Gaussian releases per epoch). Lower bound for k > 1:
-the sum of the t outputs, N(k, t sigma^2) against N(0, t sigma^2), a post-processing of
-the realised pair (k = t: exact).
+reduction of Feldman & Shenfeld 2025, Sec. 5). If k does not divide t, with m = floor(t/k):
+a uniform k-subset of a uniform (k m)-subset B of the steps is a uniform k-subset of all
+t; revealing B, the t - k m steps outside it do not see the example (pure noise, a
+post-processing) and the rest is the divisible case: eps <= k-fold 1-of-m (m = 1, i.e.
+k > t/2: k Gaussian releases, no amplification). This upper end is of a stand-in that
+dominates the scheme, not of the scheme itself.
+
+Lower end for k > 1 (:func:`_binned_pair`): the laws, under the REALISED k-of-t pair, of a
+deterministic symmetric statistic of the output, min(sum_i floor(Y_i / hy), n): a
+post-processing of the scheme that ran, hence certified for it (not for the stand-in);
+FFT round-off is absorbed pointwise (P lowered, Q raised by the L1 bound). Where the
+log-normal machinery cannot run (sigma below ~0.06) or k = t, the lower end is the sum of
+the t outputs, N(k, t sigma^2) against N(0, t sigma^2) (exact when k = t).
+
+Per-step sigma schedules (k = 1, :func:`allocation_schedule_bounds`): the same rounding
+on a balanced tree of pairwise sums of non-identical log-normal terms; only the Q-law is
+computed and the P-law follows from dP/dQ = S / t (see :func:`_schedule_pmfs`).
+
+FFT round-off: each convolution's L1 error is bounded by a few ulps x log2(n) sqrt(n) x the
+larger L2 norm of its operands (:func:`_conv`). The top bin of every capped partial sum
+(overflow, a union over the tree) goes to +inf on the upper side: its mass (~1e-10 t) is
+what limits small deltas; :func:`allocation_epsilon_bounds` then retries with caps whose
+overflow is below delta (a coarser grid) and, failing that, uses the closed-form
+no-amplification bound, never 0.
 """
 
 from __future__ import annotations

@@ -277,6 +277,8 @@ def test_never_zero_nan_or_a_crash_where_privacy_was_spent(sigma, t, delta, epoc
     g_lo, g_up = allocation_gaussian_bounds(sigma, t, delta, epochs=epochs)
     assert all(math.isfinite(v) for v in b)
     assert 0 < g_lo <= b.lower <= b.upper <= g_up
+    if sigma >= 1 and epochs == 1:  # amplified (caps retried below delta), not the fallback
+        assert b.upper < 0.3 * g_up and b.upper - b.lower < 0.1 * b.upper
 
 
 def mc_eps_of_schedule_pair(sigmas, epochs, delta, n, rng):
