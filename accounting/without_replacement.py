@@ -39,12 +39,22 @@ add pair. So the certified LOWER end of the Poisson add/remove PLD bracket
 (:func:`accounting.pld_epsilon` of ``SampledGaussian(gamma, sigma, steps)``) is a lower bound
 on the eps of fixed-size batches under replace-one.
 
-A certified PLD upper end would need a dominating pair valid for every order of the
-hockey-stick divergence after composition: the tight tradeoff function of one step is the
-symmetrised min{f_gamma, f_gamma^-1}** (Dong, Roth, Su 2022, Thm 9, with f = G_{2/sigma}),
-whose composition is not the larger of the two directions' compositions; it is not built
-here, so the upper end is the RDP one (dp-accounting's PLD accountant does not accept
-``SampledWithoutReplacementDpEvent`` either: only its RDP accountant does).
+PLD (upper bound). Dong, Roth, Su 2022 (JRSS-B, Thm 9): if M is f-DP under replace-one,
+the mechanism on a uniform B-of-n subset is C_gamma(f)-DP, C_gamma(f) = min{f_gamma,
+f_gamma^-1}** with f_gamma = gamma f + (1 - gamma) Id; here f = G_{2/sigma}, so f_gamma is
+the tradeoff of the Poisson pair P = (1-gamma) N(0, s^2) + gamma N(1, s^2), Q = N(0, s^2)
+with s = sigma / 2, and C_gamma(f)'s privacy profile is the larger of the two directions'
+(the conjugate of a min is the max of the conjugates). Its dominating pair is SYMMETRIC: the
+PLD of the remove direction on losses > 0, mirrored onto losses < 0 (P-mass e^-l omega(l)
+at -l), an atom at 0 (Zhu, Dong, Wang 2022, symmetrisation). Built from the discretised
+UPPER remove PLD of :mod:`accounting.pld` (connect-the-dots: a pair dominating the true
+one), it is valid when that PLD's profile is >= the add direction's upper profile at every
+eps >= 0 (checked exactly on the grid; on eps < 0 both directions then follow by the
+symmetry relation delta(eps) = 1 - e^eps + e^eps delta'(-eps)), else the other direction
+is mirrored, else no PLD upper end is claimed (RDP only). The T steps compose by FFT. The
+larger of the two directions' composed PLDs would NOT be a valid bound: the composition of
+min{f, f^-1}** can be below both compositions. dp-accounting's PLD accountant does not
+accept ``SampledWithoutReplacementDpEvent`` (only its RDP accountant does).
 """
 
 from __future__ import annotations
@@ -63,11 +73,14 @@ __all__ = [
     "rdp_without_replacement",
     "epsilon_without_replacement",
     "epsilon_bounds_without_replacement",
+    "pld_lower_without_replacement",
+    "pld_upper_without_replacement",
 ]
 
 
 class WORBounds(NamedTuple):
-    """Certified bracket: lower (realised pair, PLD) <= eps <= upper (RDP, Theorem 9)."""
+    """Certified bracket: lower (realised pair, PLD) <= eps <= upper (the smaller of the
+    symmetrised PLD, Theorem 9's RDP and no amplification)."""
 
     lower: float
     upper: float
@@ -162,13 +175,176 @@ def epsilon_without_replacement(sigma: float, batch_size: int, dataset_size: int
         return float(rdp_to_dp(curve, orders, delta, "improved").eps)
 
 
+def _poisson_upper_pmf(q: float, s: float, h: float, direction: str):
+    """UPPER discrete PLD (``accounting.pld._PMF``) of one Poisson-subsampled Gaussian step
+    (q, multiplier s) in one direction, on the grid {k h} (connect-the-dots)."""
+    from . import pld
+
+    qs, sig = np.array([q]), np.array([s])
+    llo, lhi = pld._loss_limits(qs, sig)
+    if direction == "add":
+        llo, lhi = -lhi, -llo
+    k0 = int(np.floor(llo[0] / h)) - 1
+    k1 = int(np.ceil(lhi[0] / h)) + 1
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    pm, qm, below, above = pld._gaussian_intervals(qs, sig, edges, direction)
+    return pld._discretise(pm, qm, below, above, k0, h, True)[0]
+
+
+def _profile_at_grid(pmf, h: float, ks: np.ndarray) -> np.ndarray:
+    """delta(k h) = inf + sum_{l > k h} p_l (1 - e^(k h - l)) of a discrete PLD at the grid
+    points ``ks`` (vectorised; losses relative to each point, no overflow)."""
+    loss_k = pmf.offset + np.arange(pmf.p.size)
+    out = np.empty(ks.size)
+    for i, k in enumerate(ks):
+        sel = loss_k > k
+        out[i] = pmf.inf + float((pmf.p[sel] * -np.expm1((k - loss_k[sel]) * h)).sum())
+    return out
+
+
+def _symmetrised(pmf):
+    """The symmetric discrete PLD with the same profile on eps >= 0 (module doc), or None
+    when the atom at 0 would be negative."""
+    from . import pld
+
+    loss_k = pmf.offset + np.arange(pmf.p.size)
+    pos = loss_k > 0
+    if not pos.any():
+        return pld._PMF(0, np.ones(1), 0.0) if pmf.inf == 0 else None
+    kp = loss_k[pos]
+    p_pos = pmf.p[pos]
+    q_pos = p_pos * np.exp(-kp * _H[0])  # Q-mass of the positive losses
+    atom = 1.0 - pmf.inf - float(p_pos.sum()) - float(q_pos.sum())
+    if atom < -1e-12:
+        return None
+    top = int(kp.max())
+    out = np.zeros(2 * top + 1)  # losses -top .. top
+    out[top + kp] += p_pos
+    out[top - kp] += q_pos
+    out[top] += max(atom, 0.0)
+    return pld._trim(pld._PMF(-top, out, pmf.inf), True)
+
+
+#: the grid step of the last symmetrisation (a one-element box read by _symmetrised)
+_H = [1.0]
+
+
+def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                  steps: int, delta: float) -> float:
+    """Certified PLD upper bound on eps of ``steps`` fixed-size-batch steps under
+    replace-one: the symmetrised pair of Dong, Roth, Su's C_gamma(G_{2/sigma}) (module doc),
+    composed by FFT. inf where no direction's profile dominates the other's (then use
+    :func:`epsilon_without_replacement`)."""
+    from . import pld
+
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    if steps == 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    q, s = b / n, sigma / 2.0
+    with np.errstate(over="ignore"):
+        var = min(q * q * math.expm1(min(1.0 / (s * s), 700.0)), 1.0 / (s * s))
+    sd = math.sqrt(steps * var)
+    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    rem = _poisson_upper_pmf(q, s, h, "remove")
+    add = _poisson_upper_pmf(q, s, h, "add")
+    top = max(rem.offset + rem.p.size, add.offset + add.p.size)
+    ks = np.arange(0, top + 1)
+    d_rem, d_add = _profile_at_grid(rem, h, ks), _profile_at_grid(add, h, ks)
+    _H[0] = h
+    if np.all(d_add <= d_rem + 1e-15):
+        sym = _symmetrised(rem)
+    elif np.all(d_rem <= d_add + 1e-15):
+        sym = _symmetrised(add)
+    else:
+        sym = None
+    if sym is None:
+        return math.inf
+    if steps == 1:
+        return pld._eps_of(sym, delta, h)
+    try:
+        pmf, allowance = pld._compose([(sym, steps)], delta * 1e-6)
+    except pld._GridTooLarge:
+        return math.inf
+    if allowance >= delta:
+        return math.inf
+    return pld._eps_of(pmf, delta - allowance, h)
+
+
+def _x_of_loss_pm(loss: np.ndarray, gamma: float, sigma: float) -> np.ndarray:
+    """x with L(x) = loss for the +-1 pair's loss L(x) = log((a + b u) / (a + b / u)),
+    a = 1 - gamma, b = gamma e^(-1/(2 sigma^2)), u = e^(x / sigma^2) (increasing in x):
+    the root of b u^2 + a (1 - e^l) u - b e^l = 0, in the form without cancellation."""
+    a = 1.0 - gamma
+    log_b = math.log(gamma) - 0.5 / sigma**2
+    with np.errstate(over="ignore", invalid="ignore"):
+        el = np.exp(loss)
+        b = math.exp(log_b)
+        root = np.sqrt((a * np.expm1(loss)) ** 2 + 4.0 * b * b * el)
+        pos = np.log(a * np.expm1(loss) + root) - math.log(2.0) - log_b
+        neg = math.log(2.0) + log_b + loss - np.log(root - a * np.expm1(loss))
+    log_u = np.where(loss >= 0, pos, neg)
+    return sigma**2 * log_u
+
+
+def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                  steps: int, delta: float) -> float:
+    """Certified lower bound on eps of ``steps`` fixed-size-batch steps under replace-one:
+    the pair the mechanism realises when the replaced record's gradient is +C, its
+    replacement's -C and every other one 0 (one coordinate, units of C):
+    (1 - gamma) N(0, sigma^2) + gamma N(1, sigma^2) against (1 - gamma) N(0, sigma^2) +
+    gamma N(-1, sigma^2), discretised from below (:mod:`accounting.pld`'s merge-down, a
+    dominated pair) and composed by FFT (symmetric: one direction)."""
+    from . import pld
+
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    if steps == 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    gamma = b / n
+    z = 8.5
+    lo_hi = np.array([-1.0 - z * sigma, 1.0 + z * sigma])
+    u = lo_hi / sigma**2
+    a, lb = 1.0 - gamma, math.log(gamma) - 0.5 / sigma**2
+    lim = (np.logaddexp(math.log(a) if a > 0 else -np.inf, lb + u)
+           - np.logaddexp(math.log(a) if a > 0 else -np.inf, lb - u))
+    s_step = min(gamma * math.sqrt(max(math.expm1(min(4.0 / sigma**2, 700.0)), 1e-300)),
+                 2.0 / sigma)
+    sd = math.sqrt(steps) * s_step
+    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    k0, k1 = int(math.floor(lim[0] / h)) - 1, int(math.ceil(lim[1] / h)) + 1
+    if k1 - k0 > 2_000_000:
+        return 0.0
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    x = _x_of_loss_pm(edges, gamma, sigma)
+    gq, gs = np.array([[gamma]]), np.array([[sigma]])
+    pm, below, above = pld._masses(x[None, :], gq, gs)
+    qm_rev, _, _ = pld._masses(-x[None, ::-1], gq, gs)  # Q: the mirror image of P
+    qm = qm_rev[:, ::-1]
+    pmf = pld._discretise(pm, qm, below, above, k0, h, False)[0]
+    if steps == 1:
+        return pld._eps_of(pmf, delta, h)
+    try:
+        comp, allowance = pld._compose([(pmf, steps)], delta * 1e-6)
+    except pld._GridTooLarge:
+        return 0.0
+    return pld._eps_of(comp, delta + allowance, h)
+
+
 def epsilon_bounds_without_replacement(sigma: float, batch_size: int, dataset_size: int,
                                        steps: int, delta: float) -> WORBounds:
     """Certified (lower, upper) eps of ``steps`` fixed-size-batch steps under replace-one.
 
-    upper: the smaller of Theorem 9's RDP bound and the unamplified Gaussian (every step a
-    Gaussian release with multiplier sigma / 2: the T steps compose into one with sigma /
-    (2 sqrt(T)), Balle & Wang 2018 closed form). lower: the lower end of the Poisson
+    upper: the smaller of the symmetrised PLD (:func:`pld_upper_without_replacement`),
+    Theorem 9's RDP bound and the unamplified Gaussian (every step a Gaussian release with
+    multiplier sigma / 2: the T steps compose into one with sigma / (2 sqrt(T)), Balle &
+    Wang 2018 closed form). lower: the lower end of the Poisson
     add/remove PLD bracket at q = B / n, a pair the mechanism realises (module doc).
     """
     from .composition import analytic_gaussian_epsilons
@@ -184,6 +360,8 @@ def epsilon_bounds_without_replacement(sigma: float, batch_size: int, dataset_si
         return WORBounds(math.inf, math.inf)
     plain = float(analytic_gaussian_epsilons(
         np.array([sigma / (2.0 * math.sqrt(steps))]), delta)[0])
-    upper = min(epsilon_without_replacement(sigma, b, n, steps, delta), plain)
-    lower = pld_epsilon([SampledGaussian(b / n, sigma, steps)], delta).lower
+    upper = min(epsilon_without_replacement(sigma, b, n, steps, delta), plain,
+                pld_upper_without_replacement(sigma, b, n, steps, delta))
+    lower = max(pld_epsilon([SampledGaussian(b / n, sigma, steps)], delta).lower,
+                pld_lower_without_replacement(sigma, b, n, steps, delta))
     return WORBounds(min(lower, upper), upper)

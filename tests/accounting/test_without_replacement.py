@@ -14,6 +14,8 @@ from accounting.rdp import DEFAULT_ORDERS, rdp_sgm
 from accounting.without_replacement import (
     epsilon_bounds_without_replacement,
     epsilon_without_replacement,
+    pld_lower_without_replacement,
+    pld_upper_without_replacement,
     rdp_without_replacement,
 )
 
@@ -79,9 +81,12 @@ def test_bracket_is_ordered_and_between_independent_bounds(sigma, batch, n, step
     delta = 1e-6
     lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, delta)
     assert 0 < lo <= up < math.inf
-    # lower end: the realised Poisson remove/add pair at q = B/n
-    assert lo == pytest.approx(pld_epsilon([SampledGaussian(batch / n, sigma, steps)],
-                                           delta).lower)
+    # lower end: at least the realised Poisson remove/add pair at q = B/n, and the
+    # realised +-1 pair (replaced gradient +C, replacement -C)
+    assert lo >= pld_epsilon([SampledGaussian(batch / n, sigma, steps)], delta).lower
+    assert lo == pytest.approx(max(pld_lower_without_replacement(sigma, batch, n, steps, delta),
+                                   pld_epsilon([SampledGaussian(batch / n, sigma, steps)],
+                                               delta).lower))
     # upper end never above the unamplified Gaussian with sensitivity 2C
     plain = float(analytic_gaussian_epsilons(np.array([sigma / 2 / math.sqrt(steps)]),
                                              delta)[0])
@@ -123,3 +128,51 @@ def test_bad_input_is_refused_by_name(kwargs, name):
         epsilon_bounds_without_replacement(steps=1, delta=1e-5, **kwargs)
     with pytest.raises(ValueError, match="orders"):
         rdp_without_replacement(1.0, 1, 10, [0.5])
+
+
+def test_symmetrised_pld_is_below_the_rdp_of_dp_accounting():
+    # the MNIST-like setting: the PLD of Dong-Roth-Su's C_gamma(G_{2/sigma}) (symmetrised)
+    # is a certified upper end 23% below the RDP bound dp-accounting gives
+    sigma, batch, n, delta = 1.1, 256, 60_000, 1e-5
+    steps = 60 * (n // batch)
+    pld_up = pld_upper_without_replacement(sigma, batch, n, steps, delta)
+    rdp_up = dp_accounting_eps(sigma, batch, n, steps, delta)
+    lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, delta)
+    assert up == pld_up < 0.85 * rdp_up
+    # the realised +-1 pair: a lower end above the realised Poisson pair's
+    assert lo > 1.5 * pld_epsilon([SampledGaussian(batch / n, sigma, steps)], delta).lower
+    assert 0 < lo < up
+
+
+def test_full_batch_is_the_gaussian_with_sensitivity_2c_on_both_ends():
+    # B = n: every step is the Gaussian mechanism moved by 2C: both ends are its exact eps
+    sigma, steps, delta = 1.0, 10, 1e-5
+    exact = float(analytic_gaussian_epsilons(np.array([sigma / 2 / math.sqrt(steps)]),
+                                             delta)[0])
+    lo = pld_lower_without_replacement(sigma, 7, 7, steps, delta)
+    up = pld_upper_without_replacement(sigma, 7, 7, steps, delta)
+    assert lo <= exact <= up
+    assert up - lo < 1e-3 * exact
+
+
+@pytest.mark.slow
+def test_lower_end_is_below_a_monte_carlo_of_its_pair():
+    # the +-1 pair at gamma = 0.1, sigma 1, 20 steps, delta 1e-2: Monte Carlo of its eps
+    sigma, gamma, steps, delta = 1.0, 0.1, 20, 1e-2
+    rng = np.random.default_rng(3)
+    n = 100_000
+    comp = rng.random((n, steps)) < gamma
+    x = rng.standard_normal((n, steps)) * sigma + comp
+    a, b = 1 - gamma, gamma
+    lp = np.logaddexp(math.log(a) - x**2 / (2 * sigma**2),
+                      math.log(b) - (x - 1) ** 2 / (2 * sigma**2))
+    lq = np.logaddexp(math.log(a) - x**2 / (2 * sigma**2),
+                      math.log(b) - (x + 1) ** 2 / (2 * sigma**2))
+    loss = (lp - lq).sum(axis=1)
+    grid = np.linspace(0, 3, 301)
+    vals = np.maximum(-np.expm1(grid[:, None] - loss[None, :]), 0.0)
+    mean, se = vals.mean(axis=1), vals.std(axis=1) / math.sqrt(n)
+    hi = grid[np.flatnonzero(mean + 4 * se > delta)[-1] + 1]
+    mid = grid[np.flatnonzero(mean > delta)[-1] + 1]
+    lo = pld_lower_without_replacement(sigma, 1, 10, steps, delta)
+    assert lo <= hi and lo >= 0.95 * mid
