@@ -202,7 +202,7 @@ def _profile_at_grid(pmf, h: float, ks: np.ndarray) -> np.ndarray:
     return out
 
 
-def _symmetrised(pmf):
+def _symmetrised(pmf, h: float):
     """The symmetric discrete PLD with the same profile on eps >= 0 (module doc), or None
     when the atom at 0 would be negative."""
     from . import pld
@@ -213,7 +213,7 @@ def _symmetrised(pmf):
         return pld._PMF(0, np.ones(1), 0.0) if pmf.inf == 0 else None
     kp = loss_k[pos]
     p_pos = pmf.p[pos]
-    q_pos = p_pos * np.exp(-kp * _H[0])  # Q-mass of the positive losses
+    q_pos = p_pos * np.exp(-kp * h)  # Q-mass of the positive losses
     atom = 1.0 - pmf.inf - float(p_pos.sum()) - float(q_pos.sum())
     if atom < -1e-12:
         return None
@@ -223,10 +223,6 @@ def _symmetrised(pmf):
     out[top - kp] += q_pos
     out[top] += max(atom, 0.0)
     return pld._trim(pld._PMF(-top, out, pmf.inf), True)
-
-
-#: the grid step of the last symmetrisation (a one-element box read by _symmetrised)
-_H = [1.0]
 
 
 def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: int,
@@ -254,11 +250,10 @@ def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: i
     top = max(rem.offset + rem.p.size, add.offset + add.p.size)
     ks = np.arange(0, top + 1)
     d_rem, d_add = _profile_at_grid(rem, h, ks), _profile_at_grid(add, h, ks)
-    _H[0] = h
     if np.all(d_add <= d_rem + 1e-15):
-        sym = _symmetrised(rem)
+        sym = _symmetrised(rem, h)
     elif np.all(d_rem <= d_add + 1e-15):
-        sym = _symmetrised(add)
+        sym = _symmetrised(add, h)
     else:
         sym = None
     if sym is None:
