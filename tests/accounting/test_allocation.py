@@ -219,20 +219,23 @@ def mc_eps_of_realised_pair(sigma, t, k, epochs, delta, n, rng, direction="remov
     of eps is where the estimated delta curve (and its +-4 se curves) cross ``delta``."""
     total = np.zeros(n)
     log_ck = math.lgamma(t + 1) - math.lgamma(k + 1) - math.lgamma(t - k + 1)
+    chunk = max(1, 2_000_000 // t)  # bounded memory at t = 1,000
     for _ in range(epochs):
-        x = rng.standard_normal((n, t)) * sigma
-        if direction == "remove":
-            sel = np.argsort(rng.random((n, t)), axis=1)[:, :k]
-            np.put_along_axis(x, sel, np.take_along_axis(x, sel, axis=1) + 1.0, axis=1)
-        z = x / sigma**2
-        zmax = z.max(axis=1, keepdims=True)
-        y = np.exp(z - zmax)  # scaled: e_k(Y) = e^(k zmax) e_k(y)
-        e = np.zeros((n, k + 1))
-        e[:, 0] = 1.0
-        for i in range(t):
-            e[:, 1:] = e[:, 1:] + y[:, i : i + 1] * e[:, :-1]
-        loss = np.log(e[:, k]) + k * zmax[:, 0] - log_ck - k / (2 * sigma**2)
-        total += loss if direction == "remove" else -loss
+        for start in range(0, n, chunk):
+            m = min(chunk, n - start)
+            x = rng.standard_normal((m, t)) * sigma
+            if direction == "remove":
+                sel = np.argsort(rng.random((m, t)), axis=1)[:, :k]
+                np.put_along_axis(x, sel, np.take_along_axis(x, sel, axis=1) + 1.0, axis=1)
+            z = x / sigma**2
+            zmax = z.max(axis=1, keepdims=True)
+            y = np.exp(z - zmax)  # scaled: e_k(Y) = e^(k zmax) e_k(y)
+            e = np.zeros((m, k + 1))
+            e[:, 0] = 1.0
+            for i in range(t):
+                e[:, 1:] = e[:, 1:] + y[:, i : i + 1] * e[:, :-1]
+            loss = np.log(e[:, k]) + k * zmax[:, 0] - log_ck - k / (2 * sigma**2)
+            total[start : start + m] += loss if direction == "remove" else -loss
     grid = np.linspace(0.0, 3.0 * max(float(np.quantile(total, 1 - delta / 10)), 0.1), 400)
     vals = np.maximum(-np.expm1(grid[:, None] - total[None, :]), 0.0)
     mean = vals.mean(axis=1)
@@ -248,7 +251,7 @@ def mc_eps_of_realised_pair(sigma, t, k, epochs, delta, n, rng, direction="remov
 @pytest.mark.slow
 @pytest.mark.parametrize("sigma, t, k, epochs", [
     (0.8, 12, 1, 1), (0.8, 12, 2, 1), (0.8, 12, 4, 1), (1.0, 40, 2, 1), (0.8, 12, 2, 10),
-    (1.0, 12, 1, 10),
+    (1.0, 12, 1, 10), (0.5, 1000, 1, 1), (0.5, 1000, 2, 1),
 ])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_bracket_contains_monte_carlo_of_the_realised_k_of_t_pair(sigma, t, k, epochs):
@@ -261,9 +264,11 @@ def test_bracket_contains_monte_carlo_of_the_realised_k_of_t_pair(sigma, t, k, e
     lo_ci, mid, hi_ci = mc_eps_of_realised_pair(sigma, t, k, epochs, delta, 40_000, rng)
     assert b.lower <= hi_ci
     assert lo_ci <= b.upper
-    if k == 1:  # the realised pair is the dominating one: the bracket is tight around it
+    if k == 1 and sigma >= 0.8:  # the realised pair dominates: the bracket is tight
         assert b.upper - b.lower <= 0.03 * b.upper
         assert b.lower * 0.95 <= mid <= b.upper * 1.05
+    # (sigma 0.5, t = 1,000 at delta 1e-2: [0.271, 0.480], 44% wide; the heavy tail of
+    # exp(x / sigma^2) makes the linear grid of the sum coarse: true, not tight)
 
 
 @pytest.mark.slow
