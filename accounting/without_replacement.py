@@ -75,6 +75,7 @@ __all__ = [
     "epsilon_bounds_without_replacement",
     "pld_lower_without_replacement",
     "pld_upper_without_replacement",
+    "without_replacement_pld_parts",
 ]
 
 
@@ -225,6 +226,22 @@ def _symmetrised(pmf, h: float):
     return pld._trim(pld._PMF(-top, out, pmf.inf), True)
 
 
+def _upper_pmf(gamma: float, sigma: float, h: float):
+    """The symmetrised UPPER discrete PLD of one step (module doc), or None where neither
+    direction's discretised profile dominates the other's on eps >= 0."""
+    s = sigma / 2.0
+    rem = _poisson_upper_pmf(gamma, s, h, "remove")
+    add = _poisson_upper_pmf(gamma, s, h, "add")
+    top = max(rem.offset + rem.p.size, add.offset + add.p.size)
+    ks = np.arange(0, top + 1)
+    d_rem, d_add = _profile_at_grid(rem, h, ks), _profile_at_grid(add, h, ks)
+    if np.all(d_add <= d_rem + 1e-15):
+        return _symmetrised(rem, h)
+    if np.all(d_rem <= d_add + 1e-15):
+        return _symmetrised(add, h)
+    return None
+
+
 def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: int,
                                   steps: int, delta: float) -> float:
     """Certified PLD upper bound on eps of ``steps`` fixed-size-batch steps under
@@ -245,17 +262,7 @@ def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: i
         var = min(q * q * math.expm1(min(1.0 / (s * s), 700.0)), 1.0 / (s * s))
     sd = math.sqrt(steps * var)
     h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
-    rem = _poisson_upper_pmf(q, s, h, "remove")
-    add = _poisson_upper_pmf(q, s, h, "add")
-    top = max(rem.offset + rem.p.size, add.offset + add.p.size)
-    ks = np.arange(0, top + 1)
-    d_rem, d_add = _profile_at_grid(rem, h, ks), _profile_at_grid(add, h, ks)
-    if np.all(d_add <= d_rem + 1e-15):
-        sym = _symmetrised(rem, h)
-    elif np.all(d_rem <= d_add + 1e-15):
-        sym = _symmetrised(add, h)
-    else:
-        sym = None
+    sym = _upper_pmf(q, sigma, h)
     if sym is None:
         return math.inf
     if steps == 1:
@@ -285,6 +292,46 @@ def _x_of_loss_pm(loss: np.ndarray, gamma: float, sigma: float) -> np.ndarray:
     return sigma**2 * log_u
 
 
+def _lower_pmf(gamma: float, sigma: float, h: float):
+    """LOWER discrete PLD of one step's realised +-1 pair on {k h} (merge-down), or None
+    when its loss range would need more than 2,000,000 grid points."""
+    from . import pld
+
+    z = 8.5
+    u = np.array([-1.0 - z * sigma, 1.0 + z * sigma]) / sigma**2
+    a, lb = 1.0 - gamma, math.log(gamma) - 0.5 / sigma**2
+    log_a = math.log(a) if a > 0 else -math.inf
+    lim = np.logaddexp(log_a, lb + u) - np.logaddexp(log_a, lb - u)
+    k0, k1 = int(math.floor(lim[0] / h)) - 1, int(math.ceil(lim[1] / h)) + 1
+    if k1 - k0 > 2_000_000:
+        return None
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    x = _x_of_loss_pm(edges, gamma, sigma)
+    gq, gs = np.array([[gamma]]), np.array([[sigma]])
+    pm, below, above = pld._masses(x[None, :], gq, gs)
+    qm_rev, _, _ = pld._masses(-x[None, ::-1], gq, gs)  # Q: the mirror image of P
+    return pld._discretise(pm, qm_rev[:, ::-1], below, above, k0, h, False)[0]
+
+
+def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: int,
+                                  count: int, h: float, upper: bool) -> tuple[list, float]:
+    """Discrete PLDs (``accounting.pld._PMF``, count) of ``count`` fixed-size-batch steps
+    on the loss grid {k h}, for a ledger's PLD composition, and the round-off allowance
+    (0): upper, the symmetrised pair (module doc); lower, the realised +-1 pair. Both are
+    symmetric, so the same parts serve the "remove" and "add" directions. Under
+    replace-one only. Raises ValueError where no PLD upper end is certified (the caller
+    then uses :func:`rdp_without_replacement`)."""
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    count = check_count("count", count)
+    if sigma == 0:
+        raise ValueError("sigma=0: no privacy (eps = inf)")
+    pmf = _upper_pmf(b / n, sigma, h) if upper else _lower_pmf(b / n, sigma, h)
+    if pmf is None:
+        raise ValueError("no certified PLD for this fixed-size step at this grid step "
+                         "(use the RDP bound)")
+    return [(pmf, count)], 0.0
+
+
 def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: int,
                                   steps: int, delta: float) -> float:
     """Certified lower bound on eps of ``steps`` fixed-size-batch steps under replace-one:
@@ -303,26 +350,13 @@ def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: i
     if sigma == 0:
         return math.inf
     gamma = b / n
-    z = 8.5
-    lo_hi = np.array([-1.0 - z * sigma, 1.0 + z * sigma])
-    u = lo_hi / sigma**2
-    a, lb = 1.0 - gamma, math.log(gamma) - 0.5 / sigma**2
-    lim = (np.logaddexp(math.log(a) if a > 0 else -np.inf, lb + u)
-           - np.logaddexp(math.log(a) if a > 0 else -np.inf, lb - u))
     s_step = min(gamma * math.sqrt(max(math.expm1(min(4.0 / sigma**2, 700.0)), 1e-300)),
                  2.0 / sigma)
     sd = math.sqrt(steps) * s_step
     h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
-    k0, k1 = int(math.floor(lim[0] / h)) - 1, int(math.ceil(lim[1] / h)) + 1
-    if k1 - k0 > 2_000_000:
+    pmf = _lower_pmf(gamma, sigma, h)
+    if pmf is None:
         return 0.0
-    edges = np.arange(k0, k1 + 1, dtype=float) * h
-    x = _x_of_loss_pm(edges, gamma, sigma)
-    gq, gs = np.array([[gamma]]), np.array([[sigma]])
-    pm, below, above = pld._masses(x[None, :], gq, gs)
-    qm_rev, _, _ = pld._masses(-x[None, ::-1], gq, gs)  # Q: the mirror image of P
-    qm = qm_rev[:, ::-1]
-    pmf = pld._discretise(pm, qm, below, above, k0, h, False)[0]
     if steps == 1:
         return pld._eps_of(pmf, delta, h)
     try:

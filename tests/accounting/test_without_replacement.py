@@ -176,3 +176,24 @@ def test_lower_end_is_below_a_monte_carlo_of_its_pair():
     mid = grid[np.flatnonzero(mean > delta)[-1] + 1]
     lo = pld_lower_without_replacement(sigma, 1, 10, steps, delta)
     assert lo <= hi and lo >= 0.95 * mid
+
+
+def test_pld_parts_are_symmetric_pairs_with_lower_below_upper():
+    from accounting import pld
+    from accounting.without_replacement import without_replacement_pld_parts
+
+    h = 1e-3
+    [(up, c_up)], a_up = without_replacement_pld_parts(1.0, 64, 1_000, 7, h, True)
+    [(lo, c_lo)], a_lo = without_replacement_pld_parts(1.0, 64, 1_000, 7, h, False)
+    assert c_up == c_lo == 7 and a_up == a_lo == 0.0
+    # symmetric: the P-mass at loss -l is e^-l times the P-mass at l (Q is P mirrored)
+    loss = up.offset + np.arange(up.p.size)
+    for k in (5, 50, 200):
+        i, j = np.flatnonzero(loss == k), np.flatnonzero(loss == -k)
+        if i.size and j.size and up.p[i[0]] > 1e-12:
+            assert up.p[j[0]] == pytest.approx(up.p[i[0]] * math.exp(-k * h), rel=1e-9)
+    assert up.p.sum() + up.inf == pytest.approx(1.0, abs=1e-9)
+    for eps in (0.0, 0.1, 0.5):
+        assert pld._delta_of(lo, eps, h) <= pld._delta_of(up, eps, h)
+    with pytest.raises(ValueError, match="sigma"):
+        without_replacement_pld_parts(0.0, 1, 10, 1, h, True)
