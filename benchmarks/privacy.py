@@ -599,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     conventions(rep, rows)
     sampling = sampling_table(rep, [sampling_row(x, prof.sampling_t)
                                     for x in prof.sampling_sigmas])
-    allocation_peer_table(rep, PEER_CASES if args.profile == "full" else PEER_CASES[:1])
+    if args.profile != "tiny":  # the peer takes 10-200 s a case
+        allocation_peer_table(rep, PEER_CASES if args.profile == "full" else PEER_CASES[:1])
     without_replacement_table(rep)
 
     timed = best_of(lambda: {s.name: eps_curve(s.sigmas, prof.curve_points) for s in sets}, 1)
