@@ -34,9 +34,10 @@ largest term's 1e-10 quantile); each doubling rounds once onto a grid twice as c
 (monotone rebinning), so T_up - T_dn is about log2(t) final grid steps, not t. FFT
 round-off masses (~1e-18 a bin) go to +inf (upper) or are dropped (lower).
 
-Measured (2 busy cores): t = 120, one epoch, delta 1e-5, sigma 0.6 .. 2: bracket <= 0.6%
-wide, 2-4 s per sigma from scratch; about 0.15% wider per further epoch (the per-epoch
-rounding adds up); t = 10,000 at sigma 3: 4% wide in 4 s.
+Measured (2 busy cores, delta 1e-5, from scratch, 3-4 s a case): t = 120: 0.11-0.3% wide at
+sigma 0.6-1; t = 1,000: 0.5% (sigma 0.5), 1.5% (sigma 1); ten epochs at t = 1,000: 10%
+(sigma 0.8), 44% (sigma 0.5: the linear grid of S is coarse against the heavy tail of
+exp(x / sigma^2), whose 1e-10 quantile sets the cap); t = 1,000 at delta 1e-8: 5%.
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -47,10 +48,30 @@ of the subset is permutation invariant, hence uniform). Revealing the partition 
 help the adversary, and given it the epoch is k random 1-of-(t/k) allocations run
 concurrently, which compose like sequential ones (Vadhan & Zhang 2023, concurrent
 composition of f-DP), so eps <= that of the k-fold composition of 1-of-(t/k) (the
-reduction of Feldman & Shenfeld 2025, Sec. 5). If k does not divide t, the upper bound
-is the sound no-amplification one (k Gaussian releases per epoch). Lower bound for k > 1:
-the sum of the t outputs, N(k, t sigma^2) against N(0, t sigma^2), a post-processing of
-the realised pair (k = t: exact).
+reduction of Feldman & Shenfeld 2025, Sec. 5). If k does not divide t, with m = floor(t/k):
+a uniform k-subset of a uniform (k m)-subset B of the steps is a uniform k-subset of all
+t; revealing B, the t - k m steps outside it do not see the example (pure noise, a
+post-processing) and the rest is the divisible case: eps <= k-fold 1-of-m (m = 1, i.e.
+k > t/2: k Gaussian releases, no amplification). This upper end is of a stand-in that
+dominates the scheme, not of the scheme itself.
+
+Lower end for k > 1 (:func:`_binned_pair`): the laws, under the REALISED k-of-t pair, of a
+deterministic symmetric statistic of the output, min(sum_i floor(Y_i / hy), n): a
+post-processing of the scheme that ran, hence certified for it (not for the stand-in);
+FFT round-off is absorbed pointwise (P lowered, Q raised by the L1 bound). Where the
+log-normal machinery cannot run (sigma below ~0.06) or k = t, the lower end is the sum of
+the t outputs, N(k, t sigma^2) against N(0, t sigma^2) (exact when k = t).
+
+Per-step sigma schedules (k = 1, :func:`allocation_schedule_bounds`): the same rounding
+on a balanced tree of pairwise sums of non-identical log-normal terms; only the Q-law is
+computed and the P-law follows from dP/dQ = S / t (see :func:`_schedule_pmfs`).
+
+FFT round-off: each convolution's L1 error is bounded by a few ulps x log2(n) sqrt(n) x the
+larger L2 norm of its operands (:func:`_conv`). The top bin of every capped partial sum
+(overflow, a union over the tree) goes to +inf on the upper side: its mass (~1e-10 t) is
+what limits small deltas; :func:`allocation_epsilon_bounds` then retries with caps whose
+overflow is below delta (a coarser grid) and, failing that, uses the closed-form
+no-amplification bound, never 0.
 """
 
 from __future__ import annotations
@@ -67,7 +88,9 @@ from scipy import special
 from ._validate import check_count, check_positive
 from .events import Event, register_event
 
-__all__ = ["RandomAllocation", "allocation_epsilon_bounds", "clear_cache"]
+__all__ = ["RandomAllocation", "ScheduleBounds", "allocation_epsilon_bounds",
+           "allocation_gaussian_bounds", "allocation_schedule_bounds",
+           "clear_cache"]
 
 #: Bins of the linear grid of S (the cap C is n hy).
 _BINS = 2**18
@@ -133,7 +156,13 @@ def _conv(a: np.ndarray, b: np.ndarray, fa: np.ndarray | None = None,
     out[:n] = c[:n]
     out[n] = float(c[n:].sum()) + a[n] + b[n] - a[n] * b[n]
     neg = float(-np.minimum(out, 0.0).sum())
-    return np.maximum(out, 0.0), _fft_err(nfft) + 2.0 * neg
+    # the round-off of an FFT convolution is bounded in L2 by a few ulps x log2(n) x
+    # (|a|_2 |b|_1 + |a|_1 |b|_2 + |a*b|_2) (forward transforms, product, inverse): with
+    # sub-probability vectors, <= 3 max(|a|_2, |b|_2) of the same; _fft_err takes every
+    # norm as 1, so scaling it by the larger L2 norm keeps it a bound (x100 smaller for
+    # spread-out laws, what lets delta reach 1e-9)
+    scale = max(float(np.sqrt(np.dot(a[:n], a[:n]))), float(np.sqrt(np.dot(b[:n], b[:n]))))
+    return np.maximum(out, 0.0), _fft_err(nfft) * min(1.0, scale) + 2.0 * neg
 
 
 def _rebin(law: np.ndarray, h_old: float, h_new: float, n_new: int, up: bool) -> np.ndarray:
@@ -153,19 +182,20 @@ def _rebin(law: np.ndarray, h_old: float, h_new: float, n_new: int, up: bool) ->
     return np.bincount(idx, weights=law, minlength=n_new + 1)
 
 
-def _cap(count: int, s: float, mu_tail: float = 0.0) -> float:
+def _cap(count: int, s: float, mu_tail: float = 0.0, tail: float = 1e-10) -> float:
     """Cap for a sum of ``count`` i.i.d. log-normal (0, s) terms (plus one with log-mean
     ``mu_tail`` when > 0): mean + 12 sd + the largest term's 1e-10 quantile (union bound)."""
     mean = math.exp(s * s / 2.0)
     var = mean * mean * math.expm1(s * s)
-    z = float(special.ndtri(1.0 - 1e-10 / max(count, 1)))
+    z = float(-special.ndtri(tail / max(count, 1)))
     cap = count * mean + 12.0 * math.sqrt(count * var) + math.exp(z * s)
     if mu_tail > 0:
-        cap += math.exp(mu_tail + _Z_TAIL * s)
+        cap += math.exp(mu_tail + max(_Z_TAIL, -float(special.ndtri(tail))) * s)
     return cap
 
 
-def _sum_law(s: float, m: int, up: bool, bins: int) -> tuple[np.ndarray, float, float]:
+def _sum_law(s: float, m: int, up: bool, bins: int,
+             tail: float = 1e-10) -> tuple[np.ndarray, float, float]:
     """(law, grid step, L1 round-off) of the sum of m i.i.d. rounded log-normal (0, s)
     terms, capped (module doc). Multi-resolution: a partial sum of c terms lives on its
     own grid cap(c) / bins, so the rounding error of the whole sum is about log2(m) final
@@ -174,7 +204,7 @@ def _sum_law(s: float, m: int, up: bool, bins: int) -> tuple[np.ndarray, float, 
         return bins * max(1, _FINE // count)
 
     def grid(count: int) -> float:
-        return _cap(count, s) / size(count)
+        return _cap(count, s, tail=tail) / size(count)
 
     h_b = grid(1)
     base, err_b, c_b = _term(0.0, s, h_b, size(1), up), 0.0, 1
@@ -202,17 +232,20 @@ def _sum_law(s: float, m: int, up: bool, bins: int) -> tuple[np.ndarray, float, 
 
 
 @functools.lru_cache(maxsize=32)
-def _laws(sigma: float, t: int, bins: int = _BINS) -> _Laws:
-    """The four laws of the one-epoch, k = 1 sum S (see the module doc), cached."""
+def _laws(sigma: float, t: int, bins: int = _BINS, tail: float = 1e-10) -> _Laws:
+    """The four laws of the one-epoch, k = 1 sum S (see the module doc), cached. ``tail``:
+    the per-node probability of exceeding its cap (whose union is the top bin's mass: a
+    smaller one reaches smaller deltas on a coarser grid)."""
     s = 1.0 / sigma
-    cap = _cap(t - 1, s, s * s) if t > 1 else math.exp(s * s + _Z_TAIL * s)
+    z = max(_Z_TAIL, -float(special.ndtri(tail)))
+    cap = _cap(t - 1, s, s * s, tail) if t > 1 else math.exp(s * s + z * s)
     hy = cap / bins
     q_up1, q_dn1 = _term(0.0, s, hy, bins, True), _term(0.0, s, hy, bins, False)
     p_up1, p_dn1 = _term(s * s, s, hy, bins, True), _term(s * s, s, hy, bins, False)
     if t == 1:
         return _Laws(hy, p_up1, p_dn1, q_up1, q_dn1, 0.0)
-    r_up, h_up, e_up = _sum_law(s, t - 1, True, bins)
-    r_dn, h_dn, e_dn = _sum_law(s, t - 1, False, bins)
+    r_up, h_up, e_up = _sum_law(s, t - 1, True, bins, tail)
+    r_dn, h_dn, e_dn = _sum_law(s, t - 1, False, bins, tail)
     r_up = _rebin(r_up, h_up, hy, bins, True)
     r_dn = _rebin(r_dn, h_dn, hy, bins, False)
     p_up, e1 = _conv(r_up, p_up1)
@@ -223,9 +256,97 @@ def _laws(sigma: float, t: int, bins: int = _BINS) -> _Laws:
     return _Laws(hy, p_up, p_dn, q_up, q_dn, err)
 
 
+def _power(law: np.ndarray, m: int) -> tuple[np.ndarray, float]:
+    """(law, L1 round-off) of min(A_1 + ... + A_m, C) for i.i.d. A_i with law ``law``
+    (index n: ">= C"), by repeated squaring; m = 0: the point mass at 0."""
+    out = np.zeros(law.size)
+    out[0] = 1.0
+    err, base, err_b, first = 0.0, law, 0.0, True
+    while m:
+        if m & 1:
+            if first:
+                out, err, first = base, err_b, False
+            else:
+                out, e = _conv(out, base)
+                err += err_b + e
+        m >>= 1
+        if m:
+            base, e = _conv(base, base)
+            err_b = 2.0 * err_b + e
+    return out, err
+
+
+@functools.lru_cache(maxsize=16)
+def _binned_pair(sigma: float, t: int, k: int, bins: int = _BINS) -> _Laws:
+    """Laws of the statistic g(x) = min(sum_i min(floor(Y_i / hy), n), n), Y_i =
+    exp(x_i / sigma^2), under the REALISED pair of k-of-t allocation (P: the example's
+    gradient 1 in a uniform k-subset A of the steps, Q: the example absent), and their L1
+    round-off bound (``err``; fields p_dn / q_dn, the *_up fields repeat them).
+
+    g is a deterministic, symmetric function of the released vector (min(a + b, n) is
+    associative and commutative on nonnegative integers, so the order of the sums does not
+    matter), hence (law of g under P, law of g under Q) is a post-processing of a pair the
+    mechanism itself realises, and its hockey-stick divergence is a certified LOWER bound on
+    the mechanism's delta(eps), for every k (data processing inequality). Under P, by
+    symmetry of g, the law does not depend on which k steps hold the example: k terms
+    with log Y ~ N(1/sigma^2, 1/sigma^2) (tilted) and t - k with log Y ~ N(0, 1/sigma^2).
+    """
+    s = 1.0 / sigma
+    cap = (_cap(t - k, s) if t > k else 0.0) + k * math.exp(s * s + _Z_TAIL * s)
+    hy = cap / bins
+    plain = _term(0.0, s, hy, bins, False)
+    tilt = _term(s * s, s, hy, bins, False)
+    q_law, e_q = _power(plain, t)
+    rest, e_r = _power(plain, t - k)
+    held, e_h = _power(tilt, k)
+    if t > k:
+        p_law, e_c = _conv(rest, held)
+    else:
+        p_law, e_c = held, 0.0
+    err = max(e_q, e_r + e_h + e_c)
+    return _Laws(hy, p_law, p_law, q_law, q_law, err)
+
+
+def _binned_pmf(sigma: float, t: int, k: int, h: float, direction: str):
+    """LOWER discrete PLD (``accounting.pld._PMF``) of the binned realised pair
+    (:func:`_binned_pair`) on the loss grid {j h}.
+
+    The computed laws are off the exact ones by at most ``err`` in L1, hence in every bin:
+    P~ = max(P^ - err, 0) <= P and Q~ = Q^ + err >= Q pointwise. The hockey-stick
+    divergence is increasing in P and decreasing in Q pointwise, also for product measures
+    (composition), so the pair (P~, Q~) is still a certified lower bound; its losses
+    log(P~/Q~) are then rounded down onto the grid (a smaller loss: a smaller delta).
+    remove: (P~, Q~); add: the two laws swapped.
+    """
+    from . import pld
+
+    laws = _binned_pair(sigma, t, k)
+    err = laws.err
+    num, den = (laws.p_dn, laws.q_dn) if direction == "remove" else (laws.q_dn, laws.p_dn)
+    pt = np.maximum(num - err, 0.0)
+    qt = den + err
+    keep = pt > 0
+    if not keep.any():
+        return pld._PMF(0, np.zeros(1), 0.0)
+    loss = np.log(pt[keep]) - np.log(qt[keep])
+    idx = np.floor(loss / h - 1e-9).astype(np.int64)
+    lo = int(idx.min())
+    p = np.bincount(idx - lo, weights=pt[keep])
+    return pld._trim(pld._PMF(lo, p, 0.0), False)
+
+
+def _exact_ok(sigma: float, t: int) -> bool:
+    """Whether the log-normal sum machinery is usable: its cap is a finite float with room
+    (below sigma ~ 0.06 the variance exp(2/sigma^2) of a term overflows; the bounds there
+    are the Gaussian ones of :meth:`RandomAllocation.pld_parts`)."""
+    s = 1.0 / sigma
+    return max(2.0 * s * s, s * s + _Z_TAIL * s) + math.log(max(t, 1)) + 20.0 < 600.0
+
+
 def clear_cache() -> None:
     """Forget the cached per-sigma laws (for timings from scratch)."""
     _laws.cache_clear()
+    _binned_pair.cache_clear()
 
 
 def _loss_pmf(law: np.ndarray, hy: float, sigma: float, t: int, h: float, direction: str,
@@ -324,6 +445,8 @@ class RandomAllocation(Event):
     note: str
     relation: str
     kind: ClassVar[str] = "random_allocation"
+    #: per-node tail probability of the capped sums (:func:`_laws`)
+    _tail: ClassVar[float] = 1e-10
     #: how the batches are drawn (:mod:`accounting.relations`)
     sampling: ClassVar[str] = "random-allocation"
 
@@ -359,21 +482,39 @@ class RandomAllocation(Event):
         return self.steps_per_epoch * self.epochs
 
     @property
+    def groups_of(self) -> int:
+        """m = floor(t / k): the upper bound is k concurrent 1-of-m allocations (module doc)."""
+        return self.steps_per_epoch // self.selected
+
+    @property
     def reduction(self) -> str:
-        """How the upper bound is obtained: "exact" (k = 1), "groups" (k | t), "none"."""
+        """How the upper bound is obtained: "exact" (k = 1), "groups" (k x 1-of-m, m =
+        floor(t/k) >= 2), "none" (m = 1: k Gaussian releases per epoch)."""
         if self.selected == 1:
             return "exact"
-        return "groups" if self.steps_per_epoch % self.selected == 0 else "none"
+        return "groups" if self.groups_of >= 2 else "none"
 
     @property
     def count(self) -> int:
         """Compositions of one per-epoch PLD in the upper bound (epochs, or epochs x k)."""
         return self.epochs * (1 if self.selected == 1 else self.selected)
 
+    @property
+    def lower_kind(self) -> str:
+        """What the lower end is: "realised" (k = 1: the realised pair, which is the
+        dominating one), "binned" (k > 1: a post-processing of the realised k-of-t pair,
+        :func:`_binned_pair`), "sum" (the sum of the outputs, where the log-normal
+        machinery does not apply: sigma below ~0.06, or k = t). All three are certified
+        lower bounds on the eps of the scheme that ran."""
+        if not _exact_ok(self.sigma, self.steps_per_epoch) or self.selected == self.steps_per_epoch:
+            return "sum" if self.steps_per_epoch > 1 else "realised"
+        return "realised" if self.selected == 1 else "binned"
+
     def describe(self) -> str:
-        how = {"exact": "", "groups": f" (bound: {self.selected} x 1-of-"
-               f"{self.steps_per_epoch // self.selected})",
-               "none": " (bound: no amplification, k does not divide t)"}[self.reduction]
+        t, k, m = self.steps_per_epoch, self.selected, self.groups_of
+        sub = f" of a uniform {k * m}-step subset" if t % k else ""
+        how = {"exact": "", "groups": f" (bound: {k} x 1-of-{m}{sub})",
+               "none": " (bound: no amplification, k > t/2)"}[self.reduction]
         return (f"random allocation {self.selected} of {self.steps_per_epoch} steps, "
                 f"Gaussian sigma={self.sigma:.6g} x {self.epochs} epoch(s){how}"
                 f"{self._note()}")
@@ -386,36 +527,38 @@ class RandomAllocation(Event):
     # ------------------------------------------------------------ PLD hooks
     def pld_loss_variance(self) -> float:
         """Variance of the one-epoch privacy loss under P (sets the PLD grid step)."""
-        if self.reduction == "none" or self.steps_per_epoch == self.selected:
+        m = self.groups_of
+        if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        laws = _laws(self.sigma, self.steps_per_epoch // self.selected)
+        laws = _laws(self.sigma, m, _BINS, self._tail)
         n = laws.p_dn.size - 1
         j = np.arange(1, n + 1, dtype=float)
-        t = self.steps_per_epoch // self.selected
-        loss = np.log(j * laws.hy / t) - 0.5 / self.sigma**2
+        loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
         w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
-        m = float((w * loss).sum())
-        return float(self.selected * (w * (loss - m) ** 2).sum())
+        mean = float((w * loss).sum())
+        return float(self.selected * (w * (loss - mean) ** 2).sum())
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
         """Discrete PLDs (``accounting.pld._PMF``, count) of this event on the loss grid
         {k h} for one direction ("remove"/"add") and side, and its round-off allowance."""
         from . import pld
 
-        if upper and self.reduction == "none":
-            return [(_gaussian_pmf(self.sigma, h, direction, True), self.count)], 0.0
-        if not upper and self.selected > 1:
-            s = self.sigma * math.sqrt(self.steps_per_epoch) / self.selected
-            return [(_gaussian_pmf(s, h, direction, False), self.epochs)], 0.0
-        t = self.steps_per_epoch // self.selected
-        if t == 1:  # 1-of-1: the Gaussian mechanism itself
+        t, k, m = self.steps_per_epoch, self.selected, self.groups_of
+        if not upper:
+            kind = self.lower_kind
+            if kind == "sum":  # the sum of the t outputs: N(k, t sigma^2) vs N(0, t sigma^2)
+                s = self.sigma * math.sqrt(t) / k
+                return [(_gaussian_pmf(s, h, direction, False), self.epochs)], 0.0
+            if kind == "binned":  # round-off already inside the pair (see _binned_pmf)
+                return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
+        if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        laws = _laws(self.sigma, t)
+        laws = _laws(self.sigma, m, _BINS, self._tail)
         if direction == "remove":
             law = laws.p_up if upper else laws.p_dn
         else:
             law = laws.q_dn if upper else laws.q_up
-        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, t, h, direction, upper)
+        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, m, h, direction, upper)
         pmf = pld._trim(pld._PMF(lo, p, inf), upper)
         return [(pmf, self.count)], self.count * laws.err
 
@@ -439,10 +582,288 @@ def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
 register_event(RandomAllocation)
 
 
+def allocation_gaussian_bounds(sigma: float, steps: int, delta: float, *, selected: int = 1,
+                               epochs: int = 1) -> tuple[float, float]:
+    """Closed-form certified (lower, upper) eps of ``epochs`` epochs of k-of-t random
+    allocation, valid for every sigma, t, k and delta (no discretisation, never 0 or NaN).
+
+    upper: no amplification: conditioned on the allocation the example is in k Gaussian
+    releases per epoch, and a mixture of mechanisms each dominated by one pair is dominated
+    by it (joint convexity of the hockey-stick divergence), so the k E releases compose into
+    one Gaussian with multiplier sigma / sqrt(k E) (Balle & Wang 2018, Thm 8).
+    lower: the sum of the t outputs of an epoch, N(k, t sigma^2) against N(0, t sigma^2),
+    a post-processing of the realised pair: E epochs give the Gaussian with multiplier
+    sigma sqrt(t) / (k sqrt(E)).
+    """
+    from ._validate import check_delta
+    from .composition import analytic_gaussian_epsilons
+
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    delta = check_delta("delta", delta)
+    k, e = ev.selected, ev.epochs
+    up = float(analytic_gaussian_epsilons(np.array([ev.sigma / math.sqrt(k * e)]), delta)[0])
+    lo = float(analytic_gaussian_epsilons(
+        np.array([ev.sigma * math.sqrt(ev.steps_per_epoch) / (k * math.sqrt(e))]), delta)[0])
+    return lo * (1.0 - 1e-11), up
+
+
 def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selected: int = 1,
                               epochs: int = 1, **kwargs: Any):
     """Certified (lower, estimate, upper) eps of ``epochs`` epochs of random allocation
-    (:class:`RandomAllocation`), via :func:`accounting.pld_epsilon` (``kwargs``)."""
-    from .pld import pld_epsilon
+    (:class:`RandomAllocation`), via :func:`accounting.pld_epsilon` (``kwargs``).
 
-    return pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    The lower end is a lower bound on the eps of the k-of-t scheme that ran (for k > 1 a
+    post-processing of its realised pair, :attr:`RandomAllocation.lower_kind`); the upper
+    end for k > 1 is that of k concurrent 1-of-floor(t/k) allocations (module doc). Where
+    the discretisation cannot certify an amplified upper end at this delta (its round-off
+    allowance reaches delta: delta ~1e-8 and below at t = 1,000), the upper end is the
+    closed-form no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the
+    bracket is then wide, but true.
+    """
+    from .pld import PLDBounds, pld_epsilon
+
+    g_lo, g_up = allocation_gaussian_bounds(sigma, steps, delta, selected=selected,
+                                            epochs=epochs)
+    b = pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    lower, upper = b.lower, b.upper
+    if not (upper >= g_lo) or not (lower < upper):
+        # the PLD gave up on the upper end (its allowance reached delta: the capped sums'
+        # top bins) and its fallback does not know this event: retry with caps whose
+        # overflow is far below delta (a coarser grid), then the closed form
+        ev = _small_tail_event(RandomAllocation(sigma, steps, selected, epochs), delta)
+        b = pld_epsilon([ev], delta, **kwargs)
+        lower, upper = b.lower, b.upper
+        if not (upper >= g_lo) or not (lower < upper):
+            upper = g_up
+            lower = _lower_only(sigma, steps, delta, selected, epochs, kwargs)
+    upper = min(upper, g_up)
+    lower = min(max(lower, g_lo), upper)
+    return PLDBounds(lower, (lower + upper) / 2.0, upper)
+
+
+def _small_tail_event(ev: RandomAllocation, delta: float) -> RandomAllocation:
+    """The same event with per-node cap overflow ~ delta 1e-3 / (2 t x compositions)."""
+    tail = max(1e-300, delta * 1e-3 / (2.0 * ev.steps_per_epoch * ev.count))
+
+    class _Tail(RandomAllocation):
+        _tail = tail
+
+    return _Tail(ev.sigma, ev.steps_per_epoch, ev.selected, ev.epochs)
+
+
+def _lower_only(sigma: float, steps: int, delta: float, selected: int, epochs: int,
+                kwargs: dict[str, Any]) -> float:
+    """The certified lower end alone: the PLD bracket's lower end of a ledger whose upper
+    side cannot fail (the event's lower pair, composed with itself, asked at ``delta``),
+    via pld_delta's lower side at a few eps (bisection on the monotone delta(eps))."""
+    from .pld import pld_delta
+
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    opts = {key: kwargs[key] for key in ("value_interval", "sigma_resolution", "max_distinct")
+            if key in kwargs}
+    _, hi = allocation_gaussian_bounds(sigma, steps, delta, selected=selected, epochs=epochs)
+    lo_eps, hi_eps = 0.0, hi
+    for _ in range(30):
+        mid = (lo_eps + hi_eps) / 2.0
+        low_delta, _ = pld_delta([ev], mid, **opts)
+        if low_delta > delta:  # the true delta(mid) > delta: the true eps is above mid
+            lo_eps = mid
+        else:
+            hi_eps = mid
+        if hi_eps - lo_eps < 1e-4 * hi_eps:
+            break
+    return lo_eps
+
+
+# ---------------------------------------------------------------- per-step sigma schedule
+class ScheduleBounds(NamedTuple):
+    """Certified bracket on the eps of a random allocation with a per-step sigma schedule."""
+
+    lower: float
+    upper: float
+
+
+def _schedule_cap(s: np.ndarray, tail: float) -> float:
+    """Cap for a sum of log-normal terms log Y_i ~ N(-s_i^2/2, s_i^2) (mean 1 each): the
+    summed means + 12 sd + the largest term's ``tail`` / count quantile (union bound)."""
+    var = np.expm1(s * s)
+    z = float(special.ndtri(1.0 - tail / max(s.size, 1)))
+    return float(s.size + 12.0 * math.sqrt(float(var.sum()))
+                 + np.exp(-s * s / 2.0 + z * s).max())
+
+
+def _term_pair(mu: float, s: float, hy: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ceil law, floor law) of Y / hy, log Y ~ N(mu, s^2), on 0..n: :func:`_term` for both
+    roundings from one evaluation of the normal CDF."""
+    edges = np.arange(0, n + 1, dtype=float) * hy
+    with np.errstate(divide="ignore"):
+        z = (np.log(edges) - mu) / s
+    cdf = special.ndtr(z)
+    sf = special.ndtr(-z)
+    mass = np.where(z[:-1] > 0, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1])
+    mass = np.maximum(mass, 0.0)
+    tail = float(sf[-1])
+    up = np.zeros(n + 1)
+    up[1:n] = mass[: n - 1]
+    up[n] = mass[n - 1] + tail
+    dn = np.empty(n + 1)
+    dn[:n] = mass
+    dn[n] = tail
+    return up, dn
+
+
+def _schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.ndarray,
+                                                                  float, float]:
+    """(ceil law, floor law, h, L1 round-off) of sum_i round(Y_i) (module doc's rounding),
+    log Y_i ~ N(-s_i^2/2, s_i^2) independent, capped: a balanced tree of pairwise sums,
+    each node on its own grid cap(node) / bins (leaves: _FINE times finer). Equal subtrees
+    (equal runs of sigmas) are computed once (``memo``)."""
+    key = s.tobytes()
+    if key in memo:
+        return memo[key]
+    if s.size == 1:
+        n = bins * _FINE
+        h = _schedule_cap(s, 1e-10) / n
+        up, dn = _term_pair(float(-s[0] ** 2 / 2.0), float(s[0]), h, n)
+        memo[key] = (up, dn, h, 0.0)
+        return memo[key]
+    mid = s.size // 2
+    a_up, a_dn, ha, ea = _schedule_law(s[:mid], bins, memo)
+    b_up, b_dn, hb, eb = _schedule_law(s[mid:], bins, memo)
+    n = bins * max(1, _FINE // s.size)
+    h = _schedule_cap(s, 1e-10) / n
+    up, e1 = _conv(_rebin(a_up, ha, h, n, True), _rebin(b_up, hb, h, n, True))
+    dn, e2 = _conv(_rebin(a_dn, ha, h, n, False), _rebin(b_dn, hb, h, n, False))
+    memo[key] = (up, dn, h, ea + eb + max(e1, e2))
+    return memo[key]
+
+
+def _schedule_pmfs(sigmas: np.ndarray, h: float, bins: int) -> dict[tuple[str, bool], Any]:
+    """The four discrete PLDs (direction, upper) of one epoch, and their allowances.
+
+    Only the Q-laws of S are computed: the P-law follows from dP/dQ = S / t (P is the
+    mixture over the example's step of the tilted products). On T_up = j (j < n) S <= j hy,
+    so P(T_up = j) <= (j hy / t) Q(T_up = j): that super-measure, its excess over 1 removed
+    from the bottom, stochastically dominates the P-law of T_up; P(S >= C) is bounded by a
+    union bound (the example's tilted term above C/2, or the rest above C/2, whose Q-law is
+    dominated by T_up's). On T_dn = j, S >= j hy: (j hy / t) Q(T_dn = j) <= P(T_dn = j),
+    the deficit sent to loss -inf (dropped): a law dominated by the P-law of T_dn.
+    """
+    from . import pld
+
+    s = 1.0 / sigmas
+    t = s.size
+    q_up, q_dn, hy, err = _schedule_law(s, bins, {})
+    e_u = e_d = err
+    n = q_up.size - 1
+    cap = n * hy
+    j = np.arange(n + 1, dtype=float)
+    out: dict[tuple[str, bool], Any] = {}
+    # remove, upper: P' from Q_up
+    p = j * hy / t * q_up
+    tilted = float(special.ndtr(-(np.log(cap / 2.0) - s * s / 2.0) / s).max())
+    half = int(math.floor(n / 2))
+    p[n] = min(1.0, tilted + float(q_up[half:].sum()))
+    excess = float(p.sum()) - 1.0
+    if excess > 0:  # remove mass from the bottom
+        c = np.cumsum(p[:n])
+        cut = int(np.searchsorted(c, excess))
+        p[:cut] = 0.0
+        if cut < n:
+            p[cut] = c[cut] - excess
+    loss = np.log(np.maximum(j[1:n], 1e-300) * hy / t)
+    out[("remove", True)] = (_pmf_from(loss, p[1:n], float(p[n]), h, True),
+                             e_u * (1.0 + cap / t))
+    # remove, lower: from Q_dn; top bin clamped at C
+    p = j * hy / t * q_dn
+    loss = np.log(np.maximum(j[1:], 1e-300) * hy / t)
+    out[("remove", False)] = (_pmf_from(loss, p[1:], 0.0, h, False), e_d * (1.0 + cap / t))
+    # add (loss -L(S) under Q), upper: T_dn (S >= T_dn hy); T_dn = 0 -> +inf; top clamped
+    loss = -np.log(np.maximum(j[1:], 1e-300) * hy / t)
+    out[("add", True)] = (_pmf_from(loss, q_dn[1:], float(q_dn[0]), h, True), e_d)
+    # add, lower: T_up (S <= T_up hy); top (S unknown above C) dropped
+    loss = -np.log(np.maximum(j[1:n], 1e-300) * hy / t)
+    out[("add", False)] = (_pmf_from(loss, q_up[1:n], 0.0, h, False), e_u)
+    del pld
+    return out
+
+
+def _pmf_from(loss: np.ndarray, mass: np.ndarray, inf: float, h: float, upper: bool):
+    """Masses at losses -> a discrete PLD on {k h}, rounded up (upper) or down; masses
+    below _FLOOR (round-off level) go to +inf (upper) or are dropped (lower)."""
+    from . import pld
+
+    mass = np.maximum(mass, 0.0).copy()
+    small = mass < _FLOOR
+    if upper:
+        inf += float(mass[small].sum())
+    mass[small] = 0.0
+    keep = mass > 0
+    if not keep.any():
+        return pld._PMF(0, np.zeros(1), inf)
+    k = (np.ceil(loss[keep] / h + 1e-9) if upper else np.floor(loss[keep] / h - 1e-9))
+    k = k.astype(np.int64)
+    lo = int(k.min())
+    return pld._trim(pld._PMF(lo, np.bincount(k - lo, weights=mass[keep]), inf), upper)
+
+
+def allocation_schedule_bounds(sigmas: object, delta: float, *, epochs: int = 1,
+                               bins: int = 2**15) -> ScheduleBounds:
+    """Certified (lower, upper) eps of ``epochs`` epochs of random allocation (k = 1) where
+    step i of every epoch adds Gaussian noise with multiplier ``sigmas[i]`` (t = len(sigmas)).
+
+    Pair: P = (1/t) sum_i N(e_i, diag(sigma_i^2)), Q = N(0, diag(sigma_i^2)), the pair the
+    mechanism realises (the example's gradient 1 in its step, every other gradient 0), so
+    the LOWER end is certified for the scheme that ran. The UPPER end rests on this pair
+    dominating every adaptive run, the argument of Chua et al. (AISTATS 2025, Thm 3.1) with
+    per-step noise (it treats each step as a Gaussian mechanism on the example's
+    contribution and never uses that their scales are equal). The loss is log(S / t),
+    S = sum_i Y_i, log Y_i ~ N(-1/(2 sigma_i^2), 1/sigma_i^2) under Q; the laws of the
+    rounded sums and the P-laws follow :func:`_schedule_pmfs`; E epochs compose by FFT
+    (:mod:`accounting.pld`). Costs about t FFT convolutions of ``bins`` points: meant for
+    schedules of up to a few thousand steps.
+
+    A constant schedule gives the bracket of :func:`allocation_epsilon_bounds` (tested).
+    """
+    from . import pld
+    from ._validate import check_array, check_delta
+
+    sig = check_array("sigmas", sigmas, low=0.0, low_open=True, what="noise multipliers")
+    if sig.size == 0:
+        raise ValueError("sigmas must hold at least one step")
+    if sig.size > 100_000:
+        raise ValueError(f"sigmas: {sig.size} steps per epoch (at most 100,000)")
+    delta = check_delta("delta", delta)
+    e = check_count("epochs", epochs, minimum=1)
+    bins = check_count("bins", bins, minimum=2**10)
+    from .composition import analytic_gaussian_epsilons
+
+    # closed forms, valid for every schedule: upper, no amplification (one Gaussian release
+    # per epoch with the smallest sigma); lower, the constant schedule at the largest sigma
+    # (adding independent noise to a step's output is post-processing of the realised
+    # pair), whose sum of outputs is N(1, t sigma^2) against N(0, t sigma^2)
+    up_closed = float(analytic_gaussian_epsilons(np.array([sig.min() / math.sqrt(e)]),
+                                                 delta)[0])
+    lo_closed = allocation_gaussian_bounds(float(sig.max()), sig.size, delta, epochs=e)[0]
+    if not all(_exact_ok(float(x), sig.size) for x in sig):
+        return ScheduleBounds(lo_closed, up_closed)
+    s = 1.0 / sig
+    var = float(np.var(np.log(np.maximum(s, 1e-300)))) + float(np.mean(s * s)) / sig.size
+    h = max(1e-6, min(1e-3, math.sqrt(e * max(var, 1e-12)) / 2000.0))
+    pm = _schedule_pmfs(sig, h, bins)
+    tol = delta * 1e-6
+    upper, lower = 0.0, 0.0
+    for direction in ("remove", "add"):
+        pmf_u, allow_u = pm[(direction, True)]
+        pmf_l, allow_l = pm[(direction, False)]
+        if e > 1:
+            pmf_u, a = pld._compose([(pmf_u, e)], tol)
+            allow_u = e * allow_u + a
+            pmf_l, a = pld._compose([(pmf_l, e)], tol)
+            allow_l = e * allow_l + a
+        up = pld._eps_of(pmf_u, delta - allow_u, h) if delta > allow_u else math.inf
+        upper = max(upper, up)
+        lower = max(lower, pld._eps_of(pmf_l, delta + allow_l, h))
+    upper = min(upper, up_closed)
+    lower = max(lower, lo_closed)
+    return ScheduleBounds(min(lower, upper), upper)

@@ -1,0 +1,396 @@
+"""Fixed-size batches: the Gaussian mechanism on a batch sampled WITHOUT replacement.
+
+Every step draws a uniformly random subset of exactly B of the n records (gamma = B / n),
+adds their clipped gradients (L2 norm <= C) and Gaussian noise of standard deviation
+sigma C. Neighbouring relation: REPLACE-ONE (n is public; one record is substituted by
+another), the relation under which fixed-size sampling has an amplification theorem.
+
+Sensitivity, stated once (dp-accounting issue #378 is this pitfall): sigma here is the noise
+standard deviation divided by the CLIP NORM C, as everywhere in this package. Replacing one
+record moves the sum by up to 2C, so the base Gaussian mechanism's RDP under replace-one is
+
+    eps(j) = j (2C)^2 / (2 (sigma C)^2) = 2 j / sigma^2,
+
+i.e. that of noise multiplier sigma / 2 against sensitivity 1. dp-accounting's
+``SampledWithoutReplacementDpEvent`` takes ``noise_multiplier`` relative to the replace-one
+sensitivity: passing it sigma (std / C) instead of sigma / 2 understates its RDP by 4x;
+the tests check that this module gives the sigma / 2 value, not that one.
+
+RDP (upper bound). Wang, Balle, Kasiviswanathan, AISTATS 2019, "Subsampled Renyi
+differential privacy and analytical moments accountant", Theorem 9, for integer alpha >= 2:
+
+    eps'(alpha) <= 1/(alpha-1) log( 1 + gamma^2 C(alpha,2) min{4 (e^eps(2) - 1),
+                    e^eps(2) min{2, (e^eps(inf) - 1)^2}}
+                  + sum_{j=3..alpha} gamma^j C(alpha,j) e^((j-1) eps(j))
+                                     min{2, (e^eps(inf) - 1)^j} )
+
+with eps(inf) = inf for the Gaussian (so both min{2, .} are 2), summed in log space
+(logsumexp; no overflow for small sigma or large alpha). Fractional orders: (alpha - 1)
+eps'(alpha) is convex in alpha (their Corollary 10), so linear interpolation of
+log A between floor(alpha) and ceil(alpha) is an upper bound. gamma = 1: the plain Gaussian,
+2 alpha / sigma^2. dp-accounting implements the sharper Theorem 27 of the same paper (for
+mechanisms like the Gaussian): ours is never below it (tested).
+
+Lower bound (realised pair). Let every other record's gradient be 0, the replaced record's
+gradient have norm C and its replacement's be 0. The step's output on the two datasets is
+then (1 - gamma) N(0, sigma^2) + gamma N(1, sigma^2) against N(0, sigma^2) (in units of C,
+one coordinate): the Poisson remove pair with q = gamma, and, swapping the datasets, the
+add pair. So the certified LOWER end of the Poisson add/remove PLD bracket
+(:func:`accounting.pld_epsilon` of ``SampledGaussian(gamma, sigma, steps)``) is a lower bound
+on the eps of fixed-size batches under replace-one.
+
+PLD (upper bound). Dong, Roth, Su 2022 (JRSS-B, Thm 9): if M is f-DP under replace-one,
+the mechanism on a uniform B-of-n subset is C_gamma(f)-DP, C_gamma(f) = min{f_gamma,
+f_gamma^-1}** with f_gamma = gamma f + (1 - gamma) Id; here f = G_{2/sigma}, so f_gamma is
+the tradeoff of the Poisson pair P = (1-gamma) N(0, s^2) + gamma N(1, s^2), Q = N(0, s^2)
+with s = sigma / 2, and C_gamma(f)'s privacy profile is the larger of the two directions'
+(the conjugate of a min is the max of the conjugates). Its dominating pair is SYMMETRIC: the
+PLD of the remove direction on losses > 0, mirrored onto losses < 0 (P-mass e^-l omega(l)
+at -l), an atom at 0 (Zhu, Dong, Wang 2022, symmetrisation). Built from the discretised
+UPPER remove PLD of :mod:`accounting.pld` (connect-the-dots: a pair dominating the true
+one), it is valid when that PLD's profile is >= the add direction's upper profile at every
+eps >= 0 (checked exactly on the grid; on eps < 0 both directions then follow by the
+symmetry relation delta(eps) = 1 - e^eps + e^eps delta'(-eps)), else the other direction
+is mirrored, else no PLD upper end is claimed (RDP only). The T steps compose by FFT. The
+larger of the two directions' composed PLDs would NOT be a valid bound: the composition of
+min{f, f^-1}** can be below both compositions. dp-accounting's PLD accountant does not
+accept ``SampledWithoutReplacementDpEvent`` (only its RDP accountant does).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+from scipy import special
+
+from ._validate import check_count, check_delta, check_orders, check_sigma
+
+__all__ = [
+    "WORBounds",
+    "rdp_without_replacement",
+    "epsilon_without_replacement",
+    "epsilon_bounds_without_replacement",
+    "pld_lower_without_replacement",
+    "pld_upper_without_replacement",
+    "without_replacement_pld_parts",
+]
+
+
+class WORBounds(NamedTuple):
+    """Certified bracket: lower (realised pair, PLD) <= eps <= upper (the smaller of the
+    symmetrised PLD, Theorem 9's RDP and no amplification)."""
+
+    lower: float
+    upper: float
+
+
+def _check(sigma: float, batch_size: int, dataset_size: int) -> tuple[float, int, int]:
+    sigma = check_sigma("sigma", sigma)
+    n = check_count("dataset_size", dataset_size, minimum=1)
+    b = check_count("batch_size", batch_size, minimum=1)
+    if b > n:
+        raise ValueError(f"batch_size (B={b}) must be <= dataset_size (n={n})")
+    return sigma, b, n
+
+
+def _log_a_int(gamma: float, sigma: float, alpha: int) -> float:
+    """log of Theorem 9's bound on E[(P/Q)^alpha] at an integer alpha >= 2 (log space)."""
+    j = np.arange(2, alpha + 1, dtype=float)
+    log_comb = (special.gammaln(alpha + 1.0) - special.gammaln(j + 1.0)
+                - special.gammaln(alpha - j + 1.0))
+    eps = 2.0 * j / sigma**2  # base RDP at order j under replace-one (sensitivity 2C)
+    terms = j * math.log(gamma) + log_comb + (j - 1.0) * eps + math.log(2.0)
+    e2 = 4.0 / sigma**2  # eps(2)
+    # j = 2: min{4 (e^eps(2) - 1), 2 e^eps(2)}
+    log_em1 = e2 + math.log(-math.expm1(-e2)) if e2 > 0 else -math.inf
+    terms[0] = 2.0 * math.log(gamma) + log_comb[0] + min(math.log(4.0) + log_em1,
+                                                          e2 + math.log(2.0))
+    return float(special.logsumexp(np.append(terms, 0.0)))
+
+
+def rdp_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                            orders: object) -> np.ndarray:
+    """RDP eps'(alpha) of ONE step of the Gaussian mechanism on a fixed-size batch of B of n
+    records drawn without replacement, under replace-one (module doc: Wang, Balle,
+    Kasiviswanathan 2019, Thm 9; sigma = noise std / clip norm, sensitivity 2C).
+
+    Args:
+        sigma: noise multiplier (std / clip norm), >= 0; 0 gives inf.
+        batch_size: B >= 1.
+        dataset_size: n >= B.
+        orders: RDP orders > 1 (fractional ones by Corollary 10's interpolation).
+
+    Returns:
+        eps'(alpha) at each order (inf where sigma = 0). Compose T steps by multiplying by T.
+    """
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    orders = check_orders("orders", orders)
+    if sigma == 0:
+        return np.full(orders.shape, math.inf)
+    gamma = b / n
+    if gamma == 1.0:
+        return 2.0 * orders / sigma**2
+    out = np.empty(orders.shape)
+    cache: dict[int, float] = {1: 0.0}
+
+    def log_a(a: int) -> float:
+        if a not in cache:
+            cache[a] = _log_a_int(gamma, sigma, a)
+        return cache[a]
+
+    for i, alpha in enumerate(orders.ravel()):
+        if math.isinf(alpha):
+            out.flat[i] = math.inf
+            continue
+        lo, hi = math.floor(alpha), math.ceil(alpha)
+        w = alpha - lo
+        val = log_a(lo) if w == 0 else (1.0 - w) * log_a(lo) + w * log_a(hi)
+        # Theorem 9 can exceed the unamplified Gaussian (2 alpha / sigma^2) at large
+        # alpha: both are upper bounds, keep the smaller
+        out.flat[i] = min(val / (alpha - 1.0), 2.0 * alpha / sigma**2)
+    return out
+
+
+def epsilon_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                steps: int, delta: float,
+                                orders: object | None = None) -> float:
+    """Upper bound on eps of ``steps`` fixed-size-batch Gaussian steps under replace-one:
+    Theorem 9's RDP (:func:`rdp_without_replacement`) times ``steps``, improved conversion
+    (Balle et al. 2020, Thm 21) on ``orders`` (default: :data:`accounting.DEFAULT_ORDERS`)."""
+    from .conversions import rdp_to_dp
+    from .rdp import DEFAULT_ORDERS
+
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    orders = DEFAULT_ORDERS if orders is None else check_orders("orders", orders)
+    curve = rdp_without_replacement(sigma, batch_size, dataset_size, orders) * steps
+    if steps == 0:
+        return 0.0
+    if not np.isfinite(curve).any():
+        return math.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(rdp_to_dp(curve, orders, delta, "improved").eps)
+
+
+def _poisson_upper_pmf(q: float, s: float, h: float, direction: str):
+    """UPPER discrete PLD (``accounting.pld._PMF``) of one Poisson-subsampled Gaussian step
+    (q, multiplier s) in one direction, on the grid {k h} (connect-the-dots)."""
+    from . import pld
+
+    qs, sig = np.array([q]), np.array([s])
+    llo, lhi = pld._loss_limits(qs, sig)
+    if direction == "add":
+        llo, lhi = -lhi, -llo
+    k0 = int(np.floor(llo[0] / h)) - 1
+    k1 = int(np.ceil(lhi[0] / h)) + 1
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    pm, qm, below, above = pld._gaussian_intervals(qs, sig, edges, direction)
+    return pld._discretise(pm, qm, below, above, k0, h, True)[0]
+
+
+def _profile_at_grid(pmf, h: float, ks: np.ndarray) -> np.ndarray:
+    """delta(k h) = inf + sum_{l > k h} p_l (1 - e^(k h - l)) of a discrete PLD at the grid
+    points ``ks`` (vectorised; losses relative to each point, no overflow)."""
+    loss_k = pmf.offset + np.arange(pmf.p.size)
+    out = np.empty(ks.size)
+    for i, k in enumerate(ks):
+        sel = loss_k > k
+        out[i] = pmf.inf + float((pmf.p[sel] * -np.expm1((k - loss_k[sel]) * h)).sum())
+    return out
+
+
+def _symmetrised(pmf, h: float):
+    """The symmetric discrete PLD with the same profile on eps >= 0 (module doc), or None
+    when the atom at 0 would be negative."""
+    from . import pld
+
+    loss_k = pmf.offset + np.arange(pmf.p.size)
+    pos = loss_k > 0
+    if not pos.any():
+        return pld._PMF(0, np.ones(1), 0.0) if pmf.inf == 0 else None
+    kp = loss_k[pos]
+    p_pos = pmf.p[pos]
+    q_pos = p_pos * np.exp(-kp * h)  # Q-mass of the positive losses
+    atom = 1.0 - pmf.inf - float(p_pos.sum()) - float(q_pos.sum())
+    if atom < -1e-12:
+        return None
+    top = int(kp.max())
+    out = np.zeros(2 * top + 1)  # losses -top .. top
+    out[top + kp] += p_pos
+    out[top - kp] += q_pos
+    out[top] += max(atom, 0.0)
+    return pld._trim(pld._PMF(-top, out, pmf.inf), True)
+
+
+def _upper_pmf(gamma: float, sigma: float, h: float):
+    """The symmetrised UPPER discrete PLD of one step (module doc), or None where neither
+    direction's discretised profile dominates the other's on eps >= 0."""
+    s = sigma / 2.0
+    rem = _poisson_upper_pmf(gamma, s, h, "remove")
+    add = _poisson_upper_pmf(gamma, s, h, "add")
+    top = max(rem.offset + rem.p.size, add.offset + add.p.size)
+    ks = np.arange(0, top + 1)
+    d_rem, d_add = _profile_at_grid(rem, h, ks), _profile_at_grid(add, h, ks)
+    if np.all(d_add <= d_rem + 1e-15):
+        return _symmetrised(rem, h)
+    if np.all(d_rem <= d_add + 1e-15):
+        return _symmetrised(add, h)
+    return None
+
+
+def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                  steps: int, delta: float) -> float:
+    """Certified PLD upper bound on eps of ``steps`` fixed-size-batch steps under
+    replace-one: the symmetrised pair of Dong, Roth, Su's C_gamma(G_{2/sigma}) (module doc),
+    composed by FFT. inf where no direction's profile dominates the other's (then use
+    :func:`epsilon_without_replacement`)."""
+    from . import pld
+
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    if steps == 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    q, s = b / n, sigma / 2.0
+    with np.errstate(over="ignore"):
+        var = min(q * q * math.expm1(min(1.0 / (s * s), 700.0)), 1.0 / (s * s))
+    sd = math.sqrt(steps * var)
+    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    sym = _upper_pmf(q, sigma, h)
+    if sym is None:
+        return math.inf
+    if steps == 1:
+        return pld._eps_of(sym, delta, h)
+    try:
+        pmf, allowance = pld._compose([(sym, steps)], delta * 1e-6)
+    except pld._GridTooLarge:
+        return math.inf
+    if allowance >= delta:
+        return math.inf
+    return pld._eps_of(pmf, delta - allowance, h)
+
+
+def _x_of_loss_pm(loss: np.ndarray, gamma: float, sigma: float) -> np.ndarray:
+    """x with L(x) = loss for the +-1 pair's loss L(x) = log((a + b u) / (a + b / u)),
+    a = 1 - gamma, b = gamma e^(-1/(2 sigma^2)), u = e^(x / sigma^2) (increasing in x):
+    the root of b u^2 + a (1 - e^l) u - b e^l = 0, in the form without cancellation."""
+    a = 1.0 - gamma
+    log_b = math.log(gamma) - 0.5 / sigma**2
+    with np.errstate(over="ignore", invalid="ignore"):
+        el = np.exp(loss)
+        b = math.exp(log_b)
+        root = np.sqrt((a * np.expm1(loss)) ** 2 + 4.0 * b * b * el)
+        pos = np.log(a * np.expm1(loss) + root) - math.log(2.0) - log_b
+        neg = math.log(2.0) + log_b + loss - np.log(root - a * np.expm1(loss))
+    log_u = np.where(loss >= 0, pos, neg)
+    return sigma**2 * log_u
+
+
+def _lower_pmf(gamma: float, sigma: float, h: float):
+    """LOWER discrete PLD of one step's realised +-1 pair on {k h} (merge-down), or None
+    when its loss range would need more than 2,000,000 grid points."""
+    from . import pld
+
+    z = 8.5
+    u = np.array([-1.0 - z * sigma, 1.0 + z * sigma]) / sigma**2
+    a, lb = 1.0 - gamma, math.log(gamma) - 0.5 / sigma**2
+    log_a = math.log(a) if a > 0 else -math.inf
+    lim = np.logaddexp(log_a, lb + u) - np.logaddexp(log_a, lb - u)
+    k0, k1 = int(math.floor(lim[0] / h)) - 1, int(math.ceil(lim[1] / h)) + 1
+    if k1 - k0 > 2_000_000:
+        return None
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    x = _x_of_loss_pm(edges, gamma, sigma)
+    gq, gs = np.array([[gamma]]), np.array([[sigma]])
+    pm, below, above = pld._masses(x[None, :], gq, gs)
+    qm_rev, _, _ = pld._masses(-x[None, ::-1], gq, gs)  # Q: the mirror image of P
+    return pld._discretise(pm, qm_rev[:, ::-1], below, above, k0, h, False)[0]
+
+
+def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: int,
+                                  count: int, h: float, upper: bool) -> tuple[list, float]:
+    """Discrete PLDs (``accounting.pld._PMF``, count) of ``count`` fixed-size-batch steps
+    on the loss grid {k h}, for a ledger's PLD composition, and the round-off allowance
+    (0): upper, the symmetrised pair (module doc); lower, the realised +-1 pair. Both are
+    symmetric, so the same parts serve the "remove" and "add" directions. Under
+    replace-one only. Raises ValueError where no PLD upper end is certified (the caller
+    then uses :func:`rdp_without_replacement`)."""
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    count = check_count("count", count)
+    if sigma == 0:
+        raise ValueError("sigma=0: no privacy (eps = inf)")
+    pmf = _upper_pmf(b / n, sigma, h) if upper else _lower_pmf(b / n, sigma, h)
+    if pmf is None:
+        raise ValueError("no certified PLD for this fixed-size step at this grid step "
+                         "(use the RDP bound)")
+    return [(pmf, count)], 0.0
+
+
+def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                  steps: int, delta: float) -> float:
+    """Certified lower bound on eps of ``steps`` fixed-size-batch steps under replace-one:
+    the pair the mechanism realises when the replaced record's gradient is +C, its
+    replacement's -C and every other one 0 (one coordinate, units of C):
+    (1 - gamma) N(0, sigma^2) + gamma N(1, sigma^2) against (1 - gamma) N(0, sigma^2) +
+    gamma N(-1, sigma^2), discretised from below (:mod:`accounting.pld`'s merge-down, a
+    dominated pair) and composed by FFT (symmetric: one direction)."""
+    from . import pld
+
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    if steps == 0:
+        return 0.0
+    if sigma == 0:
+        return math.inf
+    gamma = b / n
+    s_step = min(gamma * math.sqrt(max(math.expm1(min(4.0 / sigma**2, 700.0)), 1e-300)),
+                 2.0 / sigma)
+    sd = math.sqrt(steps) * s_step
+    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    pmf = _lower_pmf(gamma, sigma, h)
+    if pmf is None:
+        return 0.0
+    if steps == 1:
+        return pld._eps_of(pmf, delta, h)
+    try:
+        comp, allowance = pld._compose([(pmf, steps)], delta * 1e-6)
+    except pld._GridTooLarge:
+        return 0.0
+    return pld._eps_of(comp, delta + allowance, h)
+
+
+def epsilon_bounds_without_replacement(sigma: float, batch_size: int, dataset_size: int,
+                                       steps: int, delta: float) -> WORBounds:
+    """Certified (lower, upper) eps of ``steps`` fixed-size-batch steps under replace-one.
+
+    upper: the smaller of the symmetrised PLD (:func:`pld_upper_without_replacement`),
+    Theorem 9's RDP bound and the unamplified Gaussian (every step a Gaussian release with
+    multiplier sigma / 2: the T steps compose into one with sigma / (2 sqrt(T)), Balle &
+    Wang 2018 closed form). lower: the lower end of the Poisson
+    add/remove PLD bracket at q = B / n, a pair the mechanism realises (module doc).
+    """
+    from .composition import analytic_gaussian_epsilons
+    from .events import SampledGaussian
+    from .pld import pld_epsilon
+
+    sigma, b, n = _check(sigma, batch_size, dataset_size)
+    steps = check_count("steps", steps)
+    delta = check_delta("delta", delta)
+    if steps == 0:
+        return WORBounds(0.0, 0.0)
+    if sigma == 0:
+        return WORBounds(math.inf, math.inf)
+    plain = float(analytic_gaussian_epsilons(
+        np.array([sigma / (2.0 * math.sqrt(steps))]), delta)[0])
+    upper = min(epsilon_without_replacement(sigma, b, n, steps, delta), plain,
+                pld_upper_without_replacement(sigma, b, n, steps, delta))
+    lower = max(pld_epsilon([SampledGaussian(b / n, sigma, steps)], delta).lower,
+                pld_lower_without_replacement(sigma, b, n, steps, delta))
+    return WORBounds(min(lower, upper), upper)
