@@ -2,7 +2,8 @@
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
-``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``), each an
+``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``; the optimiser-free
+``exact`` tier and the ``prior-aware`` identification attack), each an
 :class:`~leakaudit.attacks.base.Attack` with the same small interface; the optimisation loop,
 restarts, divergence handling and validation are shared in :mod:`leakaudit.attacks.base`,
 label inference in :mod:`leakaudit.attacks.labels` (counts of repeated labels:
@@ -36,15 +37,18 @@ from .base import (
 from .checks import check_track
 from .cpl import CPL
 from .dlg import DLG
+from .exact import ExactLinear
 from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
 from .idlg_norm import LayerNormalizedIDLG, NormalizedIDLG
 from .ig import InvertingGradients, LayerInvertingGradients
 from .labels import infer_labels
+from .prior_aware import CandidateScorer, PriorAware
 
 __all__ = [
     "Attack",
     "AttackDivergedError",
+    "CandidateScorer",
     "RELU_TYPES",
     "ReLUWarning",
     "Reconstruction",
@@ -139,5 +143,6 @@ def reconstruct(
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
-                FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients()):
+                FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients(),
+                ExactLinear(), PriorAware()):
     register(_attack)
