@@ -12,12 +12,21 @@ stage and noise, with the bound no attack can beat on the same axes.
     resisting) of every line are added (``Profile.refine`` passes). Each row carries the
     reconstruction-robustness bound of the release the attack sees (Hayes, Mahloujifar,
     Balle, NeurIPS 2023; :func:`leakaudit.metrics.rero_bound_gdp`): its mu comes from the
-    attacked run's sound ledger (Gaussian steps at q = 1: mu_add-remove = sqrt(sum 1 /
-    sigma^2), doubled for replace-one by group privacy, valid under either relation; any
-    other ledger: the (eps, delta) pair of ``Run.epsilon`` at delta 1e-5, made replace-one
-    by group privacy); a leak point the defense does not protect (its noise acts later)
-    gets 1. Measured success above its bound makes the run exit 1 (a bug in one of them).
+    attacked run's sound ledger (Gaussian steps at q = 1: the add/remove mu = sqrt(sum 1 /
+    sigma^2), the relation the theorem uses; any other ledger: the (eps, delta) pair of
+    ``Run.epsilon`` at delta 1e-5), its kappa is B / N for identification (B guesses) and
+    the certified :func:`leakaudit.metrics.certified_prior_psnr` (times B) for PSNR >= 20
+    dB; a leak point the defense does not protect (its noise acts later) gets 1. A measured
+    success above its bound beyond its 95 % Clopper-Pearson interval makes the run exit 1.
 (c) Label counts: multiset accuracy of the inferred labels at B = 8 and 32 on real data.
+(d) The prior-aware attack (Hayes et al. 2023; :class:`leakaudit.attacks.CandidateScorer`)
+    against fed-cdp and fed-sdp-client at B = 1, L = 1, leak point 1: per (defense, sigma)
+    ``id_trials`` releases of a target drawn from a pool of ``id_pool`` training digits,
+    candidate sets of k in ``id_ks`` (kappa = 1/k), success with a Clopper-Pearson interval
+    next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond its interval makes the run
+    exit 1 (``--identification-only`` runs this section alone). Model: a ReLU MLP with one
+    hidden layer of 100 (see :func:`identification_model`), clip 0.5 (below every
+    per-example gradient norm, so every candidate has norm C), client lr 1.
 
 Scoring per image (the scorer alone sees the truth): Hungarian matching, then PSNR, SSIM
 (skimage), success = PSNR >= 20 dB (ASR), and identification: the training image nearest
@@ -25,13 +34,15 @@ to the reconstruction is the true one (``metrics.identified``; a blind guess suc
 kappa = 1 / N). Outputs under ``--out``: leakage_curves.csv (columns ``COLUMNS``), .md, .png
 (identification and PSNR against sigma and against the release's sound eps, with the bound
 curve), leakage_reconstructions.png (reconstructions along the noise axis) and the resumable
-results file leakage_curves.jsonl.
+results file leakage_curves.jsonl; section (d): leakage_identification.csv (``ID_COLUMNS``) and
+.png.
 
 Profiles: ``quick`` (digits, untrained LeNet-Sigmoid, B in {1, 4, 8}, L in {1, 2}; sweeps
 at B = 1, leak point 1, fed-cdp / fed-sdp-client / fed-alpha-cdp, 3 images per cell, ig
 (300 signed-Adam steps, cosine schedule, TV 0.01), on fed-alpha-cdp idlg-layer (20 L-BFGS
 steps) instead; the standard-run eps at sigma 1 only (23 s per run); B in {1, 8} for the
-grid (idlg 50, fedavg-l2 30 L-BFGS steps); under 15 minutes on 2 cores),
+grid (idlg 50, fedavg-l2 30 L-BFGS steps, x4 at B = 8: ``budget_scale``); section (d) at
+sigma 0.5 / 1 / 2, k 2 / 10 / 100, 300 trials per cell),
 ``full`` (Fashion-MNIST, LeNet and the ReLU CNN, stages initial / round1 / round5, L up to
 10, sweeps at B in {1, 4, 8} and every leak point, 2000-step attacks with 2 restarts;
 many CPU hours: not run on the shared 2-core machine), ``tiny`` (``--tiny``: the quick
@@ -59,6 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from benchmarks._common import (
     Report,
@@ -1148,6 +1160,7 @@ def plot_identification(rows: list[dict[str, Any]], path: Path) -> None:
         ax.set_xscale("log")
         ax.set_xticks(sorted({r["sigma"] for r in rows}))
         ax.set_xticklabels([f"{s:g}" for s in sorted({r["sigma"] for r in rows})])
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("noise multiplier sigma")
         ax.set_ylabel("identification success")
