@@ -573,7 +573,7 @@ def lines_at(rows: list[dict[str, Any]], batch_size: int
                "eps_train": r["eps_train"], "bound_id": r["bound_id"],
                "bound_asr": r["bound_asr"], "identification": r["identification"],
                "asr": r["asr"], "psnr": r["psnr"], "ssim": r["ssim"],
-               "attack": r["attack"]}
+               "attack": r["attack"], "images": int(r.get("images", 0))}
         if old is not None:
             cur["attack"] = old["attack"] if old["psnr"] >= r["psnr"] else r["attack"]
             for k in ("identification", "asr", "psnr", "ssim"):
@@ -781,6 +781,17 @@ def grid_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> d
     return checks
 
 
+def _interval(share: float, n: int) -> str:
+    """The two-sided 95 % Clopper-Pearson interval of ``share`` of ``n`` images."""
+    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+
+    if n <= 0:
+        return "-"
+    k, alpha = round(share * n), (1.0 - ID_CONFIDENCE) / 2
+    return (f"[{clopper_pearson_lower(k, n, alpha):.2f}, "
+            f"{clopper_pearson_upper(k, n, alpha):.2f}] (n = {n})")
+
+
 def _fmt(v: float, spec: str = ".3g") -> str:
     return "inf" if v == math.inf else ("-" if isinstance(v, float) and math.isnan(v)
                                         else format(v, spec))
@@ -805,12 +816,13 @@ def sweep_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> 
                         f"decreasing: {tr['psnr_decreasing']}).")
             report.line()
             report.table(
-                ["sigma", "eps release", "eps run", "identified", "bound", "ASR",
-                 "ASR bound", "PSNR", "SSIM", "best attack"],
+                ["sigma", "eps release", "eps run", "identified", "95 % CI", "bound",
+                 "measured / bound", "ASR", "ASR bound", "PSNR", "SSIM", "best attack"],
                 [[f"{q['sigma']:g}", _fmt(q["eps_release"]), _fmt(q["eps_train"]),
-                  f"{q['identification']:.2f}", f"{q['bound_id']:.3g}", f"{q['asr']:.2f}",
-                  f"{q['bound_asr']:.3g}", f"{q['psnr']:.1f}", f"{q['ssim']:.2f}",
-                  q["attack"]] for q in pts])
+                  f"{q['identification']:.2f}", _interval(q["identification"], q["images"]),
+                  f"{q['bound_id']:.3g}", f"{q['identification'] / q['bound_id']:.2f}",
+                  f"{q['asr']:.2f}", f"{q['bound_asr']:.3g}", f"{q['psnr']:.1f}",
+                  f"{q['ssim']:.2f}", q["attack"]] for q in pts])
     noisy = [r for r in rows if r["defense"] != "none" and r["sigma"] > 0]
     checks["bound_everywhere"] = all(not math.isnan(r["bound_id"]) for r in noisy)
     checks["above"] = above_bound(rows)
