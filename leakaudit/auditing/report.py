@@ -344,12 +344,15 @@ _TIERS = {"exact": "exact", "prior-aware": "identification"}
 def tiers(rows: Sequence[Mapping[str, Any]]) -> str:
     """The tiers tried at one leak point: "exact" (optimiser-free reconstruction),
     "identification" (prior-aware) and "optimiser (names)" for the gradient-matching
-    attacks."""
+    attacks; "exact not run" when the exact tier is absent (it needs a biased linear first
+    layer: ``leakaudit.attacks.exact.applicable``)."""
     names = list(dict.fromkeys(r["attack"] for r in rows))
     found = [t for a, t in _TIERS.items() if a in names]
     opt = [a for a in names if a not in _TIERS]
     if opt:
         found.append(f"optimiser ({', '.join(opt)})")
+    if "exact" not in names:
+        found.append("exact not run")
     return ", ".join(found)
 
 

@@ -30,6 +30,8 @@ def test_resilient_needs_a_rebuilt_baseline_and_lists_the_tiers():
     v = _report(0.01, 1e-7, 0.4, attacks=("exact", "idlg"))
     assert v["none()"].startswith("leaks")
     assert v["fed-cdp()"] == "resilient (MSE 0.4; tiers exact, optimiser (idlg))"
+    v = _report(0.01, 1e-7, 0.4)
+    assert v["fed-cdp()"] == "resilient (MSE 0.4; tiers optimiser (idlg), exact not run)"
 
 
 def test_budget_too_small_is_inconclusive():
