@@ -870,7 +870,8 @@ def run_summary(report: Report, prof: Profile, busy: float, args: argparse.Names
                 f"{train['local_steps']}, B = {train['batch_size']}, {train['optimizer']}"
                 f" lr {train['lr']}; attacked clients: SGD lr {prof.client_lr}, "
                 f"{prof.examples} batch(es) per grid cell, {prof.sweep_examples} per sweep "
-                f"cell; attack steps {dict(prof.iterations)}, options "
+                f"cell; attack steps {dict(prof.iterations)} (x factor at batch size: "
+                f"{dict(prof.budget_scale)}), options "
                 f"{ {a: dict(o) for a, o in prof.options} }, restarts {prof.restarts} (best "
                 f"by the attack's own loss); job time summed over workers {busy:.0f} s.")
     report.line(f"Command: `python -m benchmarks.leakage_curves {' '.join(argv or sys.argv[1:])}`"
