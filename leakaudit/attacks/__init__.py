@@ -121,7 +121,10 @@ def reconstruct(
     ("steps"; "cosine"), ``prior`` (None or a public mean image); idlg-norm: ``per_tensor``
     (False; idlg-layer: True); fedavg: IG's and ``local_steps`` (1), ``client_lr``
     (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker, and ``method``
-    ("cosine"; fedavg-l2: "l2"). Every
+    ("cosine"; fedavg-l2: "l2"); exact: ``tolerance`` (1e-6, grouping equal ratios at B > 1);
+    prior-aware: ``candidates``, ``candidate_labels``, ``noise_std`` (required), ``clip``,
+    ``clip_mode``, ``noise``, ``known_inputs``, ``known_labels``, ``informed``, ``divisor``
+    (:mod:`leakaudit.attacks.prior_aware`). Every
     argument is checked before any work (``ValueError`` naming it).
 
     ``device``: where the attack runs: None (where ``model`` lives), "auto" (CUDA when
