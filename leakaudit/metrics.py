@@ -29,6 +29,7 @@ from ._validate import check_int, check_number
 
 __all__ = [
     "SUCCESS_PSNR",
+    "certified_prior_psnr",
     "identified",
     "prior_success_identification",
     "prior_success_psnr",
@@ -213,20 +214,46 @@ def identified(reconstructed: Any, truth: Any, pool: Any) -> list[bool]:
     return out
 
 
-def prior_success_identification(pool_size: int) -> float:
+def prior_success_identification(pool_size: int, guesses: int = 1) -> float:
     """kappa of identification for a target drawn uniformly from a pool of ``pool_size``
-    distinct images: 1 / pool_size."""
-    return 1.0 / check_int("pool_size", pool_size, 1)
+    distinct images, for an attacker that outputs ``guesses`` images (B guesses at batch
+    size B: the matched reconstruction of each image is one of them): ``min(1, guesses /
+    pool_size)`` (a k-candidate prior-aware attack: ``pool_size = k``, one guess)."""
+    pool_size = check_int("pool_size", pool_size, 1)
+    guesses = check_int("guesses", guesses, 1)
+    return min(1.0, guesses / pool_size)
 
 
 def prior_success_psnr(pool: Any, threshold_db: float = SUCCESS_PSNR) -> float:
-    """kappa of "PSNR >= threshold" for a target drawn uniformly from ``pool``, estimated
-    over guesses taken from the pool itself: the largest share of the pool within
-    ``threshold_db`` of one pool image (a lower estimate of the sup over all guesses)."""
+    """A LOWER estimate of kappa of "PSNR >= threshold" for a target drawn uniformly from
+    ``pool``: the largest share of the pool within ``threshold_db`` of one pool image
+    (guesses taken from the pool only; a guess outside it can do better, so this is not a
+    certified prior: use :func:`certified_prior_psnr` for a bound)."""
     _check_threshold(threshold_db)
-    p = _batch(pool, "pool")
+    return _largest_share_within(_batch(pool, "pool"), 10.0 ** (-threshold_db / 10.0))
+
+
+def certified_prior_psnr(pool: Any, threshold_db: float = SUCCESS_PSNR,
+                         guesses: int = 1) -> float:
+    """A certified upper bound on kappa of "PSNR >= threshold" (the best blind guess over ALL
+    images, in [0, 1]^d or not) for a target drawn uniformly from ``pool``, with ``guesses``
+    guesses (multiplied, capped at 1).
+
+    Why it holds: with r^2 = 10^(-threshold/10) the MSE at the threshold, every pool image
+    within r of a guess y (in RMS distance) is within 2r of every other such image (triangle
+    inequality), so the images one guess rebuilds all lie in the ball of radius 2r (MSE
+    4 r^2, i.e. threshold - 6.02 dB) around any one of them: their share is at most the
+    largest share of the pool within MSE 4 r^2 of a pool image. A guess that rebuilds no
+    pool image scores 0."""
+    _check_threshold(threshold_db)
+    guesses = check_int("guesses", guesses, 1)
+    limit = 4.0 * 10.0 ** (-threshold_db / 10.0)
+    return min(1.0, guesses * _largest_share_within(_batch(pool, "pool"), limit))
+
+
+def _largest_share_within(p: np.ndarray, limit: float) -> float:
+    """The largest share of the pool within MSE ``limit`` of one pool image."""
     pf = p.reshape(len(p), -1)
-    limit = 10.0 ** (-threshold_db / 10.0)  # MSE at the threshold, data_range 1
     sq = (pf ** 2).sum(axis=1)
     best = 0
     for start in range(0, len(pf), 256):
@@ -241,7 +268,12 @@ def rero_bound_gdp(kappa: float, mu: float) -> float:
     training data reconstruction in DP-SGD", NeurIPS 2023, Thm. 2 with the Gaussian tradeoff
     curve of Dong, Roth, Su 2022): no reconstruction attack succeeds with probability above
     ``Phi(Phi^-1(kappa) + mu)``, where ``kappa`` is the success of the best guess made
-    without the release. mu = inf (or kappa = 1) gives 1; mu = 0 gives kappa."""
+    without the release. mu = inf (or kappa = 1) gives 1; mu = 0 gives kappa.
+
+    The theorem compares the release with and without the target (add/remove of one
+    record): mu is the release's add/remove mu (e.g. sqrt(T) / sigma for T full-batch
+    Gaussian steps of noise multiplier sigma), not a replace-one mu doubled by group
+    privacy (valid too, but 4-8x looser at sigma 0.5-2)."""
     from scipy.stats import norm
 
     kappa = check_number("kappa", kappa, minimum=0.0, maximum=1.0)

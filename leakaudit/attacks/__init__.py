@@ -2,7 +2,8 @@
 
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
-``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``), each an
+``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``; the optimiser-free
+``exact`` tier and the ``prior-aware`` identification attack), each an
 :class:`~leakaudit.attacks.base.Attack` with the same small interface; the optimisation loop,
 restarts, divergence handling and validation are shared in :mod:`leakaudit.attacks.base`,
 label inference in :mod:`leakaudit.attacks.labels` (counts of repeated labels:
@@ -36,15 +37,18 @@ from .base import (
 from .checks import check_track
 from .cpl import CPL
 from .dlg import DLG
+from .exact import ExactLinear
 from .fedavg import FedAvg, FedAvgL2
 from .idlg import IDLG
 from .idlg_norm import LayerNormalizedIDLG, NormalizedIDLG
 from .ig import InvertingGradients, LayerInvertingGradients
 from .labels import infer_labels
+from .prior_aware import CandidateScorer, PriorAware
 
 __all__ = [
     "Attack",
     "AttackDivergedError",
+    "CandidateScorer",
     "RELU_TYPES",
     "ReLUWarning",
     "Reconstruction",
@@ -117,7 +121,10 @@ def reconstruct(
     ("steps"; "cosine"), ``prior`` (None or a public mean image); idlg-norm: ``per_tensor``
     (False; idlg-layer: True); fedavg: IG's and ``local_steps`` (1), ``client_lr``
     (0.1), ``client_optimizer`` ("sgd"): what the protocol tells the attacker, and ``method``
-    ("cosine"; fedavg-l2: "l2"). Every
+    ("cosine"; fedavg-l2: "l2"); exact: ``tolerance`` (1e-6, grouping equal ratios at B > 1);
+    prior-aware: ``candidates``, ``candidate_labels``, ``noise_std`` (required), ``clip``,
+    ``clip_mode``, ``noise``, ``known_inputs``, ``known_labels``, ``informed``, ``divisor``
+    (:mod:`leakaudit.attacks.prior_aware`). Every
     argument is checked before any work (``ValueError`` naming it).
 
     ``device``: where the attack runs: None (where ``model`` lives), "auto" (CUDA when
@@ -139,5 +146,6 @@ def reconstruct(
 
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
-                FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients()):
+                FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients(),
+                ExactLinear(), PriorAware()):
     register(_attack)

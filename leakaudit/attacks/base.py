@@ -128,6 +128,9 @@ class Attack:
     defaults: ClassVar[dict[str, Any]] = {"line_search": "strong_wolfe"}
     #: what the protocol tells the attack from an observation: option -> Observation attribute
     protocol: ClassVar[dict[str, str]] = {}
+    #: whether the attack optimises a dummy (False: a closed form or a scoring, no budget;
+    #: no ReLU warning then)
+    optimises: ClassVar[bool] = True
 
     # ---------------------------------------------------------------- to override
     def start(self, gen: torch.Generator, cfg: Config) -> Start:
@@ -256,7 +259,8 @@ def run_attack(attack: Attack, model: nn.Module, gradients: Sequence[torch.Tenso
 def _best_of_attempts(attack: Attack, model: nn.Module, cfg: Config,
                       grads: list[torch.Tensor], known: torch.Tensor | None,
                       t0: float) -> Reconstruction:
-    warn_relu(model)
+    if attack.optimises:
+        warn_relu(model)
     with torch_threads(cfg.options["num_threads"]), flush_denormals():
         identifiable: bool | None = None
         if known is None and not attack.learns_labels:

@@ -115,12 +115,23 @@ class AuditReport:
         rows = self.rows()
         points = sorted({r["point"] for r in rows})
         drows = {d["defense"]: d for d in self.defense_rows()}
+        undefended = {k for k, v in self.defenses.items() if v.get("level") == "none"
+                      or v.get("name") == "none"}
+        # (point, attack) -> whether the attack rebuilt an undefended example here: the
+        # sanity check that it could have succeeded at this budget and threshold
+        baseline: dict[tuple[int, str], bool] = {}
+        for r in rows:
+            if r["defense"] in undefended:
+                key = (r["point"], r["attack"])
+                baseline[key] = baseline.get(key, False) or not r["resilient"]
+        image = any(c.get("ssim") is not None for c in self.cells)
         out = []
         for defense in dict.fromkeys(r["defense"] for r in rows):
             row = {"defense": defense}
             for p in points:
                 here = [r for r in rows if r["defense"] == defense and r["point"] == p]
-                row[f"type {p}"] = _summary_cell(here) if here else "-"
+                row[f"type {p}"] = verdict(here, self.threshold, baseline,
+                                           defense in undefended, image) if here else "-"
             d = drows.get(defense, {})
             row.update({"accuracy": _fmt(d.get("accuracy"), 3),
                         "claimed eps": _fmt(d.get("eps_claimed"), 3),
@@ -322,10 +333,63 @@ def _cell(value: Any) -> str:
 
 
 def _summary_cell(rows: list[dict[str, Any]]) -> str:
-    """One leak point of one defense over its attacks: resilient (mean MSE) or the ASR and
-    the steps to success of each attack."""
+    """The verdict without the sanity checks (kept for old callers): :func:`verdict`."""
+    return verdict(rows, math.nan, {}, False, False)
+
+
+#: attacks with no optimiser (a closed form or a scoring): their tier
+_TIERS = {"exact": "exact", "prior-aware": "identification"}
+
+
+def tiers(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The tiers tried at one leak point: "exact" (optimiser-free reconstruction),
+    "identification" (prior-aware) and "optimiser (names)" for the gradient-matching
+    attacks; "exact not run" when the exact tier is absent (it needs a biased linear first
+    layer: ``leakaudit.attacks.exact.applicable``)."""
+    names = list(dict.fromkeys(r["attack"] for r in rows))
+    found = [t for a, t in _TIERS.items() if a in names]
+    opt = [a for a in names if a not in _TIERS]
+    if opt:
+        found.append(f"optimiser ({', '.join(opt)})")
+    if "exact" not in names:
+        found.append("exact not run")
+    return ", ".join(found)
+
+
+def verdict(rows: list[dict[str, Any]], threshold: float,
+            baseline: Mapping[tuple[int, str], bool], undefended: bool, image: bool) -> str:
+    """One leak point of one defense over its attacks (issue 27): "leaks: ASR a%, tau ..."
+    when an attack succeeded; "resilient (MSE m; tiers ...)" only when it could have
+    succeeded; otherwise "inconclusive: why (tiers ...)":
+
+    * the threshold is outside (0, 1), the range of MSEs between [0, 1] images (image data;
+      for other data only <= 0 is refused): nothing, or everything, succeeds;
+    * the defense is undefended and no attack rebuilt its examples (the attack failed, not
+      a defense);
+    * an undefended baseline in the same report at this leak point was rebuilt by none of
+      the attacks run here (the budget or the threshold is out of the attacks' reach).
+
+    Without an undefended baseline in the report the verdict says "unchecked". A NaN
+    ``threshold`` skips the checks."""
+    tried = tiers(rows)
+    if not math.isnan(threshold) and (threshold <= 0 or (image and threshold >= 1)):
+        return (f"inconclusive: threshold {threshold:g} outside (0, 1), the MSE range of "
+                f"[0, 1] images (tiers {tried})")
     if all(r["resilient"] for r in rows):
-        return f"resilient (MSE {_fmt(float(np.mean([r['mse'] for r in rows])), 2)})"
+        mse = _fmt(float(np.mean([r["mse"] for r in rows])), 2)
+        if math.isnan(threshold):
+            return f"resilient (MSE {mse})"
+        if undefended:
+            return (f"inconclusive: no attack rebuilt an undefended example (MSE {mse}; "
+                    f"budget or threshold too small; tiers {tried})")
+        checked = [baseline[(r["point"], r["attack"])] for r in rows
+                   if (r["point"], r["attack"]) in baseline]
+        if not checked:
+            return f"resilient (MSE {mse}; unchecked: no undefended baseline; tiers {tried})"
+        if not any(checked):
+            return (f"inconclusive: the attacks rebuilt no undefended example at this "
+                    f"budget and threshold (MSE {mse}; tiers {tried})")
+        return f"resilient (MSE {mse}; tiers {tried})"
     asr = max(r["asr"] for r in rows)
     taus = "/".join(_fmt(r["tau"], 3) for r in rows)
     names = "/".join(_ATTACK_NAMES.get(r["attack"], r["attack"]) for r in rows)

@@ -117,8 +117,12 @@ def test_release_mu_and_the_bound_of_an_unprotected_point():
 
     ledger = PrivacyLedger()
     ledger.step(q=1.0, sigma=2.0, count=4)
-    # add-remove mu = sqrt(4) / 2 = 1, doubled for replace-one
-    assert bench.release_mu([ledger]) == pytest.approx(2.0)
+    # add-remove mu = sqrt(4) / 2 = 1 (Hayes et al. compare with and without the target:
+    # no doubling for replace-one)
+    assert bench.release_mu([ledger]) == pytest.approx(1.0)
+    fixed = PrivacyLedger()
+    fixed.step(q=1.0, sigma=2.0, sampling="fixed-size")  # fed-sdp's client-level step
+    assert bench.release_mu([fixed]) == pytest.approx(0.5)
     sampled = PrivacyLedger()
     sampled.step(q=0.5, sigma=2.0)
     assert bench.release_mu([ledger, sampled]) is None  # not a pure Gaussian: use pairs
@@ -139,6 +143,49 @@ def test_measured_above_the_bound_is_reported():
     bad = {**ok, "identification": 0.5}
     assert bench.above_bound([ok, {**bad, "defense": "none"}]) == []
     assert bench.above_bound([ok, bad]) == [bad]
+    # with a count, only beyond the 95 % interval: 3 of 3 images is no evidence against a
+    # bound of 0.5 (lower end 0.29), 100 of 100 is
+    assert bench.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
+                               "images": 3}]) == []
+    assert len(bench.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
+                                   "images": 100}])) == 1
+
+
+def _mutant_sdp(sigma):
+    """fed-sdp-client whose ledger (and public sigma) says ``sigma`` while it adds half the
+    noise: a ledger that understates the noise's effect by 2x."""
+    import math as _m
+
+    from leakaudit.defenses import _ops
+    from leakaudit.defenses.fed_sdp import FedSDP
+
+    class Mutant(FedSDP):
+        def _sanitise(self, update, ctx):
+            norm = float(_ops.update_norm(update))
+            factor = min(1.0, self.clip / (norm + 1e-12))
+            share = 0.5 * self.sigma * self.clip / _m.sqrt(max(1, ctx.round_ctx.reporting))
+            noise = _ops.gaussian_like(update, share, ctx.generator)
+            return [u * factor + n for u, n in zip(update, noise)]
+
+    return Mutant(clip=0.5, sigma=sigma, where="client")
+
+
+@pytest.mark.slow
+def test_identification_check_fails_on_a_ledger_understating_its_noise():
+    """The prior-aware attack against fed-sdp-client at sigma 1 (bound at k = 10: 0.389)
+    stays inside the bound; the mutant adding sigma / 2 (true mu 2) is caught: its
+    measured success is above the bound beyond the 95 % interval."""
+    bench = load_benchmark("leakage_curves")
+    from leakaudit import data, defenses
+
+    ds = data.load("digits", seed=0)
+    model = bench.identification_model(ds, 0)
+    honest = bench.identification_cell(defenses.get("fed-sdp-client", clip=0.5, sigma=1.0),
+                                       ds, model, (10,), 150, 60, 1.0, 0)
+    assert bench.identification_failures(honest) == []
+    mutant = bench.identification_cell(_mutant_sdp(1.0), ds, model, (10,), 150, 60, 1.0, 0)
+    (row,) = bench.identification_failures(mutant)
+    assert row["bound"] == pytest.approx(0.389, abs=1e-3) and row["ci_low"] > row["bound"]
 
 
 @pytest.mark.slow
