@@ -67,7 +67,7 @@ def ledger_mu(ledger: PrivacyLedger) -> float | None:
 
 
 #: at most this many selection runs per side and candidate game
-MAX_SELECTION = 4000
+MAX_SELECTION = 2000
 
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
 CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)

@@ -127,7 +127,7 @@ PESSIMISM = {"eps": 1.0, "mu": 3.0}
 
 
 #: the pooled-quantile tails in which no cut is tried for the mu target (:func:`best_rule`)
-MU_TAIL = 0.02
+MU_TAIL = 0.1
 
 
 def predicted_count(k: np.ndarray, m: int, n: int, z: float = 1.0) -> np.ndarray:

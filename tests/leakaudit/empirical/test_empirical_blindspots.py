@@ -41,17 +41,23 @@ def test_a_misspelled_defense_in_defense_params_is_refused_naming_it():
 
 # ------------------------------------------------------------------------ any user code
 def _with_overridden_hooks(d: Defense) -> Defense:
-    """The defense as a user's subclass whose every release hook calls the shipped one."""
+    """The defense as a user's subclass whose every release hook calls the shipped one and
+    checks its shapes the way users do (``reshape`` to the parameter's shape): right in
+    training, wrong under the audit's batching (a leading trial dimension), which is why an
+    inherited ``batched_trials = True`` must not be trusted."""
     cls = type(d)
 
     def privatize_batch(self, grads, ctx):
-        return cls.privatize_batch(self, grads, ctx)
+        out = cls.privatize_batch(self, grads, ctx)
+        return [o.reshape(g.shape[1:]) for o, g in zip(out, grads)]
 
     def privatize_update(self, update, ctx):
-        return cls.privatize_update(self, update, ctx)
+        out = cls.privatize_update(self, update, ctx)
+        return [o.reshape(u.shape) for o, u in zip(out, update)]
 
     def sanitize_update(self, update, ctx):
-        return cls.sanitize_update(self, update, ctx)
+        out = cls.sanitize_update(self, update, ctx)
+        return [o.reshape(u.shape) for o, u in zip(out, update)]
 
     sub = type(f"User{cls.__name__}", (cls,), {
         "privatize_batch": privatize_batch, "privatize_update": privatize_update,
