@@ -222,8 +222,13 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
     (``report.rows()[0]``). Every argument after ``defense`` is keyword-only (``point`` and
     ``trials`` given by position, the old form, still work and warn).
 
-    Every canary (:func:`game.canaries`, or the named ``canaries``) plays the game on its own
-    reference and selection runs (``select_fraction * trials`` per side); the canary,
+    Every canary (:func:`game.canaries`) and, for instance-level releases, every worst-case
+    dataset (:data:`game.SCENARIOS`, named ``canary+background``), or the named ``canaries``,
+    plays the game on its own reference and selection runs (``select_fraction * trials`` per
+    side, at most :data:`MAX_SELECTION`); a worst-case dataset the defense's code cannot run
+    is left out and named in the row's ``skipped``. A defense whose batching declaration is
+    inherited past a hook it overrides, or whose two trials in one call do not come back as
+    two, runs one trial per call, with a warning (never refused). The canary,
     statistic and threshold with the largest bound on the selection split are chosen for
     eps and for mu, and only they are tested on ``trials`` held-out runs per side, so the
     choice costs no confidence. The confidence is split (Bonferroni) between the tests the
@@ -401,14 +406,17 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             :func:`leakaudit.audit` and of the CLI; ``point=`` is a deprecated alias).
         trials: held-out runs with the canary, and as many without (>= 100), on which the
             bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
-            per side choose the thresholds, and up to 1,000 canary-out runs the reference.
+            per side (at most :data:`MAX_SELECTION`) choose the thresholds, and up to 1,000
+            canary-out runs the reference, for each canary and worst-case dataset.
         delta, confidence: the delta of every eps; the confidence of every bound.
         statistic: one of :data:`STATISTICS`, a list of them, or None for all.
         results: a JSON-lines file; a rerun with the same arguments skips finished rows.
         skip_silent: leave out (defense, point) pairs where the defense releases nothing,
             instead of raising ValueError.
-        game_options: passed to :func:`audit_release` (canaries, background,
-            background_scale, local_steps, shapes, select_fraction, vectorise).
+        game_options: passed to :func:`audit_release` (:data:`GAME_OPTIONS`: canaries,
+            background, background_scale, local_steps, shapes, select_fraction, vectorise,
+            chunk); an unknown one, or a name in ``defense_params`` that is not among the
+            defenses audited by name, is a ValueError naming it.
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
     if point is not None:

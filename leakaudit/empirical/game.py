@@ -29,8 +29,10 @@ clip the canaries are placed against), ``audit_setup`` (a first-round state),
 ``audit_batched`` (noise additive and drawn through :mod:`leakaudit.defenses.ops`: the trials
 of a chunk share one call, every noise draw carrying a leading trial dimension,
 ``ops.trials``) and ``audit_side_ledgers``. A defense that does not declare
-``audit_batched`` runs once per trial, with a warning; one that declares it but does not
-batch is an error. Unbatched trials all run on ONE working copy (the caller's), brought back
+``audit_batched``, that inherits the declaration past a hook it overrides (a user's subclass
+of a shipped defense), or whose two trials in one call do not come back as two, runs once
+per trial, with a warning: a user's code is never refused for the auditor's reason.
+Unbatched trials all run on ONE working copy (the caller's), brought back
 to a first-round state before each (state a defense wrongly keeps across releases, such as
 noise drawn once and reused, then shows).
 
@@ -40,7 +42,14 @@ standard deviation of separate canary-out runs): the projection on the canary di
 most extreme per-tensor standardised projection (``tensor``: a tensor without noise cannot
 hide among noisy ones) and the most extreme standardised coordinate (``coordinate``: as a
 Bonferroni-corrected -log10 p-value over the D coordinates looked at, monotone in max |z|).
-The log-likelihood ratio of the first two is fitted on the selection split (api).
+The log-likelihood ratio of the first two is fitted on the selection split (api). Fisher's
+direction in a :class:`Subspace` (per-tensor sums, per-tensor canary parts, random signed
+partitions) under the noise covariance of the reference runs (``subspace``): a functional of
+the release that carries no noise (correlated noise) separates the worlds there.
+
+Worst-case datasets (:data:`SCENARIOS`): backgrounds against the canary, a single example,
+an empty batch, examples at and far above the clip, each a game of its own that the
+selection split chooses among like the canaries.
 """
 
 from __future__ import annotations
