@@ -68,7 +68,7 @@ from scipy import special
 from accounting import PrivacyLedger
 
 from ..defenses import ops
-from ..defenses.base import ClientContext, Defense, RoundContext
+from ..defenses.base import ClientContext, Defense, RoundContext, untrusted_hook
 from ..grads import torch_threads
 from ..optim import make_optimizer
 
@@ -372,8 +372,7 @@ def vectorisable(defense: Defense, point: int) -> bool:
                       "else False", stacklevel=3)
         return False
     if declared:
-        hook = defense.audit_untrusted_hook() if hasattr(defense, "audit_untrusted_hook") \
-            else None
+        hook = untrusted_hook(type(defense))
         if hook:
             warnings.warn(f"defense {defense.name!r}: {hook} overrides a hook below the class "
                           "that declared audit_batched, so the declaration does not cover it: "
