@@ -48,8 +48,9 @@ if TYPE_CHECKING:
     from ..grads import LocalBatch
     from ..optim import SGD, Adam
 
-__all__ = ["Defense", "ClientContext", "RoundContext", "SITES", "FixedSizeBatchLedger",
-           "default_batch_sampling", "client_level_step", "RELATIONS", "AllocationLedger",
+__all__ = ["Defense", "AUDIT_HOOKS", "untrusted_hook", "ClientContext", "RoundContext",
+           "SITES", "FixedSizeBatchLedger", "default_batch_sampling", "client_level_step",
+           "RELATIONS", "AllocationLedger",
            "allocation_steps"]
 
 #: neighbouring relations a sound ledger can state (as ``accounting.relations``)
@@ -364,6 +365,17 @@ class Defense:
         warning). Default: :attr:`batched_trials`."""
         return self.batched_trials
 
+    def audit_untrusted_hook(self) -> str | None:
+        """The hook (``Class.hook``) that makes an inherited batching declaration
+        untrustworthy, or None.
+
+        A declaration (:attr:`batched_trials` or :meth:`audit_batched`) speaks for the code of
+        the class that made it. A subclass that overrides a hook of the release
+        (:data:`AUDIT_HOOKS`) below that class, e.g. a user's variant of a shipped defense with
+        its own ``privatize_batch``, has declared nothing for its own code: the audit then
+        runs it one trial per call (with a warning), never trusts the inherited True."""
+        return untrusted_hook(type(self))
+
     def audit_setup(self, params: list[torch.Tensor], bound: float) -> None:
         """Bring this defense to the state of a first round whose global model is ``params``
         (a white-box auditor may also fix adaptive state, e.g. a clip, to ``bound``)."""
@@ -382,6 +394,29 @@ class Defense:
 
     def __repr__(self) -> str:
         return self.describe()
+
+
+#: the hooks a release runs through (an override of one below the class that declared
+#: batching voids the declaration for the audit: :meth:`Defense.audit_untrusted_hook`)
+AUDIT_HOOKS = ("local_step", "privatize_batch", "privatize_update", "sanitize_update",
+               "sanitize_sum", "audit_setup", "start")
+_DECLARATIONS = ("batched_trials", "audit_batched")
+
+
+def untrusted_hook(cls: type) -> str | None:
+    """``Class.hook`` for the first hook of :data:`AUDIT_HOOKS` that a class of ``cls``'s MRO
+    overrides BELOW (more derived than) the nearest class declaring batching; None when the
+    declaration is the class's own for every hook (or nothing is declared)."""
+    mro = cls.__mro__
+    declaring = next((i for i, k in enumerate(mro)
+                      if any(d in vars(k) for d in _DECLARATIONS)), None)
+    if declaring is None or mro[declaring] is Defense:
+        return None
+    for hook in AUDIT_HOOKS:
+        owner = next((i for i, k in enumerate(mro) if hook in vars(k)), None)
+        if owner is not None and owner < declaring:
+            return f"{mro[owner].__name__}.{hook}"
+    return None
 
 
 def record_no_privacy(ctx: ClientContext, what: str) -> None:

@@ -43,6 +43,8 @@ class FedAlphaCDP(FedCDP):
     """Per-layer clip, l2-max sensitivity S, noise sigma_t * S; optional sigma decay."""
 
     name = "fed-alpha-cdp"
+    #: its own privatize_batch draws every noise term through ops (a declaration of its own)
+    batched_trials = True
 
     def __init__(self, clip: float = 4.0, sigma: float = 6.0, decay: str | None = None,
                  sigma_end: float | None = None, period: int | None = None,

@@ -45,7 +45,7 @@ from .report import PrivacyReport
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
 
-STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate")
+STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate", "subspace")
 
 
 def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
@@ -65,6 +65,9 @@ def ledger_mu(ledger: PrivacyLedger) -> float | None:
     :func:`leakaudit.empirical.fdp.ledger_mu`; None if it records anything else."""
     return fdp.ledger_mu(ledger)
 
+
+#: at most this many selection runs per side and candidate game
+MAX_SELECTION = 2000
 
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
 CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)
@@ -87,8 +90,12 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
         if isinstance(canaries, str) or not canaries:
             raise ValueError(f"canaries must be a non-empty list of names, got {canaries!r}")
         for c in canaries:
-            if c not in ("dirac", "large") and not str(c).startswith("large@"):
-                raise ValueError(f"canaries must be among dirac, large, large@<k>, got {c!r}")
+            name, _, background = str(c).partition("+")
+            if (name not in ("dirac", "large") and not name.startswith("large@")) or \
+                    (background and background not in game.BACKGROUNDS):
+                raise ValueError("canaries must be among dirac, large, large@<k>, each "
+                                 f"optionally +<background> ({', '.join(game.BACKGROUNDS)}), "
+                                 f"got {c!r}")
 
 
 class _Canary:
@@ -99,8 +106,12 @@ class _Canary:
                  wanted: Sequence[str]) -> None:
         self.template, self.setup, self.generator = template, setup, generator
         self.vectorise, self.chunk, self.wanted = vectorise, chunk, wanted
-        ref = game.run_trials(template, setup, False, n_ref, None, generator, chunk, vectorise)
-        self.reference = game.Reference.from_sums(ref.total, ref.total_sq, n_ref)
+        space = game.make_subspace(setup, n_ref) if "subspace" in wanted else None
+        ref = game.run_trials(template, setup, False, n_ref, None, generator, chunk, vectorise,
+                              subspace=space)
+        sub = None if space is None else (space, ref.sub_total, ref.sub_sq)
+        self.reference = game.Reference.from_sums(ref.total, ref.total_sq, n_ref, sub,
+                                                  setup.direction)
         self.sel = [self._stats(side, n_sel) for side in (False, True)]
         dims = self.reference.mean.numel()
         self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
@@ -211,8 +222,13 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
     (``report.rows()[0]``). Every argument after ``defense`` is keyword-only (``point`` and
     ``trials`` given by position, the old form, still work and warn).
 
-    Every canary (:func:`game.canaries`, or the named ``canaries``) plays the game on its own
-    reference and selection runs (``select_fraction * trials`` per side); the canary,
+    Every canary (:func:`game.canaries`) and, for instance-level releases, every worst-case
+    dataset (:data:`game.SCENARIOS`, named ``canary+background``), or the named ``canaries``,
+    plays the game on its own reference and selection runs (``select_fraction * trials`` per
+    side, at most :data:`MAX_SELECTION`); a worst-case dataset the defense's code cannot run
+    is left out and named in the row's ``skipped``. A defense whose batching declaration is
+    inherited past a hook it overrides, or whose two trials in one call do not come back as
+    two, runs one trial per call, with a warning (never refused). The canary,
     statistic and threshold with the largest bound on the selection split are chosen for
     eps and for mu, and only they are tested on ``trials`` held-out runs per side, so the
     choice costs no confidence. The confidence is split (Bonferroni) between the tests the
@@ -248,15 +264,35 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
     setup = game.make_setup(defense, point, shapes_t, background, background_scale,
                             local_steps, generator)
-    pool = game.canaries(shapes_t, game.canary_bound(defense))
+    bound = game.canary_bound(defense)
+    pool = {c: game.with_canary(setup, c, v) for c, v in game.canaries(shapes_t, bound).items()}
+    if setup.adjacency == "instance":   # a client-level game has no background to choose
+        for c, b in game.SCENARIOS:
+            pool[game.scenario_name(c, b)] = game.with_scenario(
+                setup, c, pool[c].canary, b, bound, generator)
     names = list(pool) if canaries is None else list(canaries)
     for c in names:
         if c not in pool:
             raise ValueError(f"canaries: {c!r} is not among {sorted(pool)}")
-    n_sel = max(20, int(round(select_fraction * trials)))
+    if vec:
+        why = game.batches_as_declared(defense, pool[names[0]], seed)
+        if why:
+            warnings.warn(f"defense {defense.name!r} declares audit_batched but two trials in "
+                          f"one call did not come back as two ({why}): the empirical audit "
+                          "runs one trial per call (slow)", stacklevel=3)
+            vec = False
+    # past a few thousand runs per side a choice among the candidates no longer improves
+    n_sel = max(20, min(int(round(select_fraction * trials)), MAX_SELECTION))
     n_ref = max(50, min(1000, trials // 10))
-    games = {c: _Canary(defense, game.with_canary(setup, c, pool[c]), n_ref, n_sel, generator,
-                        vec, chunk, wanted) for c in names}
+    games: dict[str, _Canary] = {}
+    skipped: list[str] = []
+    for c in names:
+        try:
+            games[c] = _Canary(defense, pool[c], n_ref, n_sel, generator, vec, chunk, wanted)
+        except Exception as err:  # noqa: BLE001 - a worst-case dataset the code cannot take
+            if "+" not in c or canaries is not None:
+                raise
+            skipped.append(f"{c} ({type(err).__name__}: {str(err)[:80]})")
     winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
     probe = game.probe(defense, games[winners["eps"][0]].setup, generator)
     eps_claimed = release_epsilon(probe.claimed, delta)
@@ -307,6 +343,8 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             "fpr_ub": got["eps"][1], "fnr_ub": got["eps"][2],
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),
+            "noise_floor": games[winners["eps"][0]].reference.noise_floor,
+            "skipped": "; ".join(skipped),
             "selection": selection, "seed": seed, "confidence": confidence, "delta": delta}
 
 
@@ -316,6 +354,33 @@ def _resolve(spec: str | Defense, defense_params: dict[str, dict[str, Any]]) -> 
     if not isinstance(spec, str):
         raise ValueError(f"defenses must be names or Defense objects, got {spec!r}")
     return defense_registry.get(spec, **defense_params.get(spec, {}))
+
+
+#: the options privacy_audit passes on to audit_release (its ``game_options``)
+GAME_OPTIONS = ("canaries", "background", "background_scale", "local_steps", "shapes",
+                "select_fraction", "vectorise", "chunk")
+
+
+def _check_mappings(specs: Sequence[str | Defense], params: Any,
+                    game_options: dict[str, Any]) -> None:
+    """A name in a mapping argument that names nothing is refused, naming it (a misspelled
+    defense in ``defense_params`` used to audit the defaults silently)."""
+    if not isinstance(params, dict):
+        raise ValueError(f"defense_params must be a dict of name -> dict, got {params!r}")
+    names = {s for s in specs if isinstance(s, str)}
+    for key, value in params.items():
+        if key not in names:
+            known = sorted(defense_registry.available())
+            hint = "" if key in known else f" (registered: {', '.join(known)})"
+            raise ValueError(f"defense_params: {key!r} names no defense being audited "
+                             f"(audited by name: {sorted(names)}){hint}")
+        if not isinstance(value, dict):
+            raise ValueError(f"defense_params[{key!r}] must be a dict of parameters, "
+                             f"got {value!r}")
+    for key in game_options:
+        if key not in GAME_OPTIONS:
+            raise ValueError(f"privacy_audit: unknown option {key!r} (game options: "
+                             f"{', '.join(GAME_OPTIONS)})")
 
 
 def _restore(row: dict[str, Any]) -> dict[str, Any]:
@@ -341,14 +406,17 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             :func:`leakaudit.audit` and of the CLI; ``point=`` is a deprecated alias).
         trials: held-out runs with the canary, and as many without (>= 100), on which the
             bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
-            per side choose the thresholds, and up to 1,000 canary-out runs the reference.
+            per side (at most :data:`MAX_SELECTION`) choose the thresholds, and up to 1,000
+            canary-out runs the reference, for each canary and worst-case dataset.
         delta, confidence: the delta of every eps; the confidence of every bound.
         statistic: one of :data:`STATISTICS`, a list of them, or None for all.
         results: a JSON-lines file; a rerun with the same arguments skips finished rows.
         skip_silent: leave out (defense, point) pairs where the defense releases nothing,
             instead of raising ValueError.
-        game_options: passed to :func:`audit_release` (canaries, background,
-            background_scale, local_steps, shapes, select_fraction, vectorise).
+        game_options: passed to :func:`audit_release` (:data:`GAME_OPTIONS`: canaries,
+            background, background_scale, local_steps, shapes, select_fraction, vectorise,
+            chunk); an unknown one, or a name in ``defense_params`` that is not among the
+            defenses audited by name, is a ValueError naming it.
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
     if point is not None:
@@ -364,6 +432,7 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
                game_options.get("canaries"))
     if not specs:
         raise ValueError("defenses must name at least one defense")
+    _check_mappings(specs, params, game_options)
     built = [_resolve(s, params) for s in specs]
     labels = {id(d): s if isinstance(s, str) else d.name for s, d in zip(specs, built)}
     pairs = []

@@ -29,8 +29,10 @@ clip the canaries are placed against), ``audit_setup`` (a first-round state),
 ``audit_batched`` (noise additive and drawn through :mod:`leakaudit.defenses.ops`: the trials
 of a chunk share one call, every noise draw carrying a leading trial dimension,
 ``ops.trials``) and ``audit_side_ledgers``. A defense that does not declare
-``audit_batched`` runs once per trial, with a warning; one that declares it but does not
-batch is an error. Unbatched trials all run on ONE working copy (the caller's), brought back
+``audit_batched``, that inherits the declaration past a hook it overrides (a user's subclass
+of a shipped defense), or whose two trials in one call do not come back as two, runs once
+per trial, with a warning: a user's code is never refused for the auditor's reason.
+Unbatched trials all run on ONE working copy (the caller's), brought back
 to a first-round state before each (state a defense wrongly keeps across releases, such as
 noise drawn once and reused, then shows).
 
@@ -40,7 +42,14 @@ standard deviation of separate canary-out runs): the projection on the canary di
 most extreme per-tensor standardised projection (``tensor``: a tensor without noise cannot
 hide among noisy ones) and the most extreme standardised coordinate (``coordinate``: as a
 Bonferroni-corrected -log10 p-value over the D coordinates looked at, monotone in max |z|).
-The log-likelihood ratio of the first two is fitted on the selection split (api).
+The log-likelihood ratio of the first two is fitted on the selection split (api). Fisher's
+direction in a :class:`Subspace` (per-tensor sums, per-tensor canary parts, random signed
+partitions) under the noise covariance of the reference runs (``subspace``): a functional of
+the release that carries no noise (correlated noise) separates the worlds there.
+
+Worst-case datasets (:data:`SCENARIOS`): backgrounds against the canary, a single example,
+an empty batch, examples at and far above the clip, each a game of its own that the
+selection split chooses among like the canaries.
 """
 
 from __future__ import annotations
@@ -59,14 +68,16 @@ from scipy import special
 from accounting import PrivacyLedger
 
 from ..defenses import ops
-from ..defenses.base import ClientContext, Defense, RoundContext
+from ..defenses.base import ClientContext, Defense, RoundContext, untrusted_hook
 from ..grads import torch_threads
 from ..optim import make_optimizer
 
 __all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
            "make_setup", "canaries", "with_canary", "Probe", "probe", "run_trials", "Trials",
            "Reference", "statistics", "vectorisable", "fit_llr", "log_likelihood_ratio",
-           "LARGE"]
+           "LARGE", "SCENARIOS", "BACKGROUNDS", "scenario_name", "worst_background",
+           "with_scenario", "Subspace", "make_subspace", "subspace_weights",
+           "batches_as_declared", "NotBatched"]
 
 #: parameter shapes of the LeNet of the DLG papers (28x28x1 inputs, 10 classes): 13,426 values
 LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5), (12,),
@@ -158,6 +169,60 @@ def with_canary(setup: GameSetup, name: str, canary: list[torch.Tensor]) -> Game
     return replace(setup, canary=canary, canary_name=name)
 
 
+#: worst-case datasets (canary, background): the game picks the background as it picks the
+#: canary, on the selection split, and pays for the choice there. ``opposed``: the first
+#: background example replaced by -C along the canary (the rest sums to about -C against
+#: it: clipping the batch or the aggregate instead of each example then moves the release
+#: by 2C, not C); ``single``: one background example; ``empty``: none (the canary alone
+#: against an empty batch); ``at-clip`` / ``above-clip``: every background example at
+#: exactly C / at LARGE * C, random directions.
+SCENARIOS: tuple[tuple[str, str], ...] = (
+    ("large", "opposed"), ("dirac", "opposed"), ("dirac", "single"), ("dirac", "empty"),
+    ("dirac", "at-clip"), ("large", "above-clip"))
+BACKGROUNDS = ("opposed", "single", "empty", "at-clip", "above-clip")
+
+
+def scenario_name(canary: str, background: str) -> str:
+    """The name a (canary, background) game is reported under: ``canary+background``."""
+    return f"{canary}+{background}"
+
+
+def worst_background(kind: str, setup: GameSetup, canary: list[torch.Tensor], bound: float,
+                     generator: torch.Generator) -> list[torch.Tensor]:
+    """The background of a worst-case dataset ``kind`` (:data:`BACKGROUNDS`) for ``canary``,
+    built from ``setup``'s random background (same count and directions where kept)."""
+    bg = setup.background
+    if kind == "empty":
+        return [g[:0].clone() for g in bg]
+    if kind == "single":
+        return [g[:1].clone() for g in bg]
+    if kind == "opposed":
+        flat = torch.cat([c.reshape(-1) for c in canary])
+        unit = flat / flat.norm()
+        out, start = [], 0
+        for g in bg:
+            g = g.clone()
+            n = g[0].numel()
+            g[0] = (-bound * unit[start:start + n]).view_as(g[0])
+            start += n
+            out.append(g)
+        return out
+    if kind in ("at-clip", "above-clip"):
+        norm = bound * (LARGE if kind == "above-clip" else 1.0)
+        raw = [torch.randn(g.shape, generator=generator) for g in bg]
+        scale = (norm / ops.flat_norms(raw)).view(-1)
+        return [g * scale.view(-1, *([1] * (g.dim() - 1))) for g in raw]
+    raise ValueError(f"background must be among {BACKGROUNDS}, got {kind!r}")
+
+
+def with_scenario(setup: GameSetup, canary_name: str, canary: list[torch.Tensor],
+                  background: str, bound: float, generator: torch.Generator) -> GameSetup:
+    """The game of one worst-case dataset: ``canary`` against background ``background``."""
+    bg = worst_background(background, setup, canary, bound, generator)
+    return replace(setup, canary=canary, background=bg,
+                   canary_name=scenario_name(canary_name, background))
+
+
 def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...],
                background: int, background_scale: float, local_steps: int,
                generator: torch.Generator) -> GameSetup:
@@ -199,6 +264,10 @@ class _FixedBatch:
 
     def fresh(self) -> _FixedBatch:
         return self
+
+
+class NotBatched(RuntimeError):
+    """A release run for n trials in one call did not come back with n trials."""
 
 
 class _NoStep:
@@ -272,7 +341,7 @@ def _vectorised(template: Defense, setup: GameSetup, canary_in: bool, n: int,
     with ops.trials(n):
         out = _release(defense, setup, canary_in, ctx)
     if any(tuple(t.shape) != (n, *c.shape) for t, c in zip(out, setup.canary)):
-        raise RuntimeError(
+        raise NotBatched(
             f"defense {template.name!r} declares audit_batched (noise drawn through "
             f"leakaudit.defenses.ops with a leading trial dimension) but its release has "
             f"shapes {[tuple(t.shape) for t in out]}, not ({n}, *shape): draw every noise "
@@ -302,7 +371,27 @@ def vectorisable(defense: Defense, point: int) -> bool:
                       "noise is additive and drawn only through leakaudit.defenses.ops, "
                       "else False", stacklevel=3)
         return False
+    if declared:
+        hook = untrusted_hook(type(defense))
+        if hook:
+            warnings.warn(f"defense {defense.name!r}: {hook} overrides a hook below the class "
+                          "that declared audit_batched, so the declaration does not cover it: "
+                          "the empirical audit runs one trial per call (slow); set "
+                          "batched_trials on that class if its noise is drawn only through "
+                          "leakaudit.defenses.ops", stacklevel=3)
+            return False
     return bool(declared)
+
+
+def batches_as_declared(template: Defense, setup: GameSetup, seed: int) -> str | None:
+    """None when two trials in one call come back as two trials of the right shapes; else
+    why not (the caller then runs one trial per call). Own generator: the audit's draws are
+    the same either way."""
+    try:
+        _vectorised(template, setup, True, 2, torch.Generator().manual_seed(seed + 7919))
+    except Exception as err:  # noqa: BLE001 - any failure of the batched path means: loop
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    return None
 
 
 def releases(template: Defense, setup: GameSetup, canary_in: bool, n: int, chunk: int,
@@ -337,40 +426,154 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
     return Probe(claimed=round_ctx.claimed[0], sound=round_ctx.sound[0], extra=extra)
 
 
+#: groups of the random partition of one tensor's coordinates, at most
+SUBSPACE_GROUPS = 32
+#: the seed of the subspace's random partitions and signs (pre-registered: a fixed function)
+SUBSPACE_SEED = 20231
+
+
+@dataclass(frozen=True)
+class Subspace:
+    """Where a release may hide a functional without noise: per parameter tensor, its sum,
+    its part along the canary, and a random signed partition of its coordinates into groups
+    (a sparse random projection, fixed by :data:`SUBSPACE_SEED`), G + 2T directions in all,
+    kept as the dense (D, G + 2T) float32 matrix ``pt`` = P^T (a matmul is faster on CPU
+    than the equivalent scatter-adds)."""
+
+    pt: torch.Tensor
+    groups: int
+    tensors: int
+
+    @property
+    def dims(self) -> int:
+        return self.groups + 2 * self.tensors
+
+    def project(self, rows: torch.Tensor) -> torch.Tensor:
+        """(m, D) releases -> (m, G + 2T): group sums, tensor sums, per-tensor canary part."""
+        return rows.float() @ self.pt
+
+    def gram(self) -> torch.Tensor:
+        """G = P P^T (float64): the covariance of the projections of unit isotropic noise."""
+        p = self.pt.double()
+        return p.T @ p
+
+
+def make_subspace(setup: GameSetup, runs: int) -> Subspace:
+    """The :class:`Subspace` of a game whose reference has ``runs`` canary-out runs: at most
+    ``runs // 2`` directions (a covariance estimated from fewer runs than twice its
+    dimension has spurious null directions), at most :data:`SUBSPACE_GROUPS` per tensor."""
+    sizes = [c.numel() for c in setup.canary]
+    t = len(sizes)
+    per = max(1, min(SUBSPACE_GROUPS, (max(runs // 2, 1) - 2 * t) // t))
+    gen = torch.Generator().manual_seed(SUBSPACE_SEED)
+    group, tensor, start = [], [], 0
+    for k, n in enumerate(sizes):
+        g = min(n, per)
+        group.append(torch.randperm(n, generator=gen) % g + start)
+        tensor.append(torch.full((n,), k, dtype=torch.long))
+        start += g
+    d = sum(sizes)
+    sign = torch.randint(0, 2, (d,), generator=gen).float() * 2.0 - 1.0
+    cols, tensors = torch.arange(d), torch.cat(tensor)
+    pt = torch.zeros(d, start + 2 * t)
+    pt[cols, torch.cat(group)] = sign
+    pt[cols, start + tensors] = 1.0
+    pt[cols, start + t + tensors] = setup.direction.float()
+    return Subspace(pt=pt, groups=start, tensors=t)
+
+
 @dataclass(frozen=True)
 class Reference:
-    """Mean and per-coordinate standard deviation of canary-out releases (float64)."""
+    """Mean and per-coordinate standard deviation of canary-out releases (float64), and,
+    where a :class:`Subspace` was given, the noise's covariance there: the direction
+    ``weights`` of the ``subspace`` statistic and ``noise_floor`` (:func:`subspace_weights`:
+    0 where some functional of the release carries no noise)."""
 
     mean: torch.Tensor
     sd: torch.Tensor
+    subspace: Subspace | None = None
+    weights: torch.Tensor | None = None
+    noise_floor: float = math.nan
 
     @classmethod
-    def from_sums(cls, total: torch.Tensor, total_sq: torch.Tensor, n: int) -> Reference:
+    def from_sums(cls, total: torch.Tensor, total_sq: torch.Tensor, n: int,
+                  sub: tuple[Subspace, torch.Tensor, torch.Tensor] | None = None,
+                  direction: torch.Tensor | None = None) -> Reference:
         """From the sum and sum of squares of n runs; a zero deviation (a coordinate without
-        noise) is floored at 1e-6 of the typical scale, so its shift stands out."""
+        noise) is floored at 1e-6 of the typical scale, so its shift stands out. ``sub``:
+        the subspace, the sum and the sum of outer products of the runs' projections;
+        ``direction``: the canary's unit vector."""
         mean = total / n
         var = (total_sq / n - mean ** 2).clamp(min=0.0) * n / max(n - 1, 1)
         sd = var.sqrt()
         scale = float(sd.pow(2).mean().sqrt() + mean.pow(2).mean().sqrt())
-        return cls(mean=mean, sd=sd.clamp(min=1e-6 * scale + 1e-30))
+        sd = sd.clamp(min=1e-6 * scale + 1e-30)
+        if sub is None or direction is None:
+            return cls(mean=mean, sd=sd)
+        space, s1, s2 = sub
+        weights, floor = subspace_weights(space, s1, s2, n, direction)
+        return cls(mean=mean, sd=sd, subspace=space, weights=weights, noise_floor=floor)
+
+
+#: ridge on the whitened noise covariance before it is inverted (relative to its scale)
+RIDGE = 1e-6
+
+
+def subspace_weights(space: Subspace, s1: torch.Tensor, s2: torch.Tensor, n: int,
+                     direction: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Fisher's discriminant in the subspace, a = S^+ P u (S the noise covariance of the n
+    canary-out runs' projections, P u the canary's projection), and the noise floor.
+
+    Both are taken against the declared isotropic noise: the projections are whitened by
+    G = P P^T (the covariance isotropic unit noise would have there; its null directions,
+    linear dependencies of the directions, dropped), so that isotropic noise of any scale
+    has covariance s^2 I. The floor is the smallest eigenvalue of the whitened covariance
+    over their mean: about (1 - sqrt(r/n))^2 for isotropic noise (Marchenko-Pastur, r
+    whitened dimensions), 0 where some functional of the release carries no noise. A ridge
+    of :data:`RIDGE` (relative) keeps the inverse finite; the discriminant puts its weight
+    on a noise-free functional the canary moves, and the statistic then separates the
+    worlds without error (the true eps is infinite)."""
+    mean = s1 / n
+    cov = (s2 / n - torch.outer(mean, mean)) * n / max(n - 1, 1)
+    gram = space.gram()
+    lam, vec = torch.linalg.eigh(gram)
+    keep = lam > 1e-9 * float(lam.max())
+    w = vec[:, keep] / lam[keep].sqrt()
+    m = w.T @ cov @ w
+    m = 0.5 * (m + m.T)
+    scale = float(m.diagonal().mean())
+    if not scale > 0:   # no noise at all: any direction the canary moves separates
+        scale = 1.0
+    eig = torch.linalg.eigvalsh(m)
+    floor = float(eig.min()) / scale if n > 1 else math.nan
+    target = w.T @ (space.pt.double().T @ direction.double())
+    eye = torch.eye(m.shape[0], dtype=m.dtype)
+    b = torch.linalg.solve(m + RIDGE * scale * eye, target)
+    return w @ b, floor
 
 
 class Trials(NamedTuple):
-    """Per-run statistics (name -> (n,) array) and the sum and sum of squares of the runs."""
+    """Per-run statistics (name -> (n,) array) and the sum and sum of squares of the runs
+    (and of their subspace projections, when a subspace was given)."""
 
     stats: dict[str, np.ndarray]
     total: torch.Tensor
     total_sq: torch.Tensor
+    sub_total: torch.Tensor | None = None
+    sub_sq: torch.Tensor | None = None
 
 
 def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
                ) -> dict[str, np.ndarray]:
-    """projection, energy, tensor and coordinate statistics of (m, D) releases.
+    """projection, energy, tensor, coordinate and (with a subspace) subspace statistics of
+    (m, D) releases.
 
     tensor: max over the tensors the canary touches of the standardised projection of the
     release's part in that tensor on the canary's part (deviation from the reference's
     per-coordinate deviations, coordinates treated as independent). coordinate: the most
     extreme |z| over the D coordinates as -log10(D * 2 Phi(-|z|max)) (Bonferroni over D).
+    subspace: the release's projection (:class:`Subspace`) on Fisher's direction of the
+    reference (:func:`subspace_weights`).
     """
     u = setup.direction
     mean, sd = reference.mean.float(), reference.sd.float()
@@ -391,27 +594,41 @@ def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
     d = rows.shape[1]
     with np.errstate(all="ignore"):
         out["coordinate"] = -(math.log(2.0 * d) + special.log_ndtr(-zmax)) / math.log(10.0)
+    if reference.subspace is not None and reference.weights is not None:
+        y = reference.subspace.project(r)
+        out["subspace"] = (y.double() @ reference.weights).numpy()
     return out
 
 
 def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
                reference: Reference | None, generator: torch.Generator, chunk: int = 512,
-               vectorise: bool = True, threads: int = 1) -> Trials:
+               vectorise: bool = True, threads: int = 1,
+               subspace: Subspace | None = None) -> Trials:
     """The statistics of n runs around ``reference``, or (without one) only the sum and sum
-    of squares of the runs, to make a reference."""
+    of squares of the runs (and of their projections on ``subspace``), to make a
+    reference."""
     found: dict[str, list[np.ndarray]] = {}
     total = torch.zeros_like(setup.direction, dtype=torch.float64)
     total_sq = torch.zeros_like(total)
+    sub_total = sub_sq = None
+    if subspace is not None:
+        sub_total = torch.zeros(subspace.dims, dtype=torch.float64)
+        sub_sq = torch.zeros(subspace.dims, subspace.dims, dtype=torch.float64)
     with torch_threads(threads):
         for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
             rows = rows.float()
             if reference is None:   # the sums only make a reference
                 total += rows.sum(dim=0, dtype=torch.float64)
                 total_sq += rows.double().pow(2).sum(dim=0)
+                if subspace is not None:
+                    y = subspace.project(rows).double()
+                    sub_total += y.sum(dim=0)
+                    sub_sq += y.T @ y
             else:
                 for k, v in statistics(rows, setup, reference).items():
                     found.setdefault(k, []).append(v)
-    return Trials({k: np.concatenate(v) for k, v in found.items()}, total, total_sq)
+    return Trials({k: np.concatenate(v) for k, v in found.items()}, total, total_sq,
+                  sub_total, sub_sq)
 
 
 def log_likelihood_ratio(proj: np.ndarray, energy: np.ndarray, fit: dict[str, float],

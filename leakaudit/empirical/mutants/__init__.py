@@ -18,9 +18,23 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ...defenses import Defense
-from .clip import ClipBeforeReshape, ClipTheMean, MissingClipOnALayer, NoiseBeforeClipping
+from .clip import (
+    ClipBeforeReshape,
+    ClipTheBatch,
+    ClipTheMean,
+    ClipTheSum,
+    MissingClipOnALayer,
+    NoiseBeforeClipping,
+)
 from .ledger import SigmaNotTheOneDrawn, UnaccountedSampler
-from .noise import NoiseDrawnOnce, NoiseOnSomeTensors, NoiseStdFromTheData, RealisedNormaliser
+from .noise import (
+    BroadcastNoise,
+    CentredNoise,
+    NoiseDrawnOnce,
+    NoiseOnSomeTensors,
+    NoiseStdFromTheData,
+    RealisedNormaliser,
+)
 from .user import UserDPSGD
 
 __all__ = ["MUTANTS", "CORRECT", "SHAPES", "Mutant", "UserDPSGD"]
@@ -58,6 +72,17 @@ MUTANTS: dict[str, Mutant] = {
         2000),
     "unaccounted-sampler": Mutant(
         UnaccountedSampler, "accounted as Poisson with q = 0.1, every example is used", 2000),
+    # correlated noise: a linear functional of the release carries no noise (issue 26)
+    "centred-noise": Mutant(
+        CentredNoise, "noise centred per tensor: each tensor's sum is noise-free", 2000),
+    "broadcast-noise": Mutant(
+        BroadcastNoise, "noise of shape (rows,) broadcast over each tensor: a row's "
+        "coordinate differences are noise-free", 2000),
+    # clipping of the aggregate or the batch: sensitivity 2C against an opposing background
+    "clip-the-sum": Mutant(
+        ClipTheSum, "the batch's summed gradient is clipped to C, not each example", 2000),
+    "clip-the-batch": Mutant(
+        ClipTheBatch, "one clip factor for the batch (C over its largest norm)", 2000),
 }
 
 #: the same mechanism written correctly (sigma 2 and sigma 1)

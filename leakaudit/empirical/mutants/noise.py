@@ -60,3 +60,40 @@ class RealisedNormaliser(UserDPSGD):
         self.account(ctx)
         return [(g.sum(0) + self.noise(g.shape[1:], self.sigma * self.clip, ctx))
                 / g.shape[0] for g in clipped]
+
+
+class CentredNoise(UserDPSGD):
+    """Noise centred per tensor ("zero-mean noise, exactly"): each tensor's sum carries no
+    noise at all, so that linear functional of the release is the clipped sum itself (true
+    eps infinite). Coordinates look N(0, sigma^2 C^2 (1 - 1/n)): a per-coordinate view misses
+    it."""
+
+    name = "centred-noise"
+
+    def privatize_batch(self, grads, ctx):
+        clipped = self.clip_each(grads, self.norms(grads))
+        self.account(ctx)
+        out = []
+        for g in clipped:
+            z = self.noise(g.shape[1:], self.sigma * self.clip, ctx)
+            out.append((g.sum(0) + z - z.mean()) / ctx.batch_size)
+        return out
+
+
+class BroadcastNoise(UserDPSGD):
+    """Noise of shape (rows,) broadcast over each tensor's other dimensions (a shape slip
+    that runs): every row shares one draw, so the difference of two coordinates of a row
+    carries no noise (true eps infinite); each coordinate alone is N(0, sigma^2 C^2)."""
+
+    name = "broadcast-noise"
+
+    def privatize_batch(self, grads, ctx):
+        clipped = self.clip_each(grads, self.norms(grads))
+        self.account(ctx)
+        out = []
+        for g in clipped:
+            shape = g.shape[1:]
+            z = self.noise(shape[:1], self.sigma * self.clip, ctx).view(
+                -1, *([1] * (len(shape) - 1)))
+            out.append((g.sum(0) + z.expand(shape)) / ctx.batch_size)
+        return out

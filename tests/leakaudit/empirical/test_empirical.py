@@ -295,8 +295,15 @@ def test_a_new_defense_says_how_it_runs_and_is_never_silently_slow():
                           statistic="projection").rows()[0]
     assert r["eps_sound"] == math.inf          # it records nothing: no claim survives
     assert "recorded nothing" in r["reason"]
-    with pytest.raises(RuntimeError, match="audit_batched"):
-        audit_release(_FalselyBatched(), point=2, trials=100, shapes=SMALL, background=4)
+
+
+def test_a_false_batching_declaration_is_audited_one_trial_per_call_not_refused():
+    # it declares batching but draws with torch.randn: two trials in one call come back as
+    # one; the audit says so and runs it one trial per call (it used to raise RuntimeError)
+    with pytest.warns(UserWarning, match="did not come back as two"):
+        r = audit_release(_FalselyBatched(), point=2, trials=100, shapes=SMALL, background=4,
+                          canaries=["dirac"], statistic="projection").rows()[0]
+    assert r["eps_sound"] == math.inf and r["eps_lower"] >= 0.0
 
 
 def test_every_registered_defense_declares_how_the_audit_runs_it():

@@ -38,7 +38,8 @@ def test_the_suite_states_a_budget_and_a_finite_claim_for_every_mutant():
     assert math.isfinite(r["eps_sound"]) and r["sound_violated"]
 
 
-@pytest.mark.parametrize("name", ["noise-on-some-tensors", "missing-clip-on-a-layer"])
+@pytest.mark.parametrize("name", ["noise-on-some-tensors", "missing-clip-on-a-layer",
+                                  "centred-noise"])
 def test_a_mutant_is_flagged_at_a_small_budget(name):
     r = _audit(MUTANTS[name].factory(), 100, 0)
     assert r["sound_violated"], r
