@@ -34,6 +34,7 @@ from torch import nn
 from ..data import Dataset
 from ..defenses import Defense
 from ..defenses import get as get_defense
+from .config import FLConfig
 from .run import Run
 from .simulate import simulate
 
@@ -115,9 +116,10 @@ class CanaryGame:
         kw.setdefault("expected_weight", default)
         kw.setdefault("local_steps", 1)
         kw.setdefault("batch_size", self.per_client)
+        config = FLConfig.make(clients=len(parts), partition=parts, rounds=1, lr=self.lr,
+                               seed=seed, progress=False, val_fraction=0.25, **kw)
         return simulate(self.model(), dataset=ds, defense=copy.deepcopy(get_defense(defense)),
-                        clients=len(parts), partition=parts, rounds=1, lr=self.lr, seed=seed,
-                        progress=False, val_fraction=0.25, **kw)
+                        config=config)
 
     def statistics(self, run: Run) -> dict[str, float]:
         """Projection on the canary direction, energy, and the next clip where published."""
