@@ -362,7 +362,7 @@ class _ZeroBatch:
 
 
 class _Canaries(Defense):
-    """The audited defense with ``m`` canaries (``kind`` "gradient" or "client").
+    """The audited defense with ``m`` canaries (``kind`` "gradient", "dirac" or "client").
 
     Every hook is the inner defense's. Gradient canaries: ``local_step`` of client
     ``first`` hands the inner one a batch with this step's canaries appended and scores each
@@ -502,7 +502,8 @@ def _split(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> list[torch.Tens
 def canary_kind(defense: Defense, kind: str | None = None) -> str:
     """The canaries that audit ``defense``: "gradient" where it privatises per-example
     gradients or has no site at all, "client" where it protects whole client updates
-    (sites "client" / "server" only); ``kind`` asks for one (ValueError where the defense
+    (sites "client" / "server" only); "dirac" (one coordinate each, on a zero-gradient
+    dataset) only when asked, where "gradient" fits; ``kind`` asks for one (ValueError where the defense
     releases nothing it protects there)."""
     sites = set(defense.sites)
     fits = {"gradient": not sites or "example" in sites, "client": "example" not in sites}
@@ -632,7 +633,7 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
 
     One run (default, ``canaries`` = m, 1000 if not given) or ``runs`` = R runs with one
     canary each (multi-run mode); see the module docstring for the bounds, the canaries
-    (``canary``: "gradient" or "client", by default what the defense protects) and the
+    (``canary``: "gradient", "dirac" or "client", by default what the defense protects) and the
     pitfalls; ``guesses``: "adaptive" (one count per bound, chosen from the unlabelled
     scores) or a list of (in, out) shares (Bonferroni), see :func:`one_run_bound`. The
     one-run row also carries the idealised gap: ``eps_ideal`` / ``mu_ideal`` /

@@ -110,3 +110,28 @@ def test_dirac_canaries_need_one_coordinate_each():
         leakaudit.privacy_audit_training("fed-cdp", **{**DIRAC, "canaries": 10**6})
     with pytest.raises(ValueError, match="releases nothing"):
         leakaudit.privacy_audit_training("fed-sdp-server", **{**DIRAC, "canaries": 10})
+
+
+@pytest.mark.slow
+def test_adaptive_bound_rejects_the_true_mu_no_more_often_than_its_level():
+    # the idealised game at the true mu: a bound above the truth (eps or mu, each at level
+    # 2.5 %) in at most 5 % (+3 sd) of the runs, though the count is chosen from the scores
+    reps, wrong = 30, 0
+    for seed in range(reps):
+        scores, included = _ideal(1.0, 1000, 100 + seed)
+        got = onerun.one_run_bound(scores, included, 1e-5, guesses="adaptive")
+        wrong += got["mu_lower"] > 1.0 or got["eps_lower"] > gdp_epsilon(1.0, 1e-5)
+    assert wrong / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
+
+
+@pytest.mark.slow
+def test_a_whole_fed_cdp_run_with_sound_eps_below_4_is_audited_above_half_of_it():
+    # issue 26 item 5: full-batch fed-cdp (q = 1, mu-GDP ledger, mu 0.889, eps 3.82), 5,000
+    # Dirac canaries: eps_lower_gdp above half the sound eps, mu_lower above half its mu
+    row = leakaudit.privacy_audit_training(
+        "fed-cdp", defense_params=dict(clip=1.0, sigma=2.25), canaries=5000, canary="dirac",
+        rounds=2, clients=10, local_steps=2, batch_size=10_000, seed=0).rows()[0]
+    assert row["eps_sound"] <= 4.0 and row["mu_sound"] == pytest.approx(2 / 2.25)
+    assert row["eps_sound"] / 2 < row["eps_lower_gdp"] <= row["eps_sound"]
+    assert row["mu_sound"] / 2 < row["mu_lower"] < row["mu_sound"]
+    assert not row["sound_violated"]
