@@ -503,8 +503,8 @@ def canary_kind(defense: Defense, kind: str | None = None) -> str:
     """The canaries that audit ``defense``: "gradient" where it privatises per-example
     gradients or has no site at all, "client" where it protects whole client updates
     (sites "client" / "server" only); "dirac" (one coordinate each, on a zero-gradient
-    dataset) only when asked, where "gradient" fits; ``kind`` asks for one (ValueError where the defense
-    releases nothing it protects there)."""
+    dataset) only when asked, where "gradient" fits; ``kind`` asks for one (ValueError
+    where the defense releases nothing it protects there)."""
     sites = set(defense.sites)
     fits = {"gradient": not sites or "example" in sites, "client": "example" not in sites}
     fits["dirac"] = fits["gradient"]
