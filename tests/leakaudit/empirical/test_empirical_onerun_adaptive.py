@@ -110,6 +110,8 @@ def test_dirac_canaries_need_one_coordinate_each():
         leakaudit.privacy_audit_training("fed-cdp", **{**DIRAC, "canaries": 10**6})
     with pytest.raises(ValueError, match="releases nothing"):
         leakaudit.privacy_audit_training("fed-sdp-server", **{**DIRAC, "canaries": 10})
+    with pytest.raises(ValueError, match="guesses must be 'adaptive'"):
+        leakaudit.privacy_audit_training("fed-cdp", canaries=10, guesses="best")
 
 
 @pytest.mark.slow
