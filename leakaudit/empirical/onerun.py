@@ -18,8 +18,30 @@ the k- lowest, abstains on the rest: r = k+ + k- guesses, v of them correct. Two
   with eps_lower_gdp, its eps at delta (valid only if the run is mu-GDP). Tighter than the
   eps bound for Gaussian noise (the paper's point; tested on the idealised game).
 
-Several guess counts are tried (:data:`GUESSES`); the confidence is split in half between
-the two targets and each half among the guess counts (Bonferroni).
+Guess counts. ``guesses="adaptive"`` (the training-run audit's default): ONE guess count per
+target, chosen from the scores alone, never from the inclusions: an equal-weight mixture of
+two Gaussians with one scale is fitted to the unlabelled scores (EM), and the count (among
+:data:`ADAPTIVE_FRACTIONS`, guessed "in" at the top and as many "out" at the bottom, or
+"in" only) whose bound at the fitted model's expected number of right guesses is largest is
+used. The guesses are then a function of the run's output only, which is all both theorems
+ask of the auditor (Steinke et al., Alg. 1: any guesser T = A(output); Mahloujifar et al.,
+the same game), so no Bonferroni is paid: the confidence is split only in half between eps
+and mu. A list of (share in, share out) pairs (e.g. :data:`GUESSES`, the pre-registered
+grid of earlier versions) is tried instead with the half-level split among its entries
+(Bonferroni). :func:`idealised_bound` gives what the same rule attains on the papers'
+idealised game (each canary its own Gaussian mechanism at the ledger's mu) with the same
+canary count: the gap between a measured bound and it is what the score loses, the rest of
+the gap to the ledger is the bound's own (its cap near ln m).
+
+Dirac canaries (``canary="dirac"``, Steinke et al. Sec. 7, jax_privacy's white-box
+gradient canaries): canary i is the gradient 100 C e_{j_i} in its own coordinate j_i (the
+coordinates a random subset fixed by the seed; m <= the number of parameters), inserted
+into client 0's per-example gradients exactly as the gradient canaries are, on a worst-case
+dataset: client 0's own examples contribute zero gradients (DP holds for every dataset, so
+the auditor may choose it; the other clients train on their data). Scored by the sum over
+client 0's steps of the applied gradient's coordinate j_i: no canary interferes with
+another and no data gradient adds variance, so with full-batch steps (batch_size >= the
+client's examples: q = 1) each score is the idealised game's Gaussian with the ledger's mu.
 
 Canaries: white-box GRADIENT canaries for defenses that privatise per-example gradients
 (site "example", or no site at all): random unit directions times 100 C added to client 0's
@@ -77,7 +99,8 @@ from . import fdp, game, stats
 from .report import PrivacyReport
 
 __all__ = ["p_value_one_run", "eps_one_run", "one_run_bound", "privacy_audit_training",
-           "canary_kind", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS"]
+           "canary_kind", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS",
+           "ADAPTIVE_FRACTIONS", "fit_shift", "choose_guesses", "idealised_bound"]
 
 #: guess counts tried, as fractions of m: (share guessed "in", share guessed "out")
 GUESSES: tuple[tuple[float, float], ...] = (
@@ -89,8 +112,13 @@ MULTI_RUN_OPTIONS = ("trials", "statistic", "select_fraction", "background",
 #: the fewest runs of the multi-run mode: 4 canary-in and 4 canary-out runs
 #: (``stats.bounds_from_scores`` needs 4 per side)
 MIN_RUNS = 8
-#: canary kinds: per-example gradients, or whole clients
-KINDS = ("gradient", "client")
+#: canary kinds: per-example gradients (random directions or one coordinate each), clients
+KINDS = ("gradient", "dirac", "client")
+#: the guess shares the adaptive rule chooses among (each guessed "in" at the top, and
+#: either as many "out" at the bottom or none)
+ADAPTIVE_FRACTIONS: tuple[float, ...] = (
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+    0.15, 0.2, 0.3, 0.45)
 
 
 def p_value_one_run(m: int, r: int, v: int, eps: float, delta: float) -> float:
@@ -135,32 +163,133 @@ def level_per_test(confidence: float, guesses: int) -> float:
     return (1.0 - confidence) / 2.0 / guesses
 
 
+def fit_shift(scores: np.ndarray, iterations: int = 50) -> float:
+    """mu of the equal-weight mixture 1/2 N(a, s^2) + 1/2 N(a + mu s, s^2) fitted to the
+    UNLABELLED ``scores`` by EM (weights fixed at 1/2, one scale; Dempster, Laird, Rubin
+    1977); 0 for constant scores. Uses no inclusion: the guesses chosen from it stay a
+    function of the run's output."""
+    x = np.asarray(scores, float)
+    sd = float(x.std())
+    if x.size < 2 or sd == 0.0 or not np.isfinite(sd):
+        return 0.0
+    lo, hi = np.quantile(x, [0.25, 0.75])
+    s = sd
+    for _ in range(iterations):
+        z_hi, z_lo = -0.5 * ((x - hi) / s) ** 2, -0.5 * ((x - lo) / s) ** 2
+        w = 1.0 / (1.0 + np.exp(np.clip(z_lo - z_hi, -700, 700)))   # P[high component | x]
+        if w.sum() <= 0 or (1 - w).sum() <= 0:
+            break
+        hi, lo = float((w * x).sum() / w.sum()), float(((1 - w) * x).sum() / (1 - w).sum())
+        var = float((w * (x - hi) ** 2 + (1 - w) * (x - lo) ** 2).mean())
+        s = max(math.sqrt(var), 1e-12 * sd)
+    return max(0.0, (hi - lo) / s)
+
+
+def _expected_right(m: int, mu: float, f_in: float, f_out: float) -> tuple[int, int]:
+    """(guesses, expected right guesses) of the top ``f_in`` m "in" and bottom ``f_out`` m
+    "out" guesses on the idealised game: scores N(mu, 1) in, N(0, 1) out, each in w.p. 1/2."""
+    from scipy.optimize import brentq
+
+    k_in, k_out = int(f_in * m), int(f_out * m)
+    v = 0.0
+    if k_in:
+        t = brentq(lambda t: 0.5 * (sps.norm.sf(t - mu) + sps.norm.sf(t)) - f_in, -40, 40)
+        v += m * 0.5 * sps.norm.sf(t - mu)
+    if k_out:
+        t = brentq(lambda t: 0.5 * (sps.norm.cdf(t - mu) + sps.norm.cdf(t)) - f_out, -40, 40)
+        v += m * 0.5 * sps.norm.cdf(t)
+    return k_in + k_out, int(min(k_in + k_out, round(v)))
+
+
+def _candidates(m: int) -> list[tuple[float, float]]:
+    out = []
+    for f in ADAPTIVE_FRACTIONS:
+        if int(f * m) >= 1:
+            out += [(f, f), (min(2 * f, 0.9), 0.0)]
+    return out
+
+
+def choose_guesses(m: int, mu: float, delta: float, p: float
+                   ) -> dict[str, tuple[float, float]]:
+    """The guess shares (in, out) that maximise the eps bound and the mu bound at level
+    ``p`` on the idealised game at ``mu`` with ``m`` canaries (expected right guesses),
+    among :data:`ADAPTIVE_FRACTIONS`; keys "eps" and "mu"."""
+    best = {"eps": ((0.5, 0.5), -1.0), "mu": ((0.5, 0.5), -1.0)}
+    if mu <= 0.0:
+        return {k: v[0] for k, v in best.items()}
+    for fr in _candidates(m):
+        r, v = _expected_right(m, mu, *fr)
+        if r == 0 or v <= r / 2:
+            continue
+        e = eps_one_run(m, r, v, delta, p)
+        if e > best["eps"][1]:
+            best["eps"] = (fr, e)
+        u = fdp.mu_one_run(m, r, v, p, tol=1e-3)
+        if u > best["mu"][1]:
+            best["mu"] = (fr, u)
+    return {k: v[0] for k, v in best.items()}
+
+
+def idealised_bound(m: int, mu: float, delta: float, confidence: float = 0.95
+                    ) -> dict[str, float]:
+    """What the adaptive one-run bound gives on the papers' idealised game (every canary's
+    score N(mu, 1) in, N(0, 1) out; m canaries) at the expected right guesses: the
+    reference a measured bound with m canaries is compared with (its "idealised gap")."""
+    if mu is None or not math.isfinite(mu) or mu <= 0:
+        return {"eps_ideal": math.nan, "mu_ideal": math.nan, "eps_ideal_gdp": math.nan}
+    p = level_per_test(confidence, 1)
+    pick = choose_guesses(m, mu, delta, p)
+    r, v = _expected_right(m, mu, *pick["eps"])
+    eps = eps_one_run(m, r, v, delta, p)
+    r, v = _expected_right(m, mu, *pick["mu"])
+    mu_l = fdp.mu_one_run(m, r, v, p)
+    return {"eps_ideal": eps, "mu_ideal": mu_l, "eps_ideal_gdp": stats.gdp_epsilon(mu_l, delta)}
+
+
 def one_run_bound(scores: np.ndarray, included: np.ndarray, delta: float,
                   confidence: float = 0.95,
-                  guesses: Sequence[tuple[float, float]] = GUESSES) -> dict[str, Any]:
+                  guesses: Sequence[tuple[float, float]] | str = GUESSES) -> dict[str, Any]:
     """eps_lower (Steinke et al.) and mu_lower (Mahloujifar et al.) from canary scores
-    (higher = "in") and the true inclusions; each the best over ``guesses`` (fractions of m
-    guessed in / out), at the level :func:`level_per_test` (Bonferroni over both)."""
+    (higher = "in") and the true inclusions. ``guesses``: a list of (share of m guessed in,
+    share guessed out), each bound the best over it at the level :func:`level_per_test`
+    (Bonferroni over both targets and the list); or "adaptive": one count per target
+    chosen from the unlabelled scores (:func:`fit_shift`, :func:`choose_guesses`), at
+    level (1 - confidence) / 2 each (the module docstring says why that is sound)."""
     scores, included = np.asarray(scores, float), np.asarray(included, bool)
     m = scores.size
     if m < 2 or included.size != m:
         raise ValueError(f"canaries: need >= 2 scores with one inclusion each, got {m}")
+    if isinstance(guesses, str):
+        if guesses != "adaptive":
+            raise ValueError(f"guesses must be 'adaptive' or a list of (in, out) shares, "
+                             f"got {guesses!r}")
+        p = level_per_test(confidence, 1)
+        fitted = fit_shift(scores)
+        pick = choose_guesses(m, fitted, delta, p)
+        plan = {"eps": [pick["eps"]], "mu": [pick["mu"]]}
+    else:
+        p = level_per_test(confidence, len(guesses))
+        plan = {"eps": list(guesses), "mu": list(guesses)}
+        fitted = math.nan
     order = np.argsort(scores, kind="stable")
-    p = level_per_test(confidence, len(guesses))
     best: dict[str, Any] = {"eps_lower": 0.0, "guesses": 0, "correct": 0, "m": m,
-                            "mu_lower": 0.0, "mu_guesses": 0, "mu_correct": 0}
-    for f_in, f_out in guesses:
-        k_in, k_out = int(f_in * m), int(f_out * m)
-        if k_in + k_out == 0 or k_in + k_out > m:
-            continue
-        v = int(included[order[m - k_in:]].sum()) if k_in else 0
-        v += int((~included[order[:k_out]]).sum()) if k_out else 0
-        eps = eps_one_run(m, k_in + k_out, v, delta, p)
-        if eps > best["eps_lower"]:
-            best.update(eps_lower=eps, guesses=k_in + k_out, correct=v)
-        mu = fdp.mu_one_run(m, k_in + k_out, v, p)
-        if mu > best["mu_lower"]:
-            best.update(mu_lower=mu, mu_guesses=k_in + k_out, mu_correct=v)
+                            "mu_lower": 0.0, "mu_guesses": 0, "mu_correct": 0,
+                            "fitted_mu": fitted}
+    for target in ("eps", "mu"):
+        for f_in, f_out in plan[target]:
+            k_in, k_out = int(f_in * m), int(f_out * m)
+            if k_in + k_out == 0 or k_in + k_out > m:
+                continue
+            v = int(included[order[m - k_in:]].sum()) if k_in else 0
+            v += int((~included[order[:k_out]]).sum()) if k_out else 0
+            if target == "eps":
+                eps = eps_one_run(m, k_in + k_out, v, delta, p)
+                if eps > best["eps_lower"]:
+                    best.update(eps_lower=eps, guesses=k_in + k_out, correct=v)
+            else:
+                mu = fdp.mu_one_run(m, k_in + k_out, v, p)
+                if mu > best["mu_lower"]:
+                    best.update(mu_lower=mu, mu_guesses=k_in + k_out, mu_correct=v)
     best["eps_lower_gdp"] = stats.gdp_epsilon(best["mu_lower"], delta)
     return best
 
@@ -233,7 +362,7 @@ class _ZeroBatch:
 
 
 class _Canaries(Defense):
-    """The audited defense with ``m`` canaries (``kind`` "gradient" or "client").
+    """The audited defense with ``m`` canaries (``kind`` "gradient", "dirac" or "client").
 
     Every hook is the inner defense's. Gradient canaries: ``local_step`` of client
     ``first`` hands the inner one a batch with this step's canaries appended and scores each
@@ -279,12 +408,41 @@ class _Canaries(Defense):
             return self.inner.local_step(params, batch, optimizer, ctx)
         if ctx.client != self.first:
             return self.inner.local_step(params, batch, optimizer, ctx)
+        if self.kind == "dirac":
+            return self._dirac_step(params, batch, optimizer, ctx)
         u = self._directions(params)
         step = self.included & (torch.rand(self.m, generator=self.generator) < ctx.batch_rate)
         canary = _split(u[step] * self.magnitude, params)
         new, g = self.inner.local_step(params, _CanaryBatch(batch, canary), optimizer, ctx)
         applied = torch.cat([t.reshape(-1) for t in g]).to(u.dtype)
         self.scores += (u @ applied).double()
+        self.steps += 1
+        return new, g
+
+    def coordinates(self, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The m distinct coordinates of the Dirac canaries (fixed by ``direction_seed``)."""
+        d = sum(v.numel() for v in params.values())
+        if self.m > d:
+            raise ValueError(f"canaries: {self.m} Dirac canaries need as many parameters, "
+                             f"the model has {d}")
+        g = torch.Generator().manual_seed(self.direction_seed)
+        return torch.randperm(d, generator=g)[: self.m]
+
+    def _dirac_step(self, params, batch, optimizer, ctx):  # type: ignore[no-untyped-def]
+        """Client ``first``'s step on a zero-gradient dataset with this step's Dirac canaries
+        (100 C in one coordinate each) as extra examples; score: the applied coordinate."""
+        idx = self.coordinates(params)
+        d = sum(v.numel() for v in params.values())
+        step = self.included & (torch.rand(self.m, generator=self.generator) < ctx.batch_rate)
+        rows = torch.nonzero(step).reshape(-1)
+        flat = torch.zeros(rows.numel(), d)
+        flat[torch.arange(rows.numel()), idx[rows]] = self.magnitude
+        canary = _split(flat, params)
+        del flat
+        new, g = self.inner.local_step(params, _CanaryBatch(_ZeroBatch(batch), canary),
+                                       optimizer, ctx)
+        applied = torch.cat([t.reshape(-1) for t in g])
+        self.scores += applied[idx].double()
         self.steps += 1
         return new, g
 
@@ -344,16 +502,18 @@ def _split(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> list[torch.Tens
 def canary_kind(defense: Defense, kind: str | None = None) -> str:
     """The canaries that audit ``defense``: "gradient" where it privatises per-example
     gradients or has no site at all, "client" where it protects whole client updates
-    (sites "client" / "server" only); ``kind`` asks for one (ValueError where the defense
-    releases nothing it protects there)."""
+    (sites "client" / "server" only); "dirac" (one coordinate each, on a zero-gradient
+    dataset) only when asked, where "gradient" fits; ``kind`` asks for one (ValueError
+    where the defense releases nothing it protects there)."""
     sites = set(defense.sites)
     fits = {"gradient": not sites or "example" in sites, "client": "example" not in sites}
+    fits["dirac"] = fits["gradient"]
     if kind is None:
         return "gradient" if fits["gradient"] else "client"
     if kind not in KINDS:
         raise ValueError(f"canary must be one of {KINDS}, got {kind!r}")
     if not fits[kind]:
-        where = "at the per-example gradient" if kind == "gradient" else \
+        where = "at the per-example gradient" if kind != "client" else \
             "in a whole client update (it privatises per-example gradients)"
         raise ValueError(f"canary: defense {defense.name!r} releases nothing it protects "
                          f"{where} (sites {sorted(sites)}): {kind} canaries cannot audit it")
@@ -414,6 +574,11 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
         if inner.fixed_denominator and opts.get("client_fraction") is not None:
             # the fixed denominator is a public constant: never the realised population's
             opts.setdefault("expected_weight", opts["client_fraction"] * (real + m))
+    if kind == "dirac":
+        d = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        if m > d:
+            raise ValueError(f"canaries: {m} Dirac canaries need as many parameters, the "
+                             f"model has {d}")
     defense = copy.deepcopy(inner)
     magnitude = game.LARGE * game.canary_bound(defense)
     wrapped = _Canaries(defense, m, magnitude, included, direction_seed,
@@ -428,7 +593,7 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
         if wrapped.steps == 0:
             raise ValueError("rounds: client 0 took no local step, no canary was released")
         scores = wrapped.scores.numpy()
-    unit = first if kind == "gradient" or members else 0   # no canary client: any client
+    unit = first if kind != "client" or members else 0   # no canary client: any client
     return scores, run.claimed[unit], run.sound[unit], wrapped.steps, excluded
 
 
@@ -461,14 +626,20 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
                            canary: str | None = None, rounds: int = 5, delta: float = 1e-5,
                            confidence: float = 0.95, seed: int = 0,
                            defense_params: dict[str, Any] | None = None,
+                           guesses: Sequence[tuple[float, float]] | str = "adaptive",
                            **simulate_options: Any) -> PrivacyReport:
     """eps_lower and mu_lower of a whole training run next to its eps_claimed and eps_sound
     (at ``delta``), in one row.
 
     One run (default, ``canaries`` = m, 1000 if not given) or ``runs`` = R runs with one
     canary each (multi-run mode); see the module docstring for the bounds, the canaries
-    (``canary``: "gradient" or "client", by default what the defense protects) and the
-    pitfalls. The run is :func:`leakaudit.fl.simulate` itself (``dataset``, ``rounds`` and
+    (``canary``: "gradient", "dirac" or "client", by default what the defense protects) and the
+    pitfalls; ``guesses``: "adaptive" (one count per bound, chosen from the unlabelled
+    scores) or a list of (in, out) shares (Bonferroni), see :func:`one_run_bound`. The
+    one-run row also carries the idealised gap: ``eps_ideal`` / ``mu_ideal`` /
+    ``eps_ideal_gdp``, what the same rule gives on the idealised game with the same canary
+    count at ``ideal_mu`` (the sound ledger's mu, or the mu-GDP with its eps at delta).
+    The run is :func:`leakaudit.fl.simulate` itself (``dataset``, ``rounds`` and
     any other of its options, e.g. ``clients``, ``client_fraction``, ``local_steps``,
     ``batch_size``; with canary clients, the population is ``clients`` plus the canary
     clients and the client sampling applies to all).
@@ -505,11 +676,15 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     kind = canary_kind(inner, canary)
     game.canary_bound(inner)
     ds = data.resolve(dataset, seed=seed)
-    base = {"defense": inner.name, "params": inner.describe(), "point": 2 if kind ==
-            "gradient" else 0, "rounds": rounds, "seed": seed, "confidence": confidence,
+    base = {"defense": inner.name, "params": inner.describe(), "point": 0 if kind ==
+            "client" else 2, "rounds": rounds, "seed": seed, "confidence": confidence,
             "delta": delta, "kind": kind, "level": inner.level, "reason": ""}
+    if isinstance(guesses, str) and guesses != "adaptive":
+        raise ValueError(f"guesses must be 'adaptive' or a list of (in, out) shares, "
+                         f"got {guesses!r}")
     if runs is None:
-        row = _one_run(inner, kind, m, ds, rounds, seed, delta, confidence, simulate_options)
+        row = _one_run(inner, kind, m, ds, rounds, seed, delta, confidence, simulate_options,
+                       guesses)
     else:
         row = _multi_run(inner, kind, runs, ds, rounds, seed, delta, confidence,
                          simulate_options)
@@ -522,12 +697,32 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     return report
 
 
+def _ideal_mu(eps: dict[str, float], delta: float) -> float:
+    """The mu of the idealised game a run is compared with: the sound ledger's mu where it
+    is mu-GDP, else the mu whose eps at delta is eps_sound (nan if infinite)."""
+    if not math.isnan(eps["mu_sound"]):
+        return eps["mu_sound"]
+    target = eps["eps_sound"]
+    if not math.isfinite(target) or target <= 0:
+        return math.nan
+    lo, hi = 0.0, 1.0
+    while stats.gdp_epsilon(hi, delta) < target:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if stats.gdp_epsilon(mid, delta) < target else (lo, mid)
+    return lo
+
+
 def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
-             delta: float, confidence: float, options: dict[str, Any]) -> dict[str, Any]:
+             delta: float, confidence: float, options: dict[str, Any],
+             guesses: Sequence[tuple[float, float]] | str = "adaptive") -> dict[str, Any]:
     included = torch.rand(m, generator=torch.Generator().manual_seed(int(seed) + 104729)) < 0.5
     scores, claimed, sound, steps, excluded = _simulate(inner, kind, m, included, ds, rounds,
                                                         seed, int(seed) + 7919, options)
-    found = one_run_bound(scores, included.numpy(), delta, confidence)
+    found = one_run_bound(scores, included.numpy(), delta, confidence, guesses)
+    eps = _epsilons(claimed, sound, delta)
+    ideal_mu = _ideal_mu(eps, delta)
     return {"mode": "one-run", "trials": 1,
             "canary": f"{m} {kind} canaries (one run)",
             "statistic": "one-run: Steinke et al. 2023 (eps), Mahloujifar et al. 2025 (mu)",
@@ -536,8 +731,11 @@ def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
             "correct": found["correct"], "mu_guesses": found["mu_guesses"],
             "mu_correct": found["mu_correct"], "canaries": m,
             "included": int(included.sum()), "steps": steps,
-            "excluded": excluded,
-            "relation": sound.relation, **_epsilons(claimed, sound, delta)}
+            "excluded": excluded, "guess_rule": "adaptive" if isinstance(guesses, str)
+            else f"{len(guesses)} pre-registered (Bonferroni)",
+            "fitted_mu": found["fitted_mu"], "ideal_mu": ideal_mu,
+            **idealised_bound(m, ideal_mu, delta, confidence),
+            "relation": sound.relation, **eps}
 
 
 def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed: int,
