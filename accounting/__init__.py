@@ -9,6 +9,7 @@ docs/accounting.md lists the papers behind every formula.
 """
 
 from . import relations, schedules
+from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from ._grid import round_sigmas
 from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
@@ -60,6 +61,7 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .registry import UnsupportedEventError, event_types, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
 from .shuffle import (
     ShuffleBounds,
@@ -71,6 +73,14 @@ from .shuffle import (
 from .tightest import tightest_epsilon
 
 __all__ = [
+    "ACCOUNTANTS",
+    "Accountant",
+    "Tightest",
+    "UnsupportedEventError",
+    "event_types",
+    "register_accountant",
+    "register_event",
+    "supporting",
     "APPROXIMATE_METHODS",
     "ConservativeEpsilon",
     "EpsilonReport",

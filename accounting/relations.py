@@ -31,7 +31,7 @@ sampling       add-remove             zero-out            replace-one
 poisson        (q, sigma) exact       (q, sigma) exact    (1, sigma/2) no amplification*
 all            (1, sigma) exact       (1, sigma) exact    (1, sigma/2) exact
 fixed-size     (1, sigma/2) bound**   (1, sigma) bound    (1, sigma/2) bound
-shuffle        (1, sigma/2) bound**   (1, sigma) bound    (1, sigma/2) bound
+shuffle        refused***             (1, sigma) bound    (1, sigma/2) bound
 =============  =====================  ==================  ==============================
 
 No amplification is claimed for fixed-size or shuffled batches: conditioned on the
@@ -43,6 +43,8 @@ added record takes the place of another): sensitivity 2 C. * Poisson sampling un
 replace-one: besides this bound the ledger also applies group privacy of size 2 to the
 add/remove accounting (replace = remove then add; (eps, delta) -> (2 eps, (1 + e^eps) delta),
 Dwork & Roth 2014, Thm 2.2 generalised) and keeps the smaller: both are valid upper bounds.
+*** Shuffled batches under add/remove are refused: adding an example to a permutation cut
+into fixed-size batches shifts every later batch (:mod:`accounting.shuffle`).
 
 Lower bounds (:func:`gaussian_lower`) must stay lower bounds of the true eps for the
 relation: exact rows keep their pair; a Poisson step under replace-one keeps the add/remove
@@ -114,6 +116,11 @@ def check_gaussian_pair(sampling: object, relation: object, q: float) -> tuple[s
                          f"(ledger.allocate); Gaussian steps take one of {GAUSSIAN_SAMPLINGS}")
     if sampling == ALL and q != 1.0:
         raise ValueError(f"sampling='all' means every record takes part (q = 1), got q={q!r}")
+    if sampling == SHUFFLE and relation == ADD_REMOVE:
+        raise ValueError("sampling='shuffle' cannot be certified under relation='add-remove': "
+                         "adding an example to a permutation cut into fixed-size batches "
+                         "shifts every later batch, so no per-step sensitivity holds "
+                         "(accounting.shuffle); record it under 'zero-out' or 'replace-one'")
     return sampling, relation
 
 
