@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import composition as comp
+from ._grid import Groups, rounded_groups
 from ._validate import check_delta
 from .conversions import (
     DPResult,
@@ -51,6 +52,10 @@ __all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "accountant", "register_acc
            "group_privacy_epsilon", "UnsupportedEventError"]
 
 _BASIC_FORMS = (GaussianPart, LaplacePart, DPPart)
+#: Above this many distinct (q, sigma) rows the RDP sum rounds sigmas down onto the grid
+#: (1 + 5e-4)^k: a valid upper bound, O(grid points) instead of O(steps) (10^6 distinct
+#: sigmas took 256 s and 7.5 GB).
+_MAX_ROWS = 20_000
 
 
 # ---------------------------------------------------------------- the one RDP sum
@@ -60,6 +65,8 @@ def rdp_curve(items: Sequence[object], orders: np.ndarray,
     sigma) in ``cache``, computed in one vectorised batch), Laplace curves (Mironov 2017,
     Table II) and pure-DP curves; (eps, delta > 0) parts have none (see :func:`approx_spent`)."""
     qs, sigmas, counts = gaussian_groups(items)
+    if qs.size > _MAX_ROWS:  # sigmas rounded DOWN (less noise: eps only grows), regrouped
+        qs, sigmas, counts = rounded_groups(Groups(qs, sigmas, counts), 5e-4, "down")
     total = np.zeros(orders.size)
     if qs.size:
         if cache is None:

@@ -13,6 +13,7 @@ import copy as _copy
 import json
 import warnings
 from collections.abc import Iterable
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,11 @@ class PrivacyLedger:
     def _append(self, event: Event) -> None:
         self._check_event_relation(event)
         last = self._events[-1] if self._events else None
-        if type(event) is SampledGaussian and type(last) is SampledGaussian and all(
-                getattr(last, k) == getattr(event, k)
-                for k in ("q", "sigma", "note", "sampling", "relation")):
-            self._events[-1] = SampledGaussian(last.q, last.sigma, last.count + event.count,
-                                               last.note, last.sampling, last.relation)
+        names = [f.name for f in fields(event)] if is_dataclass(event) else []
+        if type(last) is type(event) and "count" in names and all(
+                getattr(last, k) == getattr(event, k) for k in names if k != "count"):
+            # the same release again: one event with the summed count (10^6 calls, 1 event)
+            self._events[-1] = replace(last, count=last.count + event.count)
         else:
             self._events.append(event)
 

@@ -69,7 +69,14 @@ from ._validate import (
 )
 from .accountants import ACCOUNTANTS, pure_total
 from .events import Event
-from .registry import DPPart, GaussianPart, LaplacePart, PLDPart, no_privacy_reason
+from .registry import (
+    DPPart,
+    GaussianPart,
+    LaplacePart,
+    PLDPart,
+    UnsupportedEventError,
+    no_privacy_reason,
+)
 
 __all__ = ["PLDBounds", "pld_epsilon", "pld_delta", "PLDOptions"]
 
@@ -570,7 +577,11 @@ def _step_std(groups: Groups, others: list[Event]) -> tuple[float, float]:
             total += e.count * e.eps**2
             per.append(e.eps**2)
         elif isinstance(e, PLDPart):  # e.g. random allocation: its own loss variance
-            var_e = e.event.pld_loss_variance()
+            try:
+                var_e = e.event.pld_loss_variance()
+            except (ValueError, OverflowError, FloatingPointError, MemoryError) as exc:
+                raise UnsupportedEventError(e.event, "pld", f"its PLD could not be built "
+                                            f"here ({type(exc).__name__}: {exc})") from exc
             total += e.count * var_e
             per.append(var_e)
     return math.sqrt(max(total, 1e-300)), math.sqrt(max(per, default=0.0))
@@ -602,8 +613,16 @@ def _loss_limits(qs: np.ndarray, sig: np.ndarray,
     return llo, lhi
 
 
-def _grid_step(groups: Groups, others: list[Event], opts: PLDOptions) -> float:
+def _grid_step(groups: Groups, others: list, opts: PLDOptions) -> float:
     if opts.value_interval is not None:
+        widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
+                                              if isinstance(e, (LaplacePart, DPPart))
+                                              and math.isfinite(e.eps)])
+        if widest / opts.value_interval > 4 * _MAX_BINS:
+            raise ValueError(f"value_interval={opts.value_interval!r} needs "
+                             f"{widest / opts.value_interval:.3g} bins for one release's loss "
+                             f"range (at most {4 * _MAX_BINS}): use value_interval >= "
+                             f"{widest / (4 * _MAX_BINS):.3g} or the default")
         return opts.value_interval
     total, _ = _step_std(groups, others)
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
@@ -688,7 +707,11 @@ def _composed(groups: Groups, others: list[Event], h: float, direction: str,
     extra = 0.0
     for e in others:
         if isinstance(e, PLDPart):
-            more, allowance = e.event.pld_parts(h, direction, upper)
+            try:
+                more, allowance = e.event.pld_parts(h, direction, upper)
+            except (ValueError, OverflowError, FloatingPointError, MemoryError) as exc:
+                raise UnsupportedEventError(e.event, "pld", f"its PLD could not be built "
+                                            f"here ({type(exc).__name__}: {exc})") from exc
             parts += more
             extra += allowance
     if not parts:
