@@ -9,8 +9,8 @@ docs/accounting.md lists the papers behind every formula.
 """
 
 from . import relations, schedules
-from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from ._grid import round_sigmas
+from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (

@@ -376,6 +376,36 @@ def epsilon(events: Sequence[object], delta: float, method: str = "rdp", *,
     return acc.epsilon(events, delta, warn=warn, **opts)
 
 
+def delta_upper(events: Sequence[object], eps: float, method: str, orders: np.ndarray,
+                cache: dict | None = None) -> float:
+    """Smallest delta with (eps, delta)-DP, an upper bound: "rdp"/"rdp-classic" (the
+    inverse conversions, (eps, delta > 0) releases added by basic composition) or "pld"
+    (the certified upper end, :func:`accounting.pld_delta`)."""
+    from ._validate import check_choice, check_eps
+    from .conversions import dp_delta
+    from .pld import pld_delta
+
+    eps = check_eps("eps", eps)
+    check_choice("method", method, ("rdp", "rdp-classic", "pld"))
+    acc = accountant(method)
+    acc.check(events)
+    if not events:
+        return 0.0
+    if why_infinite(events) is not None:
+        return 1.0
+    if method == "pld":
+        return pld_delta(events, eps, with_lower=False)[1]
+    items = acc.parts(events)
+    approx_eps, approx_delta = approx_spent(items)
+    if eps < approx_eps:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OrderGridWarning)
+        res = dp_delta(rdp_curve(items, orders, cache), orders, eps - approx_eps,
+                       "classic" if method == "rdp-classic" else "improved")
+    return float(min(1.0, res.delta + approx_delta))
+
+
 class Tightest(NamedTuple):
     """The smallest certified upper bound, the method that gave it, and every candidate
     (method -> eps, or the reason it was not used)."""

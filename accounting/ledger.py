@@ -10,11 +10,9 @@ distinct (q, sigma) pair. Opacus users find ``step(noise_multiplier=, sample_rat
 from __future__ import annotations
 
 import copy as _copy
-import json
 import warnings
 from collections.abc import Iterable
 from dataclasses import fields, is_dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,16 +23,24 @@ from .accountants import (
     ACCOUNTANTS,
     Tightest,
     accountant,
+    delta_upper,
     epsilon,
     group_privacy_epsilon,
     rdp_curve,
     tightest,
     why_infinite,
 )
-from .conversions import DPResult, OrderGridWarning, dp_delta
-from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian, event_from_dict
+from .conversions import DPResult
+from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .ledger_io import LEDGER_FORMAT, LedgerJSON
 from .relations import ADD_REMOVE, ALL, POISSON, check_relation, convert_event
-from .reports import ConservativeEpsilon, EpsilonReport, conservative_epsilon, report, resolve_orders
+from .reports import (
+    ConservativeEpsilon,
+    EpsilonReport,
+    conservative_epsilon,
+    report,
+    resolve_orders,
+)
 
 __all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs",
            "EpsilonReport", "ConservativeEpsilon", "group_privacy_epsilon", "parallel_epsilon"]
@@ -43,10 +49,9 @@ __all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "
 METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", "pld")
 #: Labelled approximations: may under-report, never used for a budget decision.
 APPROXIMATE_METHODS = ("zcdp-approx",)
-LEDGER_FORMAT = "leakaudit.ledger/1"
 
 
-class PrivacyLedger:
+class PrivacyLedger(LedgerJSON):
     """Every data-dependent release of one party (a client, a model), and its privacy.
 
     One ledger, one neighbouring relation: an event of another relation is refused (convert
@@ -72,7 +77,6 @@ class PrivacyLedger:
         self._events: list[Event] = []
         self._cache: dict[tuple[float, float], np.ndarray] = {}
 
-    # ------------------------------------------------------------------ recording
     def _check_event_relation(self, event: Event) -> None:
         rel = getattr(event, "relation", ADD_REMOVE)
         if rel != self.relation:
@@ -106,14 +110,12 @@ class PrivacyLedger:
         """Record ``count`` Gaussian steps (rate q, noise multiplier sigma) drawn by ``sampling``
         ("poisson"; "fixed-size"/"shuffle": q = B/n recorded, no amplification; "all": q = 1).
         ``noise_multiplier`` / ``sample_rate`` are Opacus's names for sigma / q."""
-        if noise_multiplier is not None:
-            if sigma is not None:
-                raise ValueError("give sigma or noise_multiplier, not both")
-            sigma = noise_multiplier
-        if sample_rate is not None:
-            if q is not None:
-                raise ValueError("give q or sample_rate, not both")
-            q = sample_rate
+        for name, alias, value in (("sigma", "noise_multiplier", noise_multiplier),
+                                   ("q", "sample_rate", sample_rate)):
+            if value is not None and (sigma if name == "sigma" else q) is not None:
+                raise ValueError(f"give {name} or {alias}, not both")
+        sigma = noise_multiplier if noise_multiplier is not None else sigma
+        q = sample_rate if sample_rate is not None else q
         q = 1.0 if q is None and sampling == ALL else q
         if q is None:
             raise ValueError("q (sampling probability in [0, 1]) is required")
@@ -160,7 +162,6 @@ class PrivacyLedger:
         new._events = [convert_event(e, relation) for e in self._events]
         return new
 
-    # ------------------------------------------------------------------ views
     @property
     def events(self) -> tuple[Event, ...]:
         """The recorded events, in order."""
@@ -171,8 +172,7 @@ class PrivacyLedger:
         """Total number of releases recorded."""
         return sum(e.steps for e in self._events)
 
-    def __len__(self) -> int:
-        return self.steps
+    __len__ = steps.fget  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         return (f"PrivacyLedger({len(self._events)} events, {self.steps} steps, "
@@ -204,7 +204,6 @@ class PrivacyLedger:
         """The methods whose accountant supports every recorded event."""
         return tuple(n for n, a in ACCOUNTANTS.items() if all(map(a.supports, self._events)))
 
-    # ------------------------------------------------------------------ epsilon
     def rdp(self, orders: object = None) -> np.ndarray:
         """Composed RDP at each order (the ledger's orders unless given); (eps, delta > 0)
         releases have no curve (the RDP methods add them by basic composition)."""
@@ -248,7 +247,7 @@ class PrivacyLedger:
         return conservative_epsilon(self._events, delta, self.orders, resolution, method)
 
     def get_epsilon(self, delta: float) -> float:
-        """Opacus-style alias of :meth:`epsilon` with the default (improved RDP) method."""
+        """Opacus-style: :meth:`epsilon` with the default (improved RDP) method."""
         return self.epsilon(delta)
 
     def get_privacy_spent(self, delta: float) -> tuple[float, float | None]:
@@ -271,27 +270,8 @@ class PrivacyLedger:
 
     def delta(self, eps: float, method: str = "rdp") -> float:
         """Smallest delta for which the ledger is (eps, delta)-DP: an upper bound from "rdp",
-        "rdp-classic" or "pld" (the certified upper end, :func:`accounting.pld_delta`)."""
-        from .accountants import approx_spent
-        from .pld import pld_delta
-
-        eps = check_eps("eps", eps)
-        check_choice("method", method, ("rdp", "rdp-classic", "pld"))
-        accountant(method).check(self._events)
-        if not self._events:
-            return 0.0
-        if self.why_infinite() is not None:
-            return 1.0
-        if method == "pld":
-            return pld_delta(self._events, eps, with_lower=False)[1]
-        approx_eps, approx_delta = approx_spent(accountant(method).parts(self._events))
-        if eps < approx_eps:
-            return 1.0
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", OrderGridWarning)
-            res = dp_delta(self.rdp(), self.orders, eps - approx_eps,
-                           "classic" if method == "rdp-classic" else "improved")
-        return float(min(1.0, res.delta + approx_delta))
+        "rdp-classic" or "pld" (:func:`accounting.accountants.delta_upper`)."""
+        return delta_upper(self._events, eps, method, self.orders, self._cache)
 
     def would_exceed(self, eps_budget: float, delta: float, q: float | None = None,
                      sigma: float | None = None, count: int = 1, *, method: str = "rdp",
@@ -309,7 +289,6 @@ class PrivacyLedger:
             warnings.simplefilter("ignore")
             return trial.epsilon(delta, method) > eps_budget
 
-    # ------------------------------------------------------------------ composition
     def copy(self) -> PrivacyLedger:
         """An independent ledger with the same history (shares only the pure RDP memo)."""
         new = PrivacyLedger(relation=self.relation, orders=self.orders)
@@ -333,53 +312,11 @@ class PrivacyLedger:
 
     __add__ = merge
 
-    # ------------------------------------------------------------------ JSON
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": LEDGER_FORMAT, "relation": self.relation,
-                "orders": self.orders.tolist(), "events": [e.to_dict() for e in self._events]}
-
-    def to_json(self, **kwargs: Any) -> str:
-        """The full per-step history as JSON (floats round-trip exactly)."""
-        return json.dumps(self.to_dict(), **kwargs)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
-        if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
-            raise ValueError(f"not a ledger: expected format {LEDGER_FORMAT!r}")
-        ledger = cls(relation=data.get("relation", ADD_REMOVE), orders=data.get("orders"))
-        events = data.get("events", [])
-        if not isinstance(events, list):
-            raise ValueError("ledger 'events' must be a list")
-        for item in events:
-            event = event_from_dict(item)
-            ledger._check_event_relation(event)
-            ledger._events.append(event)
-        return ledger
-
-    @classmethod
-    def from_json(cls, text: str) -> PrivacyLedger:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"text is not valid JSON: {exc}") from exc
-        return cls.from_dict(data)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(indent=1))
-
-    @classmethod
-    def load(cls, path: str | Path) -> PrivacyLedger:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"path {str(p)!r} does not exist or is not a file")
-        return cls.from_json(p.read_text())
-
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, PrivacyLedger) and self.relation == other.relation
                 and np.array_equal(self.orders, other.orders) and self._events == other._events)
 
-    def __copy__(self) -> PrivacyLedger:
-        return self.copy()
+    __copy__ = copy
 
     def __deepcopy__(self, memo: dict) -> PrivacyLedger:
         new = self.copy()

@@ -1,0 +1,210 @@
+"""Property-based contracts over the registry: every registered event type x every
+registered accountant x delta in [1e-15, 1e-3] gives a number (or inf where honest) or a
+refusal by name, never NaN; upper >= lower; non-increasing in delta; tightest <= every
+certified upper end. The suite enumerates the registry: an event type registered without a
+strategy here, or without any accountant, fails it."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import accounting as A
+from accounting.accountants import ACCOUNTANTS, CERTIFIED, supporting
+from accounting.events import Event
+from accounting.registry import UnsupportedEventError, event_types, register_event
+
+SIGMA = st.floats(0.3, 50.0)
+Q = st.floats(1e-5, 1.0)
+
+#: one strategy per registered event type (a new type must add one: see the test below)
+STRATEGIES = {
+    "sampled_gaussian": st.builds(A.SampledGaussian, q=Q, sigma=SIGMA,
+                                  count=st.integers(1, 10**6)),
+    "gaussian_schedule": st.builds(lambda q, s: A.GaussianSchedule(q, np.array(s)), Q,
+                                   st.lists(SIGMA, min_size=1, max_size=20)),
+    "laplace": st.builds(A.Laplace, b=st.floats(0.05, 1e6), count=st.integers(1, 1000)),
+    "approx_dp": st.builds(A.ApproxDP, eps=st.floats(0.0, 5.0), delta=st.floats(0.0, 1e-9),
+                           count=st.integers(1, 100)),
+    "random_allocation": st.builds(A.RandomAllocation, sigma=st.floats(0.7, 5.0),
+                                   steps=st.integers(1, 200), selected=st.just(1),
+                                   epochs=st.integers(1, 3)),
+}
+#: one fixed instance per registered event type
+SAMPLES = {
+    "sampled_gaussian": A.SampledGaussian(0.01, 1.0, 100),
+    "gaussian_schedule": A.GaussianSchedule(0.01, np.array([1.0, 2.0])),
+    "laplace": A.Laplace(2.0),
+    "approx_dp": A.ApproxDP(1.0, 1e-9),
+    "random_allocation": A.RandomAllocation(1.0, 10),
+}
+FAST = ("rdp", "rdp-classic", "moments", "zcdp", "basic", "advanced", "gaussian-exact",
+        "zcdp-approx")
+DELTAS = st.floats(1e-15, 1e-3)
+ANY_EVENT = st.one_of(*STRATEGIES.values())
+QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def test_every_registered_event_type_has_a_strategy_and_an_accountant():
+    for cls in event_types():
+        assert cls.kind in STRATEGIES and cls.kind in SAMPLES, (
+            f"{cls.__name__}: add a strategy to the contract suite")
+        sample = SAMPLES[cls.kind]
+        assert supporting([sample], certified_only=True), f"{cls.__name__}: no accountant"
+
+
+def _eps(method: str, events: list, delta: float) -> float | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return A.accountants.epsilon(events, delta, method, warn=False).eps
+        except UnsupportedEventError as exc:
+            assert exc.method == method and exc.why
+            return None
+
+
+@QUIET
+@given(events=st.lists(ANY_EVENT, min_size=1, max_size=3), d1=DELTAS, d2=DELTAS)
+def test_every_fast_method_answers_or_refuses_by_name_and_is_monotone_in_delta(events, d1, d2):
+    lo_d, hi_d = sorted((d1, d2))
+    for method in FAST:
+        a, b = _eps(method, events, lo_d), _eps(method, events, hi_d)
+        if a is None:
+            assert b is None and not ACCOUNTANTS[method].supports(
+                next(e for e in events if not ACCOUNTANTS[method].supports(e)))
+            continue
+        assert not math.isnan(a) and a >= 0.0 and b is not None
+        assert b <= a * (1 + 1e-9) + 1e-12, (method, a, b)  # eps non-increasing in delta
+
+
+@QUIET
+@given(event=ANY_EVENT, delta=st.sampled_from([1e-3, 1e-6, 1e-9, 1e-12, 1e-15]))
+def test_pld_bracket_is_ordered_and_below_every_certified_upper(event, delta):
+    events = [event]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            lo, est, up = ACCOUNTANTS["pld"].bounds(events, delta)
+        except UnsupportedEventError as exc:
+            assert exc.method == "pld"
+            return
+    assert not any(map(math.isnan, (lo, est, up))) and 0.0 <= lo <= est <= up
+    for method in CERTIFIED:
+        other = _eps(method, events, delta)
+        if other is not None:
+            assert lo <= other * (1 + 1e-6) + 1e-9, (method, lo, other)  # lower <= any upper
+    best = A.accountants.tightest(events, delta)
+    assert best.method in CERTIFIED and best.eps <= up and best.eps >= lo * (1 - 1e-6) - 1e-9
+
+
+@QUIET
+@given(q=st.floats(1e-4, 1.0), s1=SIGMA, s2=SIGMA, n=st.integers(1, 10_000))
+def test_rdp_is_monotone_in_sigma_q_and_steps(q, s1, s2, n):
+    lo_s, hi_s = sorted((s1, s2))
+
+    def eps(q_, s_, n_):
+        return A.accountants.epsilon([A.SampledGaussian(q_, s_, n_)], 1e-6, "rdp").eps
+
+    assert eps(q, hi_s, n) <= eps(q, lo_s, n) * (1 + 1e-9)
+    assert eps(q, lo_s, n) <= eps(q, lo_s, n + 1) * (1 + 1e-9) + 1e-12
+    assert eps(q / 2, lo_s, n) <= eps(q, lo_s, n) * (1 + 1e-9) + 1e-12
+
+
+@pytest.mark.parametrize("sigma", [0.2, 1.0, 5.0])
+def test_certified_uppers_are_above_the_exact_gaussian(sigma):
+    exact = float(A.analytic_gaussian_epsilons(np.array([sigma]), 1e-5)[0])
+    events = [A.SampledGaussian(1.0, sigma, 1)]
+    for method in CERTIFIED:
+        assert _eps(method, events, 1e-5) >= exact * (1 - 1e-9)
+    assert A.accountants.tightest(events, 1e-5).eps == pytest.approx(exact, rel=1e-9)
+
+
+def test_allocation_never_prints_zero_and_tightest_names_its_method():
+    """The issue's case: the PLD gave (0, 0, 0) at delta 1e-7 and 1e-9 (its RDP fallback did
+    not know random allocation)."""
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=1.0, steps=100, selected=1, epochs=10)
+    for delta in (1e-5, 1e-7, 1e-9):
+        lo, _, up = ledger.epsilon_bounds(delta, method="pld")
+        eps, method = ledger.tightest_epsilon(delta, with_method=True)
+        assert 1.0 < lo <= up and 1.0 < eps <= up and method in CERTIFIED
+    assert ledger.tightest_epsilon(1e-5) == ledger.tightest(1e-5).eps  # float call kept
+
+
+def test_tightest_is_monotone_in_steps_at_tiny_sigma():
+    """q 0.01, sigma 1e-6: 5.5e11 for one step and 2,126 for ten before (the PLD's loss
+    overflowed past 709 and put the mass above the grid into its last bin)."""
+    out = []
+    for n in (1, 10):
+        ledger = A.PrivacyLedger()
+        ledger.step(q=0.01, sigma=1e-6, count=n)
+        out.append(ledger.tightest_epsilon(1e-5))
+    assert 1e11 < out[0] <= out[1]
+
+
+@dataclass(frozen=True)
+class _Unwired(Event):
+    """An event type registered for JSON but wired into no accountant."""
+
+    x: float = 1.0
+    note: str = ""
+    sampling: str = "all"
+    relation: str = "add-remove"
+    kind: ClassVar[str] = "contract_test_unwired"
+
+    @property
+    def steps(self) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return f"unwired x={self.x}"
+
+
+def test_an_unwired_event_type_is_refused_by_name_and_fails_the_suite():
+    register_event(_Unwired)
+    try:
+        ledger = A.PrivacyLedger()
+        ledger.record(_Unwired())
+        for method in ACCOUNTANTS:
+            with pytest.raises(UnsupportedEventError, match=method):
+                ledger.epsilon(1e-5, method)
+        with pytest.raises(UnsupportedEventError, match="no certified accountant"):
+            ledger.tightest_epsilon(1e-5)
+        with pytest.raises(AssertionError, match="add a strategy"):
+            test_every_registered_event_type_has_a_strategy_and_an_accountant()
+    finally:
+        from accounting import registry
+
+        registry._TYPES.pop(_Unwired.kind, None)
+        registry._RULES.pop(_Unwired, None)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: A.PrivacyLedger().step(q=0.5, sigma=1.0, count=10**20),
+    lambda: A.PrivacyLedger(orders=[1e10]),
+    lambda: A.PrivacyLedger(relation="add-remove").step(q=1.0, sigma=1.0, sampling="shuffle"),
+])
+def test_absurd_inputs_are_refused_by_name(call):
+    with pytest.raises(ValueError, match="count|orders|shuffle"):
+        call()
+
+
+def test_robustness_cases_answer_within_seconds():
+    lap = A.PrivacyLedger()
+    lap.laplace(b=1e12)
+    assert lap.tightest_epsilon(1e-5) >= 0.0
+    b = A.shuffle_epsilon_bounds(0.01, 10, 1, 1e-5)
+    assert b.lower <= b.upper and math.isfinite(b.upper)
+    many = A.PrivacyLedger()
+    for _ in range(10_000):
+        many.laplace(b=2.0)
+    assert len(many.events) == 1 and many.epsilon(1e-5) > 0
+    with pytest.raises(ValueError, match="value_interval"):
+        many.epsilon_bounds(1e-5, "pld", value_interval=1e-12)
