@@ -17,6 +17,7 @@ import numpy as np
 
 from ._validate import check_choice, check_positive
 from .events import Event
+from .registry import _rule, gaussian_groups, group_pairs, why_infinite
 
 __all__ = ["Groups", "group_pairs", "round_sigmas", "sgm_groups", "rounded_groups",
            "no_privacy_reason"]
@@ -28,20 +29,6 @@ class Groups(NamedTuple):
     qs: np.ndarray
     sigmas: np.ndarray
     counts: np.ndarray
-
-
-def group_pairs(
-    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
-    if qs.size == 0:
-        return qs, sigmas, counts
-    order = np.lexsort((sigmas, qs))
-    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
-    new = np.ones(qs.size, dtype=bool)
-    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
-    starts = np.flatnonzero(new)
-    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
 
 
 def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.ndarray:
@@ -75,8 +62,6 @@ def sgm_groups(events: Iterable[Event], side: str = "upper", family: str = "pld"
     pair of a valid upper bound, ``side="lower"`` that of a valid lower bound (q = 0 where a
     step is left out). Events without a rule for ``family`` contribute nothing here.
     """
-    from .registry import _rule, gaussian_groups
-
     check_choice("side", side, ("upper", "lower"))
     items: list = []
     for e in events:
@@ -95,6 +80,4 @@ def rounded_groups(groups: Groups, resolution: float, direction: str) -> Groups:
 def no_privacy_reason(groups: Groups, events: Iterable[Event]) -> str | None:
     """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None
     (``groups`` is kept for the old signature; the events' parts decide)."""
-    from .accountants import why_infinite
-
-    return why_infinite(list(events))
+    return why_infinite(events)

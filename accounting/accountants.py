@@ -34,15 +34,18 @@ from .conversions import (
 )
 from .rdp import DEFAULT_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
 from .registry import (
+    ACCOUNTANTS,
     DPPart,
     GaussianPart,
     LaplacePart,
     PLDPart,
     UnsupportedEventError,
     gaussian_groups,
-    no_privacy_reason,
     parts,
+    pure_total,
+    register_accountant,
     register_event,
+    why_infinite,
     why_unsupported,
 )
 from .relations import ADD_REMOVE, convert_event, group_privacy_2
@@ -92,14 +95,6 @@ def approx_spent(items: Sequence[object]) -> tuple[float, float]:
     """(sum eps, sum delta) of the (eps, delta > 0) parts, added by basic composition."""
     approx = [p for p in items if isinstance(p, DPPart) and not p.pure]
     return (sum(p.count * p.eps for p in approx), sum(p.count * p.delta for p in approx))
-
-
-def pure_total(items: Sequence[object]) -> float | None:
-    """Summed eps when every part is Laplace or pure DP (an exact (eps, 0) guarantee)."""
-    if not all(isinstance(p, LaplacePart) or (isinstance(p, DPPart) and p.pure)
-               for p in items):
-        return None
-    return float(sum(p.count * p.eps for p in items))
 
 
 def group_privacy_epsilon(eps_at: Callable[[float], float], delta: float,
@@ -316,15 +311,6 @@ class ExactGaussianAccountant(Accountant):
                                                               delta)[0]), None)
 
 
-ACCOUNTANTS: dict[str, Accountant] = {}
-
-
-def register_accountant(acc: Accountant) -> Accountant:
-    """Make ``acc`` available as ``method=acc.name`` (and to :func:`tightest`)."""
-    ACCOUNTANTS[acc.name] = acc
-    return acc
-
-
 for _acc in (RDPAccountant("rdp", "improved"), RDPAccountant("rdp-classic", "classic"),
              RDPAccountant("moments", "moments"), ZCDPAccountant("zcdp", False),
              CompositionAccountant("advanced"), CompositionAccountant("basic"), PRVAccountant(),
@@ -345,17 +331,6 @@ def supporting(events: Sequence[object], certified_only: bool = False) -> tuple[
     """The methods whose accountant supports every one of ``events``."""
     return tuple(n for n, a in ACCOUNTANTS.items()
                  if (a.certified or not certified_only) and all(a.supports(e) for e in events))
-
-
-def why_infinite(events: Sequence[object]) -> str | None:
-    """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None."""
-    items: list = []
-    for e in events:
-        for family in ("rdp", "pld", "zcdp", "composition", "prv"):
-            if why_unsupported(e, family, (GaussianPart, LaplacePart, DPPart, PLDPart)) is None:
-                items.extend(parts([e], family, "why_infinite"))
-                break
-    return no_privacy_reason(items)
 
 
 def epsilon(events: Sequence[object], delta: float, method: str = "rdp", *,

@@ -67,15 +67,16 @@ from ._validate import (
     check_instances,
     check_positive,
 )
-from .accountants import ACCOUNTANTS, pure_total
 from .events import Event
 from .registry import (
+    ACCOUNTANTS,
     DPPart,
     GaussianPart,
     LaplacePart,
     PLDPart,
     UnsupportedEventError,
     no_privacy_reason,
+    pure_total,
 )
 
 __all__ = ["PLDBounds", "pld_epsilon", "pld_delta", "PLDOptions"]
@@ -780,7 +781,7 @@ def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: P
     unknown)."""
     from .relations import ADD_REMOVE, convert_event
 
-    if others or not any(p.group_privacy for p in _PLD.parts(events)
+    if others or not any(p.group_privacy for p in ACCOUNTANTS["pld"].parts(events)
                          if isinstance(p, GaussianPart)):
         return math.inf
     restated = tuple(convert_event(e, ADD_REMOVE) for e in events)
@@ -792,17 +793,14 @@ def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: P
     return float(np.min(2.0 * eps1[ok])) if ok.any() else math.inf
 
 
-_PLD = ACCOUNTANTS["pld"]
-
-
 def _others(events: tuple[Event, ...]) -> list:
     """The non-Gaussian PLD parts of ``events`` (refused by name where there is no rule)."""
-    return [p for p in _PLD.parts(events) if not isinstance(p, GaussianPart)]
+    return [p for p in ACCOUNTANTS["pld"].parts(events) if not isinstance(p, GaussianPart)]
 
 
 def _trivial(events: tuple[Event, ...]) -> float | None:
     """inf when a release has no noise, 0 when nothing leaks, else None."""
-    items = _PLD.parts(events)
+    items = ACCOUNTANTS["pld"].parts(events)
     if no_privacy_reason(items) is not None:
         return math.inf
     groups = sgm_groups(events)
@@ -912,8 +910,6 @@ def _full_gaussian_eps(groups: Groups, others: list[Event], delta: float) -> flo
 def _rdp_fallback(events: tuple[Event, ...], delta: float) -> float:
     """The RDP accountant's upper end (:mod:`accounting.accountants`; refuses by name an
     event it cannot account)."""
-    from .accountants import ACCOUNTANTS
-
     return float(ACCOUNTANTS["rdp"].epsilon(events, delta, warn=False).eps)
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from ._grid import Groups, rounded_groups, sgm_groups
 from ._validate import check_count, check_delta, check_instances, check_positive
 from .events import Event
-from .registry import DPPart, GaussianPart, LaplacePart, no_privacy_reason
+from .registry import ACCOUNTANTS, DPPart, GaussianPart, LaplacePart, no_privacy_reason
 
 __all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "prv_bounds"]
 
@@ -112,8 +112,6 @@ def prv_epsilon(
                                                                          delta_error)
     max_distinct = check_count("max_distinct", max_distinct, minimum=1)
     resolution = check_positive("resolution", resolution)
-    from .accountants import ACCOUNTANTS
-
     events = check_instances("events", events, Event)
     items = ACCOUNTANTS["prv"].parts(events)  # refuses, by name, what it cannot account
     others = [p for p in items if not isinstance(p, GaussianPart)]

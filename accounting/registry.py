@@ -33,7 +33,8 @@ import numpy as np
 
 __all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PLDPart",
            "FAMILIES", "register_event", "event_types", "event_class", "rules_of", "parts",
-           "why_unsupported", "gaussian_groups", "no_privacy_reason"]
+           "why_unsupported", "gaussian_groups", "no_privacy_reason", "group_pairs",
+           "why_infinite", "pure_total", "ACCOUNTANTS", "register_accountant"]
 
 #: Families of accountants; an event type gives its parts per family.
 FAMILIES = ("rdp", "zcdp", "composition", "pld", "prv")
@@ -178,11 +179,23 @@ def parts(events: Iterable[object], family: str, method: str, side: str = "upper
     return out
 
 
+def group_pairs(
+    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
+    if qs.size == 0:
+        return qs, sigmas, counts
+    order = np.lexsort((sigmas, qs))
+    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
+    new = np.ones(qs.size, dtype=bool)
+    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
+    starts = np.flatnonzero(new)
+    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
+
+
 def gaussian_groups(items: Iterable[object]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge the :class:`GaussianPart` rows among ``items`` into distinct (q, sigma) groups
     (sorted by (q, sigma), counts summed)."""
-    from ._grid import group_pairs
-
     gs = [p for p in items if isinstance(p, GaussianPart)]
     if not gs:
         return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
@@ -205,3 +218,36 @@ def no_privacy_reason(items: Iterable[object]) -> str | None:
     if inf:
         reasons.append(f"{inf} release(s) recorded with eps=inf")
     return "; ".join(reasons) or None
+
+
+def why_infinite(events: Iterable[object]) -> str | None:
+    """Why eps of ``events`` is unbounded, or None: each event read through the first family
+    that has a rule for it (every rule states the same noise)."""
+    items: list = []
+    for e in events:
+        for family in FAMILIES:
+            rule = _rule(e, family)
+            if rule is not None:
+                items.extend(rule(e, "upper"))
+                break
+    return no_privacy_reason(items)
+
+
+def pure_total(items: Iterable[object]) -> float | None:
+    """Summed eps when every part is Laplace or pure DP (an exact (eps, 0) guarantee)."""
+    items = list(items)
+    if not all(isinstance(p, LaplacePart) or (isinstance(p, DPPart) and p.pure)
+               for p in items):
+        return None
+    return float(sum(p.count * p.eps for p in items))
+
+
+#: The accountants by method name (filled by :mod:`accounting.accountants`; looked up at run
+#: time, so that the PLD and PRV modules reach the RDP accountant without importing it).
+ACCOUNTANTS: dict[str, Any] = {}
+
+
+def register_accountant(acc: Any) -> Any:
+    """Make ``acc`` available as ``method=acc.name``."""
+    ACCOUNTANTS[acc.name] = acc
+    return acc
