@@ -440,10 +440,24 @@ def _allocation_unamplified(e: Any, side: str) -> list:
                          np.array([int(e.epochs) * int(e.selected)], dtype=np.int64))]
 
 
+def _allocation_to(e: Any, source: str, target: str) -> Any:
+    """Random allocation restated under replace-one: the replacing record takes the
+    replaced one's slots, so each of its ``selected`` steps per epoch moves by at most 2C:
+    Gaussian steps of every record ("all"), no amplification (None for other targets)."""
+    from .events import SampledGaussian
+    from .relations import REPLACE_ONE, converted_note
+
+    if target != REPLACE_ONE:
+        return None
+    return SampledGaussian(1.0, float(e.sigma), int(e.epochs) * int(e.selected),
+                           note=converted_note(e, source, target) + " no amplification",
+                           sampling="all", relation=REPLACE_ONE)
+
+
 def _wire_allocation() -> None:
     from .allocation import RandomAllocation
 
-    register_event(RandomAllocation, rdp=_allocation_unamplified,
+    register_event(RandomAllocation, convert=_allocation_to, rdp=_allocation_unamplified,
                    zcdp=_allocation_unamplified, pld=lambda e, side: [PLDPart(e)])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,12 +27,15 @@ from .relations import (
     ADD_REMOVE,
     ALL,
     POISSON,
+    REPLACE_ONE,
     check_gaussian_pair,
     check_relation,
     check_sampling,
+    converted_note,
     describe_accounting,
     gaussian_lower,
     gaussian_upper,
+    group_privacy_2,
     uses_group_privacy,
 )
 
@@ -231,23 +234,45 @@ class ApproxDP(Event):
 
 
 # ---------------------------------------------------------------- wiring (the registry)
-def _gaussian_rule(e: SampledGaussian | GaussianSchedule, side: str) -> list:
+def _gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
+                   side: str) -> list:
     """The Poisson add/remove pairs that account the steps under their sampling and relation
     (:func:`accounting.relations.gaussian_upper` / ``gaussian_lower``)."""
-    if isinstance(e, GaussianSchedule):
-        sig, counts = np.unique(e.sigmas, return_counts=True)
-    else:
-        sig, counts = np.array([e.sigma]), np.array([e.count])
     mapping = gaussian_upper if side == "upper" else gaussian_lower
-    q, s = mapping(e.q, sig, e.sampling, e.relation)
-    return [GaussianPart(q, s, counts.astype(np.int64),
-                         uses_group_privacy(e.sampling, e.relation, e.q))]
+    qa, s = mapping(q, sigmas, e.sampling, e.relation)
+    return [GaussianPart(qa, s, counts.astype(np.int64),
+                         uses_group_privacy(e.sampling, e.relation, q))]
 
 
-register_event(SampledGaussian, **{"*": _gaussian_rule})
-register_event(GaussianSchedule, **{"*": _gaussian_rule})
-register_event(Laplace, **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
-register_event(ApproxDP, **{"*": lambda e, side: [DPPart(e.eps, e.delta, e.count)]})
+def _any_relation(e: Event, source: str, target: str) -> Event:
+    """Mechanism-level parameters: only the relation changes (the accountant recomputes the
+    sensitivity)."""
+    return replace(e, relation=target, note=converted_note(e, source, target))
+
+
+def _laplace_to(e: Laplace, source: str, target: str) -> Laplace | None:
+    if target != REPLACE_ONE:
+        return None
+    return replace(e, sensitivity=2.0 * e.sensitivity, relation=target,
+                   note=converted_note(e, source, target))
+
+
+def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
+    if target != REPLACE_ONE:
+        return None
+    eps, delta = group_privacy_2(e.eps, e.delta)
+    return replace(e, eps=eps, delta=delta, relation=target,
+                   note=converted_note(e, source, target))
+
+
+register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+    e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
+register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+    e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
+register_event(Laplace, convert=_laplace_to,
+               **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
+register_event(ApproxDP, convert=_approx_to,
+               **{"*": lambda e, side: [DPPart(e.eps, e.delta, e.count)]})
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:

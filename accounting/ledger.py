@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._grid import Groups, group_pairs, sgm_groups
-from ._validate import check_choice, check_count, check_eps, check_orders
+from ._validate import check_choice, check_eps, check_orders
 from .accountants import (
     ACCOUNTANTS,
     Tightest,
@@ -31,9 +31,10 @@ from .accountants import (
     why_infinite,
 )
 from .conversions import DPResult
-from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .events import Event
 from .ledger_io import LEDGER_FORMAT, LedgerJSON
-from .relations import ADD_REMOVE, ALL, POISSON, check_relation, convert_event
+from .recording import LedgerRecording
+from .relations import ADD_REMOVE, POISSON, check_relation, convert_event
 from .reports import (
     ConservativeEpsilon,
     EpsilonReport,
@@ -51,7 +52,7 @@ METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", 
 APPROXIMATE_METHODS = ("zcdp-approx",)
 
 
-class PrivacyLedger(LedgerJSON):
+class PrivacyLedger(LedgerRecording, LedgerJSON):
     """Every data-dependent release of one party (a client, a model), and its privacy.
 
     One ledger, one neighbouring relation: an event of another relation is refused (convert
@@ -103,57 +104,6 @@ class PrivacyLedger(LedgerJSON):
         self._check_event_relation(event)
         if event.steps:
             self._append(event)
-
-    def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
-             noise_multiplier: float | None = None, sample_rate: float | None = None,
-             note: str = "", sampling: str = POISSON) -> None:
-        """Record ``count`` Gaussian steps (rate q, noise multiplier sigma) drawn by ``sampling``
-        ("poisson"; "fixed-size"/"shuffle": q = B/n recorded, no amplification; "all": q = 1).
-        ``noise_multiplier`` / ``sample_rate`` are Opacus's names for sigma / q."""
-        for name, alias, value in (("sigma", "noise_multiplier", noise_multiplier),
-                                   ("q", "sample_rate", sample_rate)):
-            if value is not None and (sigma if name == "sigma" else q) is not None:
-                raise ValueError(f"give {name} or {alias}, not both")
-        sigma = noise_multiplier if noise_multiplier is not None else sigma
-        q = sample_rate if sample_rate is not None else q
-        q = 1.0 if q is None and sampling == ALL else q
-        if q is None:
-            raise ValueError("q (sampling probability in [0, 1]) is required")
-        if sigma is None:
-            raise ValueError("sigma (noise multiplier >= 0) is required")
-        count = check_count("count", count)
-        event = SampledGaussian(q=q, sigma=sigma, count=max(count, 1), note=note,
-                                sampling=sampling, relation=self.relation)
-        if count:
-            self._append(event)
-
-    def step_schedule(self, q: float, sigmas: Iterable[float], *, note: str = "",
-                      sampling: str = POISSON) -> None:
-        """One Gaussian step per sigma in ``sigmas`` (a noise schedule), same q and sampling."""
-        arr = np.asarray(sigmas if isinstance(sigmas, np.ndarray) else list(sigmas), float)
-        self._append(GaussianSchedule(q=q, sigmas=arr, note=note, sampling=sampling,
-                                      relation=self.relation))
-
-    def laplace(self, b: float, count: int = 1, *, sensitivity: float = 1.0,
-                note: str = "") -> None:
-        """Record ``count`` Laplace releases of scale ``b`` and L1 ``sensitivity``."""
-        self.record(Laplace(b=b, count=check_count("count", count), sensitivity=sensitivity,
-                            note=note, relation=self.relation))
-
-    def dp_step(self, eps: float, delta: float = 0.0, count: int = 1, *, note: str = "") -> None:
-        """Record ``count`` releases known only to be (eps, delta)-DP (delta=0: pure DP)."""
-        self.record(ApproxDP(eps=eps, delta=delta, count=check_count("count", count),
-                             note=note, relation=self.relation))
-
-    def allocate(self, sigma: float, steps: int, selected: int = 1, epochs: int = 1, *,
-                 note: str = "") -> None:
-        """``epochs`` epochs of random allocation: every example in ``selected`` of the
-        ``steps`` steps of an epoch, noise multiplier ``sigma``
-        (:class:`accounting.allocation.RandomAllocation`; certified bracket by "pld")."""
-        from .allocation import RandomAllocation
-
-        self._append(RandomAllocation(sigma, steps, selected, epochs, note=note,
-                                      relation=self.relation))
 
     def converted(self, relation: str) -> PrivacyLedger:
         """A new ledger of ``relation`` holding this ledger's events, each converted where a

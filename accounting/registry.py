@@ -34,7 +34,7 @@ import numpy as np
 __all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PLDPart",
            "FAMILIES", "register_event", "event_types", "event_class", "rules_of", "parts",
            "why_unsupported", "gaussian_groups", "no_privacy_reason", "group_pairs",
-           "why_infinite", "pure_total", "ACCOUNTANTS", "register_accountant"]
+           "why_infinite", "pure_total", "converter", "ACCOUNTANTS", "register_accountant"]
 
 #: Families of accountants; an event type gives its parts per family.
 FAMILIES = ("rdp", "zcdp", "composition", "pld", "prv")
@@ -109,14 +109,17 @@ class PLDPart:
 
 
 Rule = Callable[[Any, str], list]
+Converter = Callable[[Any, str, str], Any]
 _TYPES: dict[str, type] = {}
 _RULES: dict[type, dict[str, Rule]] = {}
+_CONVERTERS: dict[type, Converter] = {}
 
 
-def register_event(cls: type, **rules: Rule) -> type:
+def register_event(cls: type, convert: Converter | None = None, **rules: Rule) -> type:
     """Register event type ``cls`` (keyed by ``cls.kind`` for JSON) with its ``rules``
-    (family -> ``rule(event, side)``; ``"*"`` via ``**{"*": rule}``). Calling again adds
-    rules. Returns ``cls`` (usable as a decorator without rules)."""
+    (family -> ``rule(event, side)``; ``"*"`` via ``**{"*": rule}``) and optionally its
+    relation converter ``convert(event, source, target)`` (the event restated under
+    ``target``, or None where no valid conversion exists). Calling again adds rules."""
     kind = getattr(cls, "kind", "")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"an event type needs a non-empty class attribute 'kind', got {cls!r}")
@@ -125,7 +128,14 @@ def register_event(cls: type, **rules: Rule) -> type:
             raise ValueError(f"rule family must be one of {FAMILIES} or '*', got {family!r}")
     _TYPES[kind] = cls
     _RULES.setdefault(cls, {}).update(rules)
+    if convert is not None:
+        _CONVERTERS[cls] = convert
     return cls
+
+
+def converter(cls: type) -> Converter | None:
+    """The relation converter registered for ``cls`` (None: it converts to nothing)."""
+    return _CONVERTERS.get(cls)
 
 
 def event_types() -> tuple[type, ...]:

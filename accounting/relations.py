@@ -208,30 +208,33 @@ def group_privacy_2(eps: float, delta: float) -> tuple[float, float]:
 def convert_event(event: object, relation: str):
     """``event`` restated under ``relation`` where that is valid, else ValueError.
 
-    Gaussian steps keep their parameters (only the relation changes: the accountant uses the
-    right sensitivity); Laplace: add-remove/zero-out -> replace-one doubles the L1
+    Each event type registers its converter (:func:`accounting.registry.register_event`):
+    Gaussian steps keep their parameters (only the relation changes: the accountant uses
+    the right sensitivity); Laplace: add-remove/zero-out -> replace-one doubles the L1
     sensitivity (triangle inequality through the data set without the record); (eps, delta):
-    add-remove/zero-out -> replace-one by :func:`group_privacy_2`.
+    add-remove/zero-out -> replace-one by :func:`group_privacy_2`; random allocation ->
+    replace-one: its Gaussian steps without amplification at sensitivity 2C.
     """
-    from dataclasses import is_dataclass, replace
+    from .registry import converter
 
-    if not (is_dataclass(event) and hasattr(event, "kind") and hasattr(event, "steps")):
+    if not (hasattr(event, "kind") and hasattr(event, "steps")):
         raise ValueError(f"event must be an accounting.events.Event, got {type(event)!r}")
     relation = check_relation("relation", relation)
     source = getattr(event, "relation", ADD_REMOVE)
     if source == relation:
         return event
-    if not can_convert(event.kind, source, relation):
+    conv = converter(type(event))
+    out = None if conv is None else conv(event, source, relation)
+    if out is None:
         raise ValueError(f"cannot convert a {event.kind} event from relation={source!r} to "
                          f"relation={relation!r}: no valid conversion (a guarantee under "
                          f"{source} does not imply one under {relation})")
-    note = f"{event.note} [converted {source} -> {relation}]".strip()
-    if event.kind == "laplace":
-        return replace(event, sensitivity=2.0 * event.sensitivity, relation=relation, note=note)
-    if event.kind == "approx_dp":
-        eps, delta = group_privacy_2(event.eps, event.delta)
-        return replace(event, eps=eps, delta=delta, relation=relation, note=note)
-    return replace(event, relation=relation, note=note)
+    return out
+
+
+def converted_note(event: object, source: str, target: str) -> str:
+    """The event's note with "[converted source -> target]" appended."""
+    return f"{getattr(event, 'note', '')} [converted {source} -> {target}]".strip()
 
 
 def events_relation(events: Iterable[object]) -> set[str]:

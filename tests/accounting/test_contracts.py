@@ -208,3 +208,17 @@ def test_robustness_cases_answer_within_seconds():
     assert len(many.events) == 1 and many.epsilon(1e-5) > 0
     with pytest.raises(ValueError, match="value_interval"):
         many.epsilon_bounds(1e-5, "pld", value_interval=1e-12)
+
+
+def test_allocation_converts_to_replace_one_without_amplification():
+    """The docs and the allocation's own message recommend ledger.converted('replace-one');
+    it raised. Under replace-one the new record takes the old one's slots: k steps per epoch
+    move by 2C each, so the conversion is k x epochs Gaussian steps at sigma / 2."""
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=2.0, steps=50, selected=1, epochs=3)
+    out = ledger.converted("replace-one")
+    (event,) = out.events
+    assert (event.q, event.sigma, event.count, event.relation) == (1.0, 2.0, 3, "replace-one")
+    exact = float(A.analytic_gaussian_epsilons(np.array([1.0 / math.sqrt(3.0)]), 1e-5)[0])
+    assert out.tightest_epsilon(1e-5) == pytest.approx(exact, rel=1e-9)
+    assert out.tightest_epsilon(1e-5) >= ledger.tightest_epsilon(1e-5)
