@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy as _copy
 import warnings
 from collections.abc import Iterable
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 import numpy as np
 
 from ._grid import Groups, group_pairs, sgm_groups
-from ._validate import check_choice, check_eps, check_orders
+from ._validate import check_choice, check_count, check_eps, check_orders
 from .accountants import (
     ACCOUNTANTS,
     Tightest,
@@ -50,6 +50,18 @@ __all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "
 METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", "pld")
 #: Labelled approximations: may under-report, never used for a budget decision.
 APPROXIMATE_METHODS = ("zcdp-approx",)
+
+
+def _same_but_count(a: Event, b: Event) -> bool:
+    """Two events of one type equal in every field but ``count`` (which both have)."""
+    names = _FIELDS.get(type(a))
+    if names is None:
+        names = _FIELDS[type(a)] = tuple(f.name for f in fields(a)) if is_dataclass(a) else ()
+    return "count" in names and all(getattr(a, k) == getattr(b, k) for k in names
+                                    if k != "count")
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
 class PrivacyLedger(LedgerRecording, LedgerJSON):
@@ -89,11 +101,11 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
     def _append(self, event: Event) -> None:
         self._check_event_relation(event)
         last = self._events[-1] if self._events else None
-        names = [f.name for f in fields(event)] if is_dataclass(event) else []
-        if type(last) is type(event) and "count" in names and all(
-                getattr(last, k) == getattr(event, k) for k in names if k != "count"):
+        if type(last) is type(event) and _same_but_count(last, event):
             # the same release again: one event with the summed count (10^6 calls, 1 event)
-            self._events[-1] = replace(last, count=last.count + event.count)
+            merged = _copy.copy(last)
+            object.__setattr__(merged, "count", check_count("count", last.count + event.count))
+            self._events[-1] = merged
         else:
             self._events.append(event)
 

@@ -863,6 +863,8 @@ def pld_epsilon(
         # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
         groups = sgm_groups(events)
         h = _grid_step(groups, others, opts) / 2.0
+        if h < 20.0 * _step_std(groups, others)[0] / _MAX_COMPOSED:
+            break  # below the memory floor the next pass would be coarsened back: no gain
         if groups.qs.size > opts.max_distinct:
             bins = _loss_range(groups) / h
             now = rounded_groups(groups, opts.sigma_resolution, "down").qs.size

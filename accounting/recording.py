@@ -4,6 +4,7 @@ it to ``_append``; none accounts anything."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 
 import numpy as np
@@ -27,6 +28,23 @@ class LedgerRecording:
     def record(self, event: Event) -> None:  # pragma: no cover - the ledger's
         raise NotImplementedError
 
+    _events: list
+
+    def _bump(self, cls: type, count: object, **values: object) -> bool:
+        """Fast path of a release equal to the last one (every field but ``count``, plain
+        Python numbers and strings only, so that every value was validated then): add
+        ``count`` to it. False: not that case (the caller builds and checks the event)."""
+        last = self._events[-1] if self._events else None
+        if type(last) is not cls or type(count) is not int or count <= 0:
+            return False
+        if any(type(v) not in (float, int, str) or getattr(last, k) != v
+               for k, v in values.items()):
+            return False
+        merged = copy.copy(last)
+        object.__setattr__(merged, "count", check_count("count", last.count + count))
+        self._events[-1] = merged
+        return True
+
     def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
              noise_multiplier: float | None = None, sample_rate: float | None = None,
              note: str = "", sampling: str = POISSON) -> None:
@@ -44,6 +62,8 @@ class LedgerRecording:
             raise ValueError("q (sampling probability in [0, 1]) is required")
         if sigma is None:
             raise ValueError("sigma (noise multiplier >= 0) is required")
+        if self._bump(SampledGaussian, count, q=q, sigma=sigma, note=note, sampling=sampling):
+            return
         count = check_count("count", count)
         event = SampledGaussian(q=q, sigma=sigma, count=max(count, 1), note=note,
                                 sampling=sampling, relation=self.relation)
@@ -60,11 +80,15 @@ class LedgerRecording:
     def laplace(self, b: float, count: int = 1, *, sensitivity: float = 1.0,
                 note: str = "") -> None:
         """Record ``count`` Laplace releases of scale ``b`` and L1 ``sensitivity``."""
+        if self._bump(Laplace, count, b=b, sensitivity=sensitivity, note=note):
+            return
         self.record(Laplace(b=b, count=check_count("count", count), sensitivity=sensitivity,
                             note=note, relation=self.relation))
 
     def dp_step(self, eps: float, delta: float = 0.0, count: int = 1, *, note: str = "") -> None:
         """Record ``count`` releases known only to be (eps, delta)-DP (delta=0: pure DP)."""
+        if self._bump(ApproxDP, count, eps=eps, delta=delta, note=note):
+            return
         self.record(ApproxDP(eps=eps, delta=delta, count=check_count("count", count),
                              note=note, relation=self.relation))
 

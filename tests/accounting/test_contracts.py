@@ -238,3 +238,21 @@ def test_user_fractional_orders_are_never_below_a_50_digit_evaluation():
         ours = float(A.rdp_sgm_many(np.array([q]), np.array([s]), np.array([a]))[0, 0])
         exact = rdp_mpmath(q, s, a, dps=50)
         assert exact <= ours <= exact * (1 + 1e-9) + 1e-300
+
+
+def test_repeated_releases_are_one_event_and_the_fast_path_still_validates():
+    ledger = A.PrivacyLedger()
+    for _ in range(1000):
+        ledger.step(q=0.01, sigma=2.0)
+        ledger.laplace(b=2.0)  # alternating: no merge across types
+    assert len(ledger.events) == 2000
+    once = A.PrivacyLedger()
+    for _ in range(1000):
+        once.laplace(b=2.0)
+    assert len(once.events) == 1 and once.events[0].count == 1000
+    with pytest.raises(ValueError, match="b"):
+        once.laplace(b=-2.0)
+    with pytest.raises(ValueError, match="count"):
+        once.laplace(b=2.0, count=-1)
+    with pytest.raises(ValueError, match="count"):
+        once.laplace(b=2.0, count=2**53)  # the summed count would pass 2**53
