@@ -72,6 +72,11 @@ from .shuffle import (
 )
 from .tightest import tightest_epsilon
 
+try:  # fixed-size batches without replacement (needs accounting.without_replacement)
+    from .fixed_size import SampledWithoutReplacement
+except ImportError:  # pragma: no cover - before that module is merged
+    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
+
 __all__ = [
     "ACCOUNTANTS",
     "Accountant",
@@ -114,6 +119,7 @@ __all__ = [
     "PrivacyLedger",
     "RangeWarning",
     "SampledGaussian",
+    "SampledWithoutReplacement",
     "SeriesConvergenceWarning",
     "amplify_by_sampling",
     "analytic_gaussian_epsilons",

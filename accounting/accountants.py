@@ -39,6 +39,7 @@ from .registry import (
     GaussianPart,
     LaplacePart,
     PLDPart,
+    RDPPart,
     UnsupportedEventError,
     gaussian_groups,
     parts,
@@ -88,6 +89,8 @@ def rdp_curve(items: Sequence[object], orders: np.ndarray,
             total = total + p.count * rdp_laplace(p.b, orders, p.sensitivity)
         elif isinstance(p, DPPart) and p.pure:
             total = total + (np.inf if math.isinf(p.eps) else p.count * rdp_pure_dp(p.eps, orders))
+        elif isinstance(p, RDPPart):
+            total = total + p.count * np.asarray(p.rdp(orders), dtype=float)
     return np.where(np.isnan(total), np.inf, total)
 
 
@@ -151,6 +154,8 @@ class RDPAccountant(Accountant):
     """Rényi DP (improved conversion, Balle et al. 2020; classic, Mironov 2017; or the
     moments accountant view of Abadi et al. 2016); Poisson steps under replace-one also get
     group privacy 2 of their add/remove accounting (the smaller bound is kept)."""
+
+    forms = _BASIC_FORMS + (RDPPart,)
 
     def __init__(self, name: str, conversion: str) -> None:
         self.name, self.conversion = name, conversion

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PLDPart",
+__all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PLDPart", "RDPPart",
            "FAMILIES", "register_event", "event_types", "event_class", "rules_of", "parts",
            "why_unsupported", "gaussian_groups", "no_privacy_reason", "group_pairs",
            "why_infinite", "pure_total", "converter", "ACCOUNTANTS", "register_accountant"]
@@ -94,6 +94,15 @@ class DPPart:
     @property
     def pure(self) -> bool:
         return self.delta == 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class RDPPart:
+    """A mechanism that states its own per-release RDP upper bound ``rdp(orders)`` (e.g.
+    sampling without replacement, Wang, Balle, Kasiviswanathan 2019), ``count`` times."""
+
+    rdp: Callable[[np.ndarray], np.ndarray]
+    count: int
 
 
 @dataclass(frozen=True, eq=False)
