@@ -532,7 +532,9 @@ def rdp_sgm_many(
             list(pool.map(lambda job: fill(*job), jobs))
     elif jobs:
         fill(*jobs[0])
-    return _monotone_envelope(out, orders)
+    # a sum that overflowed to NaN (huge orders with small sigma) bounds nothing: +inf, so
+    # that the envelope below does not spread the NaN to every smaller order
+    return _monotone_envelope(np.where(np.isnan(out), np.inf, out), orders)
 
 
 def _monotone_envelope(values: np.ndarray, orders: np.ndarray) -> np.ndarray:

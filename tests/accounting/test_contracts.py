@@ -261,3 +261,23 @@ def test_repeated_releases_are_one_event_and_the_fast_path_still_validates():
         once.laplace(b=2.0, count=-1)
     with pytest.raises(ValueError, match="count"):
         once.laplace(b=2.0, count=2**53)  # the summed count would pass 2**53
+
+
+def test_a_huge_order_never_spreads_nan_to_the_others():
+    """Orders [2.5, 1e5]: the order-1e5 sum overflowed to NaN and the monotone envelope
+    copied it to 2.5, so eps was inf; the 1e5 value is now +inf and 2.5 still counts."""
+    ledger = A.PrivacyLedger(orders=[2.5, 1e5])
+    ledger.step(q=0.01, sigma=1.0, count=1000)
+    alone = A.PrivacyLedger(orders=[2.5])
+    alone.step(q=0.01, sigma=1.0, count=1000)
+    assert math.isfinite(ledger.epsilon(1e-5))
+    assert ledger.epsilon(1e-5) == pytest.approx(alone.epsilon(1e-5), rel=1e-12)
+
+
+def test_allocation_whose_pld_cannot_be_built_is_refused_by_name_and_still_answered():
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=0.05, steps=100)
+    with pytest.raises(UnsupportedEventError, match="pld"):
+        ledger.epsilon_bounds(1e-5, "pld")
+    eps, method = ledger.tightest_epsilon(1e-5, with_method=True)
+    assert math.isfinite(eps) and eps > 100 and method in CERTIFIED
