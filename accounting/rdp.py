@@ -594,7 +594,10 @@ def rdp_laplace(b: float, orders: np.ndarray | None = None, sensitivity: float =
     log_val = np.logaddexp(
         np.log(a / (2 * a - 1)) + (a - 1) * eps, np.log((a - 1) / (2 * a - 1)) - a * eps
     )
-    return np.minimum(log_val / (a - 1), eps)
+    exact = np.minimum(log_val / (a - 1), eps)
+    # below eps ~ 1e-4 the log loses everything to cancellation (b = 1e9 gave -7e-17): use the
+    # pure-DP bound min(eps, alpha eps^2 / 2) (:func:`rdp_pure_dp`), valid for every eps-DP
+    return exact if eps >= 1e-4 else np.minimum(eps, a * eps**2 / 2.0)
 
 
 def rdp_pure_dp(eps: float, orders: np.ndarray | None = None) -> np.ndarray:
