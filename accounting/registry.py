@@ -132,6 +132,11 @@ def register_event(cls: type, convert: Converter | None = None, **rules: Rule) -
     kind = getattr(cls, "kind", "")
     if not isinstance(kind, str) or not kind:
         raise ValueError(f"an event type needs a non-empty class attribute 'kind', got {cls!r}")
+    old = _TYPES.get(kind)
+    if old is not None and old is not cls and (old.__module__, old.__qualname__) != (
+            cls.__module__, cls.__qualname__):
+        raise ValueError(f"event kind {kind!r} is already registered for {old.__module__}."
+                         f"{old.__qualname__}: choose another kind")
     for family in rules:
         if family != "*" and family not in FAMILIES:
             raise ValueError(f"rule family must be one of {FAMILIES} or '*', got {family!r}")
