@@ -850,11 +850,13 @@ def pld_epsilon(
         return PLDBounds(lo_exact, (lo_exact + up_exact) / 2.0, up_exact)
     tol = delta * 1e-6
     user_grid = opts.value_interval is not None
-    upper, lower = math.inf, 0.0
+    upper, lower = (math.inf if up_exact is None else up_exact), 0.0
     for _ in range(_REFINE if not user_grid else 1):
         # every pass is a certified bracket: keep the best end of each side over the passes
-        upper = min(upper, _bound(events, others, opts, True,
-                                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol))
+        if up_exact is None:  # (a closed-form upper end needs no discretisation)
+            upper = min(upper, _bound(events, others, opts, True,
+                                      lambda pmf, allow, h: _eps_of(pmf, delta - allow, h),
+                                      tol))
         lower = max(lower, _bound(events, others, opts, False,
                                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
         if math.isinf(upper) or upper - lower <= _WIDTH * upper:
