@@ -148,8 +148,8 @@ def register_event(cls: type, convert: Converter | None = None, **rules: Rule) -
 
 
 def converter(cls: type) -> Converter | None:
-    """The relation converter registered for ``cls`` (None: it converts to nothing)."""
-    return _CONVERTERS.get(cls)
+    """The relation converter registered for ``cls`` or its nearest registered base."""
+    return next((_CONVERTERS[b] for b in cls.__mro__ if b in _CONVERTERS), None)
 
 
 def event_types() -> tuple[type, ...]:
@@ -169,19 +169,29 @@ def rules_of(cls: type) -> dict[str, Rule]:
     return dict(_RULES.get(cls, {}))
 
 
+def _rules(cls: type) -> dict[str, Rule] | None:
+    """The rules of ``cls`` or of its nearest registered base (a subclass, e.g. a variant
+    built for a retry, is accounted as its base unless registered itself)."""
+    for base in cls.__mro__:
+        if base in _RULES:
+            return _RULES[base]
+    return None
+
+
 def _rule(event: object, family: str) -> Rule | None:
-    rules = _RULES.get(type(event), {})
+    rules = _rules(type(event)) or {}
     return rules.get(family, rules.get("*"))
 
 
 def why_unsupported(event: object, family: str, forms: tuple[type, ...]) -> str | None:
     """Why the family's accountants cannot account ``event`` (None: they can)."""
     rule = _rule(event, family)
-    if type(event) not in _RULES:
+    known = _rules(type(event))
+    if known is None:
         return f"{type(event).__name__} is not a registered event type"
     if rule is None:
         return (f"no {family!r} rule is registered for {type(event).__name__} "
-                f"(it has rules for {sorted(_RULES[type(event)]) or 'no family'})")
+                f"(it has rules for {sorted(known) or 'no family'})")
     try:
         got = rule(event, "upper")
     except UnsupportedEventError as exc:
