@@ -10,6 +10,7 @@ docs/accounting.md lists the papers behind every formula.
 
 from . import relations, schedules
 from ._grid import round_sigmas
+from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from .allocation import RandomAllocation, allocation_epsilon_bounds
 from .calibrate import calibrate_sigma, max_steps, scale_schedule
 from .composition import (
@@ -60,6 +61,7 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
+from .registry import UnsupportedEventError, event_types, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
 from .shuffle import (
     ShuffleBounds,
@@ -70,7 +72,20 @@ from .shuffle import (
 )
 from .tightest import tightest_epsilon
 
+try:  # fixed-size batches without replacement (needs accounting.without_replacement)
+    from .fixed_size import SampledWithoutReplacement
+except ImportError:  # pragma: no cover - before that module is merged
+    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
+
 __all__ = [
+    "ACCOUNTANTS",
+    "Accountant",
+    "Tightest",
+    "UnsupportedEventError",
+    "event_types",
+    "register_accountant",
+    "register_event",
+    "supporting",
     "APPROXIMATE_METHODS",
     "ConservativeEpsilon",
     "EpsilonReport",
@@ -104,6 +119,7 @@ __all__ = [
     "PrivacyLedger",
     "RangeWarning",
     "SampledGaussian",
+    "SampledWithoutReplacement",
     "SeriesConvergenceWarning",
     "amplify_by_sampling",
     "analytic_gaussian_epsilons",

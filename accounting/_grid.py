@@ -16,8 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ._validate import check_choice, check_positive
-from .events import ApproxDP, Event, GaussianSchedule, SampledGaussian
-from .relations import gaussian_lower, gaussian_upper
+from .events import Event
+from .registry import _rule, gaussian_groups, group_pairs, why_infinite
 
 __all__ = ["Groups", "group_pairs", "round_sigmas", "sgm_groups", "rounded_groups",
            "no_privacy_reason"]
@@ -29,20 +29,6 @@ class Groups(NamedTuple):
     qs: np.ndarray
     sigmas: np.ndarray
     counts: np.ndarray
-
-
-def group_pairs(
-    qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merge equal (q, sigma) pairs, summing their counts; sorted by (q, sigma)."""
-    if qs.size == 0:
-        return qs, sigmas, counts
-    order = np.lexsort((sigmas, qs))
-    qs, sigmas, counts = qs[order], sigmas[order], counts[order]
-    new = np.ones(qs.size, dtype=bool)
-    new[1:] = (qs[1:] != qs[:-1]) | (sigmas[1:] != sigmas[:-1])
-    starts = np.flatnonzero(new)
-    return qs[starts], sigmas[starts], np.add.reduceat(counts, starts)
 
 
 def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.ndarray:
@@ -67,34 +53,22 @@ def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.nd
     return out
 
 
-def sgm_groups(events: Iterable[Event], side: str = "upper") -> Groups:
+def sgm_groups(events: Iterable[Event], side: str = "upper", family: str = "pld") -> Groups:
     """The Gaussian steps of ``events`` as distinct (q, sigma) groups with step counts.
 
     Each step is mapped to the Poisson add/remove pair that accounts it under its sampling
-    and relation (:mod:`accounting.relations`): ``side="upper"`` gives the pair of a valid
-    upper bound, ``side="lower"`` that of a valid lower bound (q = 0 where a step is left out).
+    and relation (the event's ``family`` rule in :mod:`accounting.registry`, default the PLD
+    one, under which random allocation is not a Gaussian step): ``side="upper"`` gives the
+    pair of a valid upper bound, ``side="lower"`` that of a valid lower bound (q = 0 where a
+    step is left out). Events without a rule for ``family`` contribute nothing here.
     """
     check_choice("side", side, ("upper", "lower"))
-    mapping = gaussian_upper if side == "upper" else gaussian_lower
-    qs: list[np.ndarray] = []
-    sigmas: list[np.ndarray] = []
-    counts: list[np.ndarray] = []
+    items: list = []
     for e in events:
-        if isinstance(e, SampledGaussian):
-            q, s = mapping(e.q, np.array([e.sigma]), e.sampling, e.relation)
-            qs.append(q)
-            sigmas.append(s)
-            counts.append(np.array([e.count]))
-        elif isinstance(e, GaussianSchedule):
-            u, c = np.unique(e.sigmas, return_counts=True)
-            q, s = mapping(e.q, u, e.sampling, e.relation)
-            qs.append(q)
-            sigmas.append(s)
-            counts.append(c)
-    if not qs:
-        return Groups(np.empty(0), np.empty(0), np.empty(0, dtype=np.int64))
-    return Groups(*group_pairs(np.concatenate(qs), np.concatenate(sigmas),
-                               np.concatenate(counts).astype(np.int64)))
+        rule = _rule(e, family)
+        if rule is not None:
+            items.extend(rule(e, side))
+    return Groups(*gaussian_groups(items))
 
 
 def rounded_groups(groups: Groups, resolution: float, direction: str) -> Groups:
@@ -104,15 +78,6 @@ def rounded_groups(groups: Groups, resolution: float, direction: str) -> Groups:
 
 
 def no_privacy_reason(groups: Groups, events: Iterable[Event]) -> str | None:
-    """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None."""
-    reasons = []
-    bad = (groups.sigmas == 0) & (groups.qs > 0)
-    if bad.any():
-        reasons.append(
-            f"{int(groups.counts[bad].sum())} Gaussian step(s) with sigma=0 and q>0: no noise, "
-            "so the release is not private at all"
-        )
-    inf_dp = [e for e in events if isinstance(e, ApproxDP) and math.isinf(e.eps)]
-    if inf_dp:
-        reasons.append(f"{len(inf_dp)} release(s) recorded with eps=inf")
-    return "; ".join(reasons) or None
+    """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None
+    (``groups`` is kept for the old signature; the events' parts decide)."""
+    return why_infinite(events)

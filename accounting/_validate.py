@@ -100,8 +100,16 @@ def check_eps(name: str, value: object, *, allow_inf: bool = False) -> float:
     return out
 
 
+#: Largest step count accepted (2^53: every count and sum of counts is exact in a float64
+#: and an int64; 10^20 steps used to overflow deep inside numpy).
+MAX_COUNT = 2**53
+#: Largest Rényi order accepted: beyond it the RDP sums cost memory linear in the order
+#: (10^8 took 4 GB) and no conversion at a realistic delta picks such an order.
+MAX_ORDER = 1e5
+
+
 def check_count(name: str, value: object, *, minimum: int = 0) -> int:
-    """A step count: an integer >= ``minimum``."""
+    """A step count: an integer >= ``minimum`` and <= :data:`MAX_COUNT`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         if isinstance(value, (float, np.floating)) and float(value).is_integer():
             value = int(value)
@@ -110,6 +118,9 @@ def check_count(name: str, value: object, *, minimum: int = 0) -> int:
     out = int(value)
     if out < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {out!r}")
+    if out > MAX_COUNT:
+        raise ValueError(f"{name} must be <= 2**53 ({MAX_COUNT}), got {out!r}: counts beyond "
+                         "it are not exact in floating point")
     return out
 
 
@@ -125,6 +136,9 @@ def check_orders(name: str, orders: Iterable[float] | float) -> np.ndarray:
         raise ValueError(f"{name} must be finite numbers > 1 (got NaN or inf)")
     if (arr <= 1.0).any():
         raise ValueError(f"{name} must all be > 1, got min {arr.min()!r}")
+    if (arr > MAX_ORDER).any():
+        raise ValueError(f"{name} must all be <= {MAX_ORDER:g} (absurd orders cost memory "
+                         f"linear in the order and are never optimal), got {arr.max()!r}")
     return arr
 
 

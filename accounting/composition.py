@@ -40,6 +40,8 @@ __all__ = [
     "zcdp_gaussian",
     "zcdp_sampled_gaussian_approx",
     "zcdp_to_dp",
+    "per_step_dp",
+    "composition_epsilon",
 ]
 
 
@@ -295,3 +297,69 @@ def zcdp_to_dp(rho: float, delta: float, conversion: str = "classic") -> DP:
     res = optimize.minimize_scalar(f, bounds=(1.0 + 1e-9, max(4 * a_star, 2.0)),
                                    method="bounded", options={"xatol": 1e-10})
     return DP(float(max(0.0, min(classic, f(float(res.x))))), delta)
+
+
+_ADVANCED_SPLITS = np.linspace(0.05, 0.95, 19)
+
+
+def per_step_dp(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
+                others: list[tuple[float, float, int]], delta_per_step: float,
+                gaussian: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(eps_i, delta_i, count_i) of every release: each Gaussian row (q, sigma, count) of
+    ``groups`` calibrated so that its delta after amplification by sampling is
+    ``delta_per_step`` (analytic, Balle & Wang 2018; or classical, Dwork & Roth Thm A.1,
+    warning outside eps < 1), amplified by ``log(1 + q (e^eps - 1))``; ``others`` are
+    (eps, delta, count) releases taken as they are."""
+    qs, sigmas, counts = groups
+    keep = qs > 0
+    qs, sigmas, counts = qs[keep], sigmas[keep], counts[keep]
+    d_step = np.minimum(delta_per_step / np.maximum(qs, 1e-300), 0.5)
+    if gaussian == "analytic":
+        e0 = analytic_gaussian_epsilons(sigmas, d_step)
+    else:
+        with np.errstate(divide="ignore"):
+            e0 = np.sqrt(2.0 * np.log(1.25 / d_step)) / sigmas
+        if (e0 >= 1).any():
+            warnings.warn("the classical Gaussian calibration (Dwork & Roth Thm A.1) is "
+                          "used outside eps < 1 for some steps: not a proven bound",
+                          RangeWarning, stacklevel=4)
+    with np.errstate(over="ignore"):
+        amp = np.where(np.isinf(e0), np.inf, np.log1p(qs * np.expm1(np.minimum(e0, 700.0))))
+    big = np.isfinite(e0) & (e0 > 700.0)
+    amp[big] = e0[big] + np.log(qs[big])  # log(1 + q(e^e - 1)) ~ e + log q for huge e
+    extra = np.array(others, dtype=float).reshape(-1, 3)
+    return (np.concatenate([amp, extra[:, 0]]), np.concatenate([qs * d_step, extra[:, 1]]),
+            np.concatenate([counts.astype(float), extra[:, 2]]))
+
+
+def composition_epsilon(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
+                        others: list[tuple[float, float, int]], delta: float, method: str,
+                        gaussian: str = "analytic") -> float:
+    """Basic or advanced composition of Gaussian ``groups`` and (eps, delta, count)
+    ``others`` with a sound split of ``delta``.
+
+    The (eps, delta > 0) releases keep their own delta; what remains, R, goes to the
+    Gaussian steps. basic: each of the T Gaussian steps gets R/T after amplification.
+    advanced (Dwork, Rothblum, Vadhan 2010, heterogeneous form): a share f R is the slack
+    delta' and each step gets (1 - f) R / T; f from the fixed grid {0.05, ..., 0.95}
+    (data-independent, so the minimum over it is still a valid bound).
+    """
+    check_choice("method", method, ("basic", "advanced"))
+    rem = delta - sum(c * d for _, d, c in others)
+    if rem <= 0:
+        return math.inf
+    qs, _, counts = groups
+    n_gauss = max(int(counts[qs > 0].sum()) if qs.size else 0, 1)
+    if method == "basic":
+        e, _, c = per_step_dp(groups, others, rem / n_gauss, gaussian)
+        return float(np.sum(e * c)) if e.size else 0.0
+    best = math.inf
+    for f in _ADVANCED_SPLITS:
+        e, _, c = per_step_dp(groups, others, (1.0 - f) * rem / n_gauss, gaussian)
+        if e.size == 0:
+            return 0.0
+        if np.isinf(e).any():
+            return math.inf
+        total = math.sqrt(2.0 * math.log(1.0 / (f * rem)) * float(np.sum(c * e * e)))
+        best = min(best, total + float(np.sum(c * e * np.expm1(e))))
+    return best

@@ -8,7 +8,8 @@ sigma=6 x 10000"). A ``note`` carries the reason a defense recorded it (e.g. "cl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -21,14 +22,21 @@ from ._validate import (
     check_probability,
     check_sigma,
 )
+from .registry import DPPart, GaussianPart, LaplacePart, event_class, register_event
 from .relations import (
     ADD_REMOVE,
     ALL,
     POISSON,
+    REPLACE_ONE,
     check_gaussian_pair,
     check_relation,
     check_sampling,
+    converted_note,
     describe_accounting,
+    gaussian_lower,
+    gaussian_upper,
+    group_privacy_2,
+    uses_group_privacy,
 )
 
 __all__ = ["Event", "SampledGaussian", "GaussianSchedule", "Laplace", "ApproxDP", "event_from_dict",
@@ -36,14 +44,29 @@ __all__ = ["Event", "SampledGaussian", "GaussianSchedule", "Laplace", "ApproxDP"
 
 
 class Event:
-    """Base class: ``steps`` releases, a one-line ``describe()``, and a JSON dict form."""
+    """Base class: ``steps`` releases, a one-line ``describe()``, and a JSON dict form.
+
+    A subclass is a frozen dataclass that states its parameters as fields, names a checker
+    per field in ``checks`` (``name -> check(name, value) -> normalised value``), says in
+    ``gaussian`` whether it is a Gaussian step (its sampling/relation pair is checked as
+    such) and implements ``steps`` and ``describe``. Validation, ``to_dict`` and
+    ``from_dict`` are shared here; accounting is wired in :mod:`accounting.registry`.
+    """
 
     kind: ClassVar[str] = ""
+    checks: ClassVar[dict[str, Callable[[str, Any], Any]]] = {}
+    gaussian: ClassVar[bool] = False
     note: str
     #: how the batch or cohort was drawn (:data:`accounting.relations.SAMPLINGS`)
     sampling: str
     #: the neighbouring relation it is accounted under (:data:`~accounting.relations.RELATIONS`)
     relation: str
+
+    def __post_init__(self) -> None:
+        for name, check in self.checks.items():
+            object.__setattr__(self, name, check(name, getattr(self, name)))
+        object.__setattr__(self, "note", str(self.note))
+        self._check_relation_fields(self.gaussian)
 
     @property
     def steps(self) -> int:  # pragma: no cover - overridden
@@ -52,8 +75,14 @@ class Event:
     def describe(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - overridden
-        raise NotImplementedError
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": kind, field: value, ...}`` (arrays as lists); read by
+        :func:`event_from_dict`."""
+        out: dict[str, Any] = {"type": self.kind}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
+        return out
 
     def _note(self) -> str:
         return f"  [{self.note}]" if self.note else ""
@@ -74,8 +103,16 @@ class Event:
                              f"release under relation={self.relation!r}: no amplification by "
                              "sampling is implemented for it; record sampling='all'")
 
-    def _rel_dict(self) -> dict[str, Any]:
-        return {"sampling": self.sampling, "relation": self.relation}
+
+def _sigmas(name: str, value: object) -> np.ndarray:
+    arr = check_array(name, np.asarray(value, dtype=float).ravel(), low=0.0,
+                      allow_empty=False, what="noise multipliers, at least one step").copy()
+    arr.setflags(write=False)
+    return arr
+
+
+def _inf_eps(name: str, value: object) -> float:
+    return check_eps(name, value, allow_inf=True)
 
 
 @dataclass(frozen=True)
@@ -89,13 +126,9 @@ class SampledGaussian(Event):
     sampling: str = POISSON
     relation: str = ADD_REMOVE
     kind: ClassVar[str] = "sampled_gaussian"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "q", check_probability("q", self.q))
-        object.__setattr__(self, "sigma", check_sigma("sigma", self.sigma))
-        object.__setattr__(self, "count", check_count("count", self.count))
-        object.__setattr__(self, "note", str(self.note))
-        self._check_relation_fields(gaussian=True)
+    checks: ClassVar[dict] = {"q": check_probability, "sigma": check_sigma,
+                              "count": check_count}
+    gaussian: ClassVar[bool] = True
 
     @property
     def steps(self) -> int:
@@ -109,10 +142,6 @@ class SampledGaussian(Event):
         else:
             what = f"{self.sampling} batches (B/n={self.q:.6g}) Gaussian"
         return f"{what} sigma={self.sigma:.6g} x {self.count}{self._how()}{self._note()}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "q": self.q, "sigma": self.sigma, "count": self.count,
-                "note": self.note, **self._rel_dict()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -128,15 +157,8 @@ class GaussianSchedule(Event):
     sampling: str = POISSON
     relation: str = ADD_REMOVE
     kind: ClassVar[str] = "gaussian_schedule"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "q", check_probability("q", self.q))
-        arr = check_array("sigmas", np.asarray(self.sigmas, dtype=float).ravel(), low=0.0,
-                          allow_empty=False, what="noise multipliers, at least one step").copy()
-        arr.setflags(write=False)
-        object.__setattr__(self, "sigmas", arr)
-        object.__setattr__(self, "note", str(self.note))
-        self._check_relation_fields(gaussian=True)
+    checks: ClassVar[dict] = {"q": check_probability, "sigmas": _sigmas}
+    gaussian: ClassVar[bool] = True
 
     @property
     def steps(self) -> int:
@@ -149,10 +171,6 @@ class GaussianSchedule(Event):
         return (f"{what} Gaussian q={self.q:.6g} sigma schedule {s[0]:.6g} -> "
                 f"{s[-1]:.6g} (min {s.min():.6g}) x {s.size} steps, {distinct} distinct"
                 f"{self._how()}{self._note()}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "q": self.q, "sigmas": self.sigmas.tolist(), "note": self.note,
-                **self._rel_dict()}
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, GaussianSchedule) and self.q == other.q
@@ -173,13 +191,8 @@ class Laplace(Event):
     sampling: str = ALL
     relation: str = ADD_REMOVE
     kind: ClassVar[str] = "laplace"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "b", check_positive("b", self.b))
-        object.__setattr__(self, "count", check_count("count", self.count))
-        object.__setattr__(self, "sensitivity", check_positive("sensitivity", self.sensitivity))
-        object.__setattr__(self, "note", str(self.note))
-        self._check_relation_fields(gaussian=False)
+    checks: ClassVar[dict] = {"b": check_positive, "count": check_count,
+                              "sensitivity": check_positive}
 
     @property
     def steps(self) -> int:
@@ -193,10 +206,6 @@ class Laplace(Event):
         return (f"Laplace b={self.b:.6g} sensitivity={self.sensitivity:.6g} "
                 f"(eps={self.eps:.6g}) x {self.count}{self._how()}{self._note()}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "b": self.b, "count": self.count,
-                "sensitivity": self.sensitivity, "note": self.note, **self._rel_dict()}
-
 
 @dataclass(frozen=True)
 class ApproxDP(Event):
@@ -209,14 +218,7 @@ class ApproxDP(Event):
     sampling: str = ALL
     relation: str = ADD_REMOVE
     kind: ClassVar[str] = "approx_dp"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "eps", check_eps("eps", self.eps, allow_inf=True))
-        d = check_probability("delta", self.delta)
-        object.__setattr__(self, "delta", d)
-        object.__setattr__(self, "count", check_count("count", self.count))
-        object.__setattr__(self, "note", str(self.note))
-        self._check_relation_fields(gaussian=False)
+    checks: ClassVar[dict] = {"eps": _inf_eps, "delta": check_probability, "count": check_count}
 
     @property
     def steps(self) -> int:
@@ -230,37 +232,58 @@ class ApproxDP(Event):
         eps = "inf" if math.isinf(self.eps) else f"{self.eps:.6g}"
         return f"({eps}, {self.delta:.3g})-DP release x {self.count}{self._how()}{self._note()}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.kind, "eps": self.eps, "delta": self.delta, "count": self.count,
-                "note": self.note, **self._rel_dict()}
+
+# ---------------------------------------------------------------- wiring (the registry)
+def _gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
+                   side: str) -> list:
+    """The Poisson add/remove pairs that account the steps under their sampling and relation
+    (:func:`accounting.relations.gaussian_upper` / ``gaussian_lower``)."""
+    mapping = gaussian_upper if side == "upper" else gaussian_lower
+    qa, s = mapping(q, sigmas, e.sampling, e.relation)
+    return [GaussianPart(qa, s, counts.astype(np.int64),
+                         uses_group_privacy(e.sampling, e.relation, q))]
 
 
-_TYPES: dict[str, type] = {
-    SampledGaussian.kind: SampledGaussian,
-    GaussianSchedule.kind: GaussianSchedule,
-    Laplace.kind: Laplace,
-    ApproxDP.kind: ApproxDP,
-}
+def _any_relation(e: Event, source: str, target: str) -> Event:
+    """Mechanism-level parameters: only the relation changes (the accountant recomputes the
+    sensitivity)."""
+    return replace(e, relation=target, note=converted_note(e, source, target))
 
 
-def register_event(cls: type) -> type:
-    """Make ``event_from_dict`` read events of ``cls`` (keyed by ``cls.kind``); for event
-    types defined in other modules (e.g. :class:`accounting.allocation.RandomAllocation`)."""
-    _TYPES[cls.kind] = cls
-    return cls
+def _laplace_to(e: Laplace, source: str, target: str) -> Laplace | None:
+    if target != REPLACE_ONE:
+        return None
+    return replace(e, sensitivity=2.0 * e.sensitivity, relation=target,
+                   note=converted_note(e, source, target))
+
+
+def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
+    if target != REPLACE_ONE:
+        return None
+    eps, delta = group_privacy_2(e.eps, e.delta)
+    return replace(e, eps=eps, delta=delta, relation=target,
+                   note=converted_note(e, source, target))
+
+
+register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+    e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
+register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+    e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
+register_event(Laplace, convert=_laplace_to,
+               **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
+register_event(ApproxDP, convert=_approx_to,
+               **{"*": lambda e, side: [DPPart(e.eps, e.delta, e.count)]})
 
 
 def event_from_dict(data: dict[str, Any]) -> Event:
     """Rebuild an event from :meth:`Event.to_dict` output; unknown types are refused by name."""
     if not isinstance(data, dict) or "type" not in data:
         raise ValueError(f"an event must be a dict with a 'type' key, got {data!r}")
-    kind = data["type"]
-    if kind not in _TYPES:
-        raise ValueError(f"unknown event type {kind!r}; known: {sorted(_TYPES)}")
-    fields = {k: v for k, v in data.items() if k != "type"}
-    if kind == ApproxDP.kind and fields.get("eps") in ("inf", "Infinity"):
-        fields["eps"] = math.inf
+    cls = event_class(data["type"])
+    fields_ = {k: v for k, v in data.items() if k != "type"}
+    if fields_.get("eps") in ("inf", "Infinity"):
+        fields_["eps"] = math.inf
     try:
-        return _TYPES[kind](**fields)
+        return cls(**fields_)
     except TypeError as exc:
-        raise ValueError(f"bad fields for event type {kind!r}: {exc}") from exc
+        raise ValueError(f"bad fields for event type {data['type']!r}: {exc}") from exc

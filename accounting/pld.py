@@ -59,7 +59,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from ._grid import Groups, no_privacy_reason, rounded_groups, sgm_groups
+from ._grid import Groups, rounded_groups, sgm_groups
 from ._validate import (
     check_count,
     check_delta,
@@ -67,7 +67,17 @@ from ._validate import (
     check_instances,
     check_positive,
 )
-from .events import ApproxDP, Event, Laplace
+from .events import Event
+from .registry import (
+    ACCOUNTANTS,
+    DPPart,
+    GaussianPart,
+    LaplacePart,
+    PLDPart,
+    UnsupportedEventError,
+    no_privacy_reason,
+    pure_total,
+)
 
 __all__ = ["PLDBounds", "pld_epsilon", "pld_delta", "PLDOptions"]
 
@@ -139,6 +149,10 @@ def _x_of_loss(loss: np.ndarray, q: np.ndarray, s: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.expm1(loss) / q
         out = s * s * np.log1p(ratio) + 0.5
+        # e^loss overflows above loss ~ 709: log(1 + (e^l - 1)/q) = l - log q + O(q e^-l)
+        # (was inf, which put all the mass above the grid into its last bin)
+        big = s * s * (loss - np.log(q)) + 0.5
+    out = np.where(np.isfinite(loss) & (loss > 700.0), big, out)
     out = np.where(ratio <= -1.0, -np.inf, out)
     return np.where(q == 1.0, s * s * loss + 0.5, out)  # q = 1: the loss is linear in x
 
@@ -560,11 +574,15 @@ def _step_std(groups: Groups, others: list[Event]) -> tuple[float, float]:
     total = float((var * c).sum())
     per = [float(var.max())] if var.size else []
     for e in others:
-        if isinstance(e, (Laplace, ApproxDP)) and math.isfinite(e.eps):
+        if isinstance(e, (LaplacePart, DPPart)) and math.isfinite(e.eps):
             total += e.count * e.eps**2
             per.append(e.eps**2)
-        elif _custom(e):  # e.g. RandomAllocation: its own loss variance per composition
-            var_e = e.pld_loss_variance()
+        elif isinstance(e, PLDPart):  # e.g. random allocation: its own loss variance
+            try:
+                var_e = e.event.pld_loss_variance()
+            except (ValueError, OverflowError, FloatingPointError, MemoryError) as exc:
+                raise UnsupportedEventError(e.event, "pld", f"its PLD could not be built "
+                                            f"here ({type(exc).__name__}: {exc})") from exc
             total += e.count * var_e
             per.append(var_e)
     return math.sqrt(max(total, 1e-300)), math.sqrt(max(per, default=0.0))
@@ -596,20 +614,28 @@ def _loss_limits(qs: np.ndarray, sig: np.ndarray,
     return llo, lhi
 
 
-def _grid_step(groups: Groups, others: list[Event], opts: PLDOptions) -> float:
+def _grid_step(groups: Groups, others: list, opts: PLDOptions) -> float:
     if opts.value_interval is not None:
+        widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
+                                              if isinstance(e, (LaplacePart, DPPart))
+                                              and math.isfinite(e.eps)])
+        if widest / opts.value_interval > 4 * _MAX_BINS:
+            raise ValueError(f"value_interval={opts.value_interval!r} needs "
+                             f"{widest / opts.value_interval:.3g} bins for one release's loss "
+                             f"range (at most {4 * _MAX_BINS}): use value_interval >= "
+                             f"{widest / (4 * _MAX_BINS):.3g} or the default")
         return opts.value_interval
     total, _ = _step_std(groups, others)
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
     # the O(h^2) bias per step adds up over the steps: finer grids for longer compositions
     bins = min(max(1000.0 * math.sqrt(steps / 10_000.0), 400.0), 2000.0)
     widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
-                                          if isinstance(e, (Laplace, ApproxDP))
+                                          if isinstance(e, (LaplacePart, DPPart))
                                           and math.isfinite(e.eps)])
     h = max(total / bins, widest / _MAX_BINS)
     # atoms at +-eps0 (Laplace, (eps, delta)) fall between grid points: keep h << eps0
     for e in others:
-        if isinstance(e, (Laplace, ApproxDP)) and e.eps > 0:
+        if isinstance(e, (LaplacePart, DPPart)) and e.eps > 0:
             h = min(h, e.eps / 1000.0)
     h = min(max(h, 1e-7), 1e-2)
     # ... but never more bins than memory allows: one release's range within _MAX_BINS,
@@ -655,28 +681,23 @@ def _other_pmfs(others: list[Event], h: float, upper: bool,
     """Discrete PLDs of Laplace and (eps, delta) releases (symmetric: both directions)."""
     out = []
     for e in others:
-        if not isinstance(e, (Laplace, ApproxDP)):
+        if not isinstance(e, (LaplacePart, DPPart)):
             continue
-        if e.eps == 0 and (isinstance(e, Laplace) or e.delta == 0):
+        if e.eps == 0 and e.delta == 0:
             continue  # nothing leaks (a (0, delta) release still carries its delta atom)
         k0 = int(math.floor(-e.eps / h)) - 1
         edges = np.arange(k0, int(math.ceil(e.eps / h)) + 2, dtype=float) * h
-        if isinstance(e, Laplace):
+        if isinstance(e, LaplacePart):
             pm, qm, below, above = _laplace_intervals(e.eps, edges, h)
         else:
             pm, qm, below, above = _atom_intervals(_approx_dp_atoms(e.eps, e.delta), edges, h)
         pmf = _discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
                           upper, _z_and_tail(tol)[1])[0]
-        inf = pmf.inf + (e.delta if isinstance(e, ApproxDP) and upper else 0.0)
-        if isinstance(e, ApproxDP) and not upper:
+        inf = pmf.inf + (e.delta if upper else 0.0)
+        if not upper:
             inf = e.delta  # the delta atom is exact: keep it in the lower bound too
         out.append((_PMF(pmf.offset, pmf.p, inf), e.count))
     return out
-
-
-def _custom(e: Event) -> bool:
-    """An event that builds its own discrete PLDs (``pld_parts``), e.g. RandomAllocation."""
-    return callable(getattr(e, "pld_parts", None))
 
 
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,
@@ -686,8 +707,12 @@ def _composed(groups: Groups, others: list[Event], h: float, direction: str,
              + _other_pmfs(others, h, upper, tol))
     extra = 0.0
     for e in others:
-        if _custom(e):
-            more, allowance = e.pld_parts(h, direction, upper)
+        if isinstance(e, PLDPart):
+            try:
+                more, allowance = e.event.pld_parts(h, direction, upper)
+            except (ValueError, OverflowError, FloatingPointError, MemoryError) as exc:
+                raise UnsupportedEventError(e.event, "pld", f"its PLD could not be built "
+                                            f"here ({type(exc).__name__}: {exc})") from exc
             parts += more
             extra += allowance
     if not parts:
@@ -754,10 +779,10 @@ def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: P
     (2 eps1, (1 + e^eps1) delta1)), minimised over a fixed grid of delta1 (each point valid).
     inf where it does not apply (some release is not Gaussian: its add/remove meaning is
     unknown)."""
-    from .relations import ADD_REMOVE, convert_event, uses_group_privacy
+    from .relations import ADD_REMOVE, convert_event
 
-    gauss = [e for e in events if not isinstance(e, (Laplace, ApproxDP))]
-    if others or not any(uses_group_privacy(e.sampling, e.relation, e.q) for e in gauss):
+    if others or not any(p.group_privacy for p in ACCOUNTANTS["pld"].parts(events)
+                         if isinstance(p, GaussianPart)):
         return math.inf
     restated = tuple(convert_event(e, ADD_REMOVE) for e in events)
     grid = delta * np.geomspace(1e-6, 0.5, 48)
@@ -768,14 +793,20 @@ def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: P
     return float(np.min(2.0 * eps1[ok])) if ok.any() else math.inf
 
 
+def _others(events: tuple[Event, ...]) -> list:
+    """The non-Gaussian PLD parts of ``events`` (refused by name where there is no rule)."""
+    return [p for p in ACCOUNTANTS["pld"].parts(events) if not isinstance(p, GaussianPart)]
+
+
 def _trivial(events: tuple[Event, ...]) -> float | None:
     """inf when a release has no noise, 0 when nothing leaks, else None."""
-    if no_privacy_reason(sgm_groups(events), events) is not None:
+    items = ACCOUNTANTS["pld"].parts(events)
+    if no_privacy_reason(items) is not None:
         return math.inf
     groups = sgm_groups(events)
-    if not ((groups.qs > 0).any() or any(_custom(e) for e in events) or any(
-            isinstance(e, (Laplace, ApproxDP)) and (e.eps > 0 or e.delta > 0)
-            for e in events)):
+    if not ((groups.qs > 0).any() or any(
+            isinstance(e, PLDPart) or (isinstance(e, (LaplacePart, DPPart))
+                                       and (e.eps > 0 or e.delta > 0)) for e in items)):
         return 0.0
     return None
 
@@ -811,7 +842,7 @@ def pld_epsilon(
     trivial = _trivial(events)
     if trivial is not None:
         return PLDBounds(trivial, trivial, trivial)
-    others = [e for e in events if isinstance(e, (Laplace, ApproxDP)) or _custom(e)]
+    others = _others(events)
     up_exact = _full_gaussian_eps(sgm_groups(events), others, delta)
     lo_exact = _full_gaussian_eps(sgm_groups(events, "lower"), others, delta)
     if up_exact is not None and lo_exact is not None:  # closed form on both sides
@@ -819,11 +850,13 @@ def pld_epsilon(
         return PLDBounds(lo_exact, (lo_exact + up_exact) / 2.0, up_exact)
     tol = delta * 1e-6
     user_grid = opts.value_interval is not None
-    upper, lower = math.inf, 0.0
+    upper, lower = (math.inf if up_exact is None else up_exact), 0.0
     for _ in range(_REFINE if not user_grid else 1):
         # every pass is a certified bracket: keep the best end of each side over the passes
-        upper = min(upper, _bound(events, others, opts, True,
-                                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol))
+        if up_exact is None:  # (a closed-form upper end needs no discretisation)
+            upper = min(upper, _bound(events, others, opts, True,
+                                      lambda pmf, allow, h: _eps_of(pmf, delta - allow, h),
+                                      tol))
         lower = max(lower, _bound(events, others, opts, False,
                                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
         if math.isinf(upper) or upper - lower <= _WIDTH * upper:
@@ -832,6 +865,8 @@ def pld_epsilon(
         # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
         groups = sgm_groups(events)
         h = _grid_step(groups, others, opts) / 2.0
+        if h < 20.0 * _step_std(groups, others)[0] / _MAX_COMPOSED:
+            break  # below the memory floor the next pass would be coarsened back: no gain
         if groups.qs.size > opts.max_distinct:
             bins = _loss_range(groups) / h
             now = rounded_groups(groups, opts.sigma_resolution, "down").qs.size
@@ -845,16 +880,17 @@ def pld_epsilon(
     upper = min(upper, _group_privacy_upper(events, others, opts, delta, tol))
     if up_exact is not None:
         upper = min(upper, up_exact)
-    pure = _pure_total(events)
+    pure = pure_total(others) if not (sgm_groups(events).qs > 0).any() else None
     if pure is not None:  # only pure-DP releases: their summed eps is an (eps, 0) guarantee
         upper = min(upper, pure)
     if lo_exact is not None:
         lower = max(lower, lo_exact * (1.0 - 1e-11))
     if math.isinf(upper):
-        # a finite eps exists (not trivial) but the discretisation's allowance reached delta
-        # (delta near the round-off of the transforms): the RDP bound is a valid upper end
-        upper = _rdp_upper(events, delta)
-    lower = min(lower, upper)
+        # a finite eps may exist but the discretisation's allowance (or an atom at +inf of
+        # the discretised loss) reached delta: the RDP accountant, which must itself support
+        # every event (UnsupportedEventError otherwise: no silent fallback), is a valid upper
+        upper = _rdp_fallback(events, delta)
+    lower = _ordered(lower, upper)
     mid = upper if math.isinf(upper) else (lower + upper) / 2.0
     return PLDBounds(lower, mid, upper)
 
@@ -875,48 +911,21 @@ def _full_gaussian_eps(groups: Groups, others: list[Event], delta: float) -> flo
     return float(analytic_gaussian_epsilons(np.array([inv ** -0.5]), delta)[0])
 
 
-def _pure_total(events: tuple[Event, ...]) -> float | None:
-    """Sum of eps when every release is Laplace or pure eps-DP (basic composition), else None."""
-    total = 0.0
-    for e in events:
-        if isinstance(e, Laplace) or (isinstance(e, ApproxDP) and e.delta == 0.0):
-            total += e.count * e.eps
-        else:
-            return None
-    return total
+def _rdp_fallback(events: tuple[Event, ...], delta: float) -> float:
+    """The RDP accountant's upper end (:mod:`accounting.accountants`; refuses by name an
+    event it cannot account)."""
+    return float(ACCOUNTANTS["rdp"].epsilon(events, delta, warn=False).eps)
 
 
-def _rdp_upper(events: tuple[Event, ...], delta: float) -> float:
-    """The RDP upper bound on eps of these events (a fallback upper end): the accounted
-    Gaussian pairs, Laplace and pure-DP curves added up, (eps, delta > 0) releases by basic
-    composition, improved conversion (Balle et al. 2020) on the default orders."""
-    import warnings
-
-    from .conversions import rdp_to_dp
-    from .rdp import DEFAULT_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
-
-    groups = sgm_groups(events)
-    curve = np.zeros(DEFAULT_ORDERS.size)
-    if groups.qs.size:
-        with np.errstate(invalid="ignore"):
-            curve = (rdp_sgm_many(groups.qs, groups.sigmas, DEFAULT_ORDERS)
-                     * groups.counts[:, None]).sum(axis=0)
-    approx_eps = approx_delta = 0.0
-    for e in events:
-        if isinstance(e, Laplace):
-            curve = curve + e.count * rdp_laplace(e.b, DEFAULT_ORDERS, e.sensitivity)
-        elif isinstance(e, ApproxDP) and e.delta == 0.0:
-            curve = curve + e.count * rdp_pure_dp(e.eps, DEFAULT_ORDERS)
-        elif isinstance(e, ApproxDP):
-            approx_eps += e.count * e.eps
-            approx_delta += e.count * e.delta
-    if delta - approx_delta <= 0:
-        return math.inf
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        res = rdp_to_dp(np.where(np.isnan(curve), np.inf, curve), DEFAULT_ORDERS,
-                        delta - approx_delta, "improved")
-    return float(res.eps + approx_eps)
+def _ordered(lower: float, upper: float) -> float:
+    """``lower``, checked against ``upper``: equal up to round-off is clamped; a lower end
+    clearly above a certified upper end is a bug, raised, never hidden."""
+    if lower <= upper:
+        return lower
+    if lower <= upper * (1.0 + 1e-9) + 1e-12:
+        return upper
+    raise RuntimeError(f"PLD bracket inverted: certified lower end {lower!r} > upper end "
+                       f"{upper!r}; please report this input")
 
 
 def pld_delta(
@@ -938,7 +947,7 @@ def pld_delta(
     trivial = _trivial(events)
     if trivial is not None:
         return (1.0, 1.0) if math.isinf(trivial) else (0.0, 0.0)
-    others = [e for e in events if isinstance(e, (Laplace, ApproxDP)) or _custom(e)]
+    others = _others(events)
     tol = 1e-12
     upper = _bound(events, others, opts, True,
                    lambda pmf, allow, h: min(1.0, _delta_of(pmf, eps, h) + allow), tol)
@@ -946,4 +955,4 @@ def pld_delta(
         return upper, upper
     lower = _bound(events, others, opts, False,
                    lambda pmf, allow, h: max(0.0, _delta_of(pmf, eps, h) - allow), tol)
-    return min(lower, upper), upper
+    return _ordered(lower, upper), upper

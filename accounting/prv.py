@@ -19,10 +19,12 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from ._grid import Groups, no_privacy_reason, rounded_groups, sgm_groups
+import numpy as np
+
+from ._grid import Groups, rounded_groups, sgm_groups
 from ._validate import check_count, check_delta, check_instances, check_positive
-from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
-from .relations import is_exact
+from .events import Event
+from .registry import ACCOUNTANTS, DPPart, GaussianPart, LaplacePart, no_privacy_reason
 
 __all__ = ["PRVBounds", "PRVUnavailable", "prv_epsilon", "prv_bounds"]
 
@@ -61,10 +63,10 @@ def _build(groups: Groups, others: Sequence[Event], sigma_map: str | None, resol
                                                            noise_multiplier=float(s)))
         comps.append(int(c))
     for e in others:
-        if isinstance(e, Laplace):
+        if isinstance(e, LaplacePart):
             prvs.append(LaplaceMechanism(mu=e.eps))
             comps.append(e.count)
-        elif isinstance(e, ApproxDP) and e.eps > 0:
+        elif isinstance(e, DPPart) and e.eps > 0:
             prvs.append(PureDPMechanism(eps=e.eps) if e.pure
                         else ApproximateDPMechanism(epsilon=e.eps, delta=e.delta))
             comps.append(e.count)
@@ -111,11 +113,15 @@ def prv_epsilon(
     max_distinct = check_count("max_distinct", max_distinct, minimum=1)
     resolution = check_positive("resolution", resolution)
     events = check_instances("events", events, Event)
-    out = prv_bounds(sgm_groups(events), events, delta, eps_error=eps_error,
+    items = ACCOUNTANTS["prv"].parts(events)  # refuses, by name, what it cannot account
+    others = [p for p in items if not isinstance(p, GaussianPart)]
+    groups = sgm_groups(events, family="prv")
+    out = prv_bounds(groups, others, delta, eps_error=eps_error,
                      delta_error=delta_error, max_distinct=max_distinct,
                      resolution=resolution)
-    if any(not is_exact(e.sampling, e.relation) for e in events
-           if isinstance(e, (SampledGaussian, GaussianSchedule))):
+    lower = sgm_groups(events, "lower", family="prv")
+    if not (np.array_equal(lower.qs, groups.qs) and np.array_equal(lower.sigmas, groups.sigmas)
+            and np.array_equal(lower.counts, groups.counts)):
         # steps accounted by an upper bound (fixed-size, shuffle, Poisson under replace-one):
         # PRV's lower end bounds that bound, not the mechanism; omitted (0 is always valid)
         out = PRVBounds(0.0, out.estimate, out.upper)
@@ -133,11 +139,11 @@ def prv_bounds(
     resolution: float,
 ) -> PRVBounds:
     """:func:`prv_epsilon` on checked arguments: Gaussian ``groups`` plus the Laplace and
-    (eps, delta) releases among ``others`` (Gaussian events there are ignored)."""
-    if no_privacy_reason(groups, others) is not None:
+    (eps, delta) parts ``others`` (:mod:`accounting.registry`)."""
+    if no_privacy_reason([GaussianPart(*groups), *others]) is not None:
         return PRVBounds(math.inf, math.inf, math.inf)
-    if int(groups.counts.sum()) + sum(e.steps for e in others
-                                      if isinstance(e, (Laplace, ApproxDP))) == 0:
+    if int(groups.counts.sum()) + sum(e.count for e in others
+                                      if isinstance(e, (LaplacePart, DPPart))) == 0:
         return PRVBounds(0.0, 0.0, 0.0)
     prvs, comps = _build(groups, others, None, resolution)
     if not prvs:

@@ -31,7 +31,7 @@ sampling       add-remove             zero-out            replace-one
 poisson        (q, sigma) exact       (q, sigma) exact    (1, sigma/2) no amplification*
 all            (1, sigma) exact       (1, sigma) exact    (1, sigma/2) exact
 fixed-size     (1, sigma/2) bound**   (1, sigma) bound    (1, sigma/2) bound
-shuffle        (1, sigma/2) bound**   (1, sigma) bound    (1, sigma/2) bound
+shuffle        refused***             (1, sigma) bound    (1, sigma/2) bound
 =============  =====================  ==================  ==============================
 
 No amplification is claimed for fixed-size or shuffled batches: conditioned on the
@@ -43,6 +43,8 @@ added record takes the place of another): sensitivity 2 C. * Poisson sampling un
 replace-one: besides this bound the ledger also applies group privacy of size 2 to the
 add/remove accounting (replace = remove then add; (eps, delta) -> (2 eps, (1 + e^eps) delta),
 Dwork & Roth 2014, Thm 2.2 generalised) and keeps the smaller: both are valid upper bounds.
+*** Shuffled batches under add/remove are refused: adding an example to a permutation cut
+into fixed-size batches shifts every later batch (:mod:`accounting.shuffle`).
 
 Lower bounds (:func:`gaussian_lower`) must stay lower bounds of the true eps for the
 relation: exact rows keep their pair; a Poisson step under replace-one keeps the add/remove
@@ -114,6 +116,11 @@ def check_gaussian_pair(sampling: object, relation: object, q: float) -> tuple[s
                          f"(ledger.allocate); Gaussian steps take one of {GAUSSIAN_SAMPLINGS}")
     if sampling == ALL and q != 1.0:
         raise ValueError(f"sampling='all' means every record takes part (q = 1), got q={q!r}")
+    if sampling == SHUFFLE and relation == ADD_REMOVE:
+        raise ValueError("sampling='shuffle' cannot be certified under relation='add-remove': "
+                         "adding an example to a permutation cut into fixed-size batches "
+                         "shifts every later batch, so no per-step sensitivity holds "
+                         "(accounting.shuffle); record it under 'zero-out' or 'replace-one'")
     return sampling, relation
 
 
@@ -201,30 +208,33 @@ def group_privacy_2(eps: float, delta: float) -> tuple[float, float]:
 def convert_event(event: object, relation: str):
     """``event`` restated under ``relation`` where that is valid, else ValueError.
 
-    Gaussian steps keep their parameters (only the relation changes: the accountant uses the
-    right sensitivity); Laplace: add-remove/zero-out -> replace-one doubles the L1
+    Each event type registers its converter (:func:`accounting.registry.register_event`):
+    Gaussian steps keep their parameters (only the relation changes: the accountant uses
+    the right sensitivity); Laplace: add-remove/zero-out -> replace-one doubles the L1
     sensitivity (triangle inequality through the data set without the record); (eps, delta):
-    add-remove/zero-out -> replace-one by :func:`group_privacy_2`.
+    add-remove/zero-out -> replace-one by :func:`group_privacy_2`; random allocation ->
+    replace-one: its Gaussian steps without amplification at sensitivity 2C.
     """
-    from dataclasses import is_dataclass, replace
+    from .registry import converter
 
-    if not (is_dataclass(event) and hasattr(event, "kind") and hasattr(event, "steps")):
+    if not (hasattr(event, "kind") and hasattr(event, "steps")):
         raise ValueError(f"event must be an accounting.events.Event, got {type(event)!r}")
     relation = check_relation("relation", relation)
     source = getattr(event, "relation", ADD_REMOVE)
     if source == relation:
         return event
-    if not can_convert(event.kind, source, relation):
+    conv = converter(type(event))
+    out = None if conv is None else conv(event, source, relation)
+    if out is None:
         raise ValueError(f"cannot convert a {event.kind} event from relation={source!r} to "
                          f"relation={relation!r}: no valid conversion (a guarantee under "
                          f"{source} does not imply one under {relation})")
-    note = f"{event.note} [converted {source} -> {relation}]".strip()
-    if event.kind == "laplace":
-        return replace(event, sensitivity=2.0 * event.sensitivity, relation=relation, note=note)
-    if event.kind == "approx_dp":
-        eps, delta = group_privacy_2(event.eps, event.delta)
-        return replace(event, eps=eps, delta=delta, relation=relation, note=note)
-    return replace(event, relation=relation, note=note)
+    return out
+
+
+def converted_note(event: object, source: str, target: str) -> str:
+    """The event's note with "[converted source -> target]" appended."""
+    return f"{getattr(event, 'note', '')} [converted {source} -> {target}]".strip()
 
 
 def events_relation(events: Iterable[object]) -> set[str]:

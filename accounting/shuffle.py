@@ -115,12 +115,18 @@ def _max_pair(sigma: float, steps: int, m_hi: float, m_lo: float) -> tuple[np.nd
 
 
 def _hockey(p: np.ndarray, q: np.ndarray, eps: float) -> float:
-    """sum_b (p_b - e^eps q_b)_+ : delta(eps) of a discrete pair (exact for the pair)."""
-    return float(np.maximum(p - math.exp(eps) * q, 0.0).sum())
+    """sum_b (p_b - e^eps q_b)_+ : delta(eps) of a discrete pair (exact for the pair),
+    as p_b (1 - e^(eps + log q_b - log p_b))_+ so that no e^eps overflows (sigma 0.01)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_ratio = eps + np.log(q) - np.log(p)
+        val = p * -np.expm1(np.minimum(log_ratio, 0.0))
+    return float(np.where(p > 0, val, 0.0).sum())
 
 
 def _eps_of_pair(p: np.ndarray, q: np.ndarray, delta: float) -> float:
-    """Smallest eps >= 0 with delta_pair(eps) <= delta (bisection, rounded down)."""
+    """Smallest eps >= 0 with delta_pair(eps) <= delta (bisection, rounded down). P-mass
+    where Q underflowed to 0 is dropped (a sub-pair: still a lower bound, never inf)."""
+    p = np.where(q > 0, p, 0.0)
     if _hockey(p, q, 0.0) <= delta:
         return 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -172,7 +178,10 @@ def shuffle_epsilon_lower(sigma: float, steps: int, epochs: int, delta: float, *
     else:
         chua = max(_composed_pair_eps(p, q, epochs, delta),
                    _composed_pair_eps(q, p, epochs, delta))
-    alloc = pld_epsilon([RandomAllocation(sigma / sens, steps, 1, epochs)], delta).lower
+    try:
+        alloc = pld_epsilon([RandomAllocation(sigma / sens, steps, 1, epochs)], delta).lower
+    except (ValueError, OverflowError, MemoryError):
+        alloc = 0.0  # the allocation pair cannot be built here: its (valid) lower end is 0
     return float(chua), float(alloc)
 
 

@@ -1,0 +1,99 @@
+"""The event of fixed-size batches sampled without replacement, wired into the accountants.
+
+``SampledWithoutReplacement(sigma, batch_size, dataset_size, count)``: ``count`` steps, each
+the Gaussian mechanism (noise multiplier sigma = std / clip norm) on a uniformly random
+batch of exactly B of the n records, under replace-one (the relation with an amplification
+theorem; sensitivity 2C). The mathematics is :mod:`accounting.without_replacement`'s:
+
+* rdp (and rdp-classic, moments): its per-step RDP bound (Wang, Balle, Kasiviswanathan 2019,
+  Thm 9) as an :class:`~accounting.registry.RDPPart`: amplified, composes with anything;
+* pld: upper side, the unamplified Gaussian (every step a Gaussian release of multiplier
+  sigma / 2); lower side, the Poisson add/remove pair at q = B / n, a pair the mechanism
+  realises (that module's doc): a certified bracket that composes with any other event;
+* zcdp, composition, prv: refused by name (no rule).
+
+``tightest`` takes the smaller of the two; :func:`accounting.without_replacement.
+epsilon_bounds_without_replacement` gives the tighter symmetrised-PLD bracket for a ledger
+holding only such steps. One file, one registration: the template for an event type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ._validate import check_count, check_sigma
+from .events import Event
+from .registry import GaussianPart, RDPPart, register_event
+from .relations import FIXED_SIZE, REPLACE_ONE
+from .without_replacement import rdp_without_replacement
+
+__all__ = ["SampledWithoutReplacement"]
+
+
+def _positive_count(name: str, value: object) -> int:
+    return check_count(name, value, minimum=1)
+
+
+@dataclass(frozen=True)
+class SampledWithoutReplacement(Event):
+    """``count`` Gaussian steps on batches of ``batch_size`` of ``dataset_size`` records drawn
+    without replacement, noise multiplier ``sigma``, replace-one."""
+
+    sigma: float
+    batch_size: int
+    dataset_size: int
+    count: int = 1
+    note: str = ""
+    sampling: str = FIXED_SIZE
+    relation: str = REPLACE_ONE
+    kind: ClassVar[str] = "sampled_without_replacement"
+    checks: ClassVar[dict] = {"sigma": check_sigma, "batch_size": _positive_count,
+                              "dataset_size": _positive_count, "count": check_count}
+    gaussian: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size > self.dataset_size:
+            raise ValueError(f"batch_size (B={self.batch_size}) must be <= dataset_size "
+                             f"(n={self.dataset_size})")
+        if self.relation != REPLACE_ONE or self.sampling != FIXED_SIZE:
+            raise ValueError("sampling without replacement is accounted under "
+                             "relation='replace-one' with sampling='fixed-size' (the amplified "
+                             f"theorem), got {self.relation!r}/{self.sampling!r}; record other "
+                             "relations with ledger.step(..., sampling='fixed-size')")
+
+    @property
+    def q(self) -> float:
+        """The batch fraction B / n."""
+        return self.batch_size / self.dataset_size
+
+    @property
+    def steps(self) -> int:
+        return self.count
+
+    def describe(self) -> str:
+        return (f"without replacement B={self.batch_size} of n={self.dataset_size} Gaussian "
+                f"sigma={self.sigma:.6g} x {self.count} (replace-one){self._note()}")
+
+
+def _rdp_rule(e: SampledWithoutReplacement, side: str) -> list:
+    if side == "lower":  # the realised Poisson pair (module doc): a valid lower bound
+        return _pld_rule(e, side)
+    return [RDPPart(lambda orders: rdp_without_replacement(e.sigma, e.batch_size,
+                                                           e.dataset_size, orders), e.count)]
+
+
+def _pld_rule(e: SampledWithoutReplacement, side: str) -> list:
+    q = np.array([1.0 if side == "upper" else e.q])
+    s = np.array([e.sigma / 2.0 if side == "upper" else e.sigma])
+    return [GaussianPart(q, s, np.array([e.count], dtype=np.int64))]
+
+
+def _convert(e: Any, source: str, target: str) -> None:
+    return None  # stated under replace-one only
+
+
+register_event(SampledWithoutReplacement, convert=_convert, rdp=_rdp_rule, pld=_pld_rule)
