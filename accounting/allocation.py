@@ -626,7 +626,7 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
                                             epochs=epochs)
     b = pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
     lower, upper = b.lower, b.upper
-    if not (upper >= g_lo) or not (lower < upper):
+    if not (upper >= g_lo) or not (lower < upper) or upper >= g_up:
         # the PLD gave up on the upper end (its allowance reached delta: the capped sums'
         # top bins) and its fallback does not know this event: retry with caps whose
         # overflow is far below delta (a coarser grid), then the closed form
