@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from accounting import PrivacyLedger
+from accounting.fixed_size import SampledWithoutReplacement
 
 if TYPE_CHECKING:
     from ..grads import LocalBatch
@@ -175,22 +176,38 @@ class FixedSizeBatchLedger:
     """A client's sound ledger as seen by a defense when local batches have a FIXED size.
 
     The defenses record each noisy batch release as a Poisson-sampled Gaussian step
-    (q = B/n_c, add/remove adjacency). With fixed-size batches drawn without replacement that
-    accounting does not hold; the sound bound used instead: replace-one adjacency, so the
-    clipped sum has L2 sensitivity 2C, i.e. a Gaussian step with multiplier sigma/2, and no
-    amplification by sampling (q = 1). Valid because conditioned on the (data-independent)
-    batch each release is such a Gaussian mechanism, and Rényi divergence is jointly
-    quasi-convex over the mixture of batches. Loose, but sound; Poisson batches keep the
-    amplified accounting. Every other ledger call passes through unchanged.
+    (q = B/n_c, add/remove adjacency). With fixed-size batches drawn without replacement (a
+    fresh uniform B-subset of the client's n_c examples at every step, as the simulator
+    draws them) that accounting does not hold. What holds instead:
+
+    * replace-one ledgers: the amplification theorem of sampling without replacement
+      (Wang, Balle, Kasiviswanathan 2019, Thm 9; sensitivity 2C):
+      :class:`accounting.fixed_size.SampledWithoutReplacement` (B, n_c, sigma);
+    * add/remove ledgers (the dataset size changes, so that theorem does not apply): the
+      unamplified bound, sensitivity 2C (multiplier sigma/2) and q = 1. Valid because
+      conditioned on the (data-independent) batch each release is such a Gaussian mechanism,
+      and Rényi divergence is jointly quasi-convex over the mixture of batches. Loose, but
+      sound.
+
+    Poisson batches keep the amplified accounting. Every other ledger call passes through.
     """
 
-    def __init__(self, ledger: PrivacyLedger) -> None:
+    def __init__(self, ledger: PrivacyLedger, batch_size: int | None = None,
+                 n_examples: int | None = None) -> None:
         self._ledger = ledger
+        self._batch = batch_size
+        self._n = n_examples
 
     def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
              noise_multiplier: float | None = None, sample_rate: float | None = None,
              note: str = "") -> None:
         sigma = _sigma_argument(sigma, noise_multiplier)
+        if (self._ledger.relation == "replace-one" and self._batch is not None
+                and self._n is not None and self._batch < self._n):
+            self._ledger.record(SampledWithoutReplacement(
+                sigma=sigma, batch_size=self._batch, dataset_size=self._n, count=count,
+                note=f"{note} [fixed-size batch without replacement]"))
+            return
         # the ledger charges a fixed-size batch sensitivity 2C (multiplier sigma/2, q = 1)
         self._ledger.step(q=1.0, sigma=sigma, count=count, sampling="fixed-size",
                           note=f"{note} [fixed-size batch: sensitivity 2C, q=1]")

@@ -322,7 +322,8 @@ class _Simulation:
         """Client ``c``'s sound ledger; with fixed-size batches or random allocation, the view
         that accounts them soundly (the defenses' steps assume Poisson batches)."""
         if self.cfg.batch_sampling == "shuffle":
-            return FixedSizeBatchLedger(self.sound[c])
+            n_c = len(self.parts[c])
+            return FixedSizeBatchLedger(self.sound[c], min(self.cfg.batch_size, n_c), n_c)
         if self.cfg.batch_sampling == "balls-in-bins":
             n_c = len(self.parts[c])
             return AllocationLedger(self.sound[c], allocation_steps(n_c, self.cfg.batch_size))
