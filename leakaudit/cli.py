@@ -31,7 +31,8 @@ FLAGS = {"defenses": "--defenses", "dataset": "--dataset", "attacks": "--attacks
          "examples": "--examples", "rounds": "--rounds", "max_iterations": "--max-iterations",
          "threshold": "--threshold", "seed": "--seed", "engine": "--engine",
          "ray_address": "--ray-address", "batch_size": "--batch-size",
-         "local_steps": "--local-steps", "stage": "--stage", "device": "--device",
+         "local_steps": "--local-steps", "stage": "--stage", "stages": "--stage",
+         "device": "--device",
          "empirical_trials": "--empirical", "workers": "--workers", "delta": "--delta",
          "trials": "--trials", "confidence": "--confidence", "statistic": "--statistic",
          "results": "--out"}
@@ -184,8 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="B of the attacked clients")
     a.add_argument("--local-steps", type=_int_at_least(1), default=1,
                    help="L local SGD steps of the attacked clients")
-    a.add_argument("--stage", default="initial", choices=["initial", "round1", "round5"],
-                   help="weights attacked: initial, or after that many training rounds")
+    a.add_argument("--stage", nargs="+", default=["initial", "trained"],
+                   choices=["initial", "round1", "round5", "trained"],
+                   help="weights attacked, one or more: initial, after 1 or 5 training "
+                   "rounds, or trained (after the profile's rounds)")
     a.add_argument("--device", default=None,
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
                    "default: the CPU)%(default).0s")
@@ -298,7 +301,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
                    max_iterations=args.max_iterations, defense_params=params,
                    progress=not args.no_progress, engine=args.engine, workers=args.workers,
                    ray_address=args.ray_address, batch_size=args.batch_size,
-                   local_steps=args.local_steps, stage=args.stage, device=args.device,
+                   local_steps=args.local_steps, stages=args.stage, device=args.device,
                    empirical=args.empirical is not None,
                    empirical_trials=args.empirical or 2000)
     print(report.to_markdown())

@@ -3,10 +3,12 @@
 Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
-Per defense two simulations: a *training* run (the profile's federated setting) gives test
-accuracy and the claimed and sound eps; an *attack* run takes one round from the weights of
-the audited ``stage`` ("initial", or after 1 or 5 rounds of the training run under the
-defense: "round1", "round5") with ``local_steps`` local SGD steps of batch size
+Per defense a *training* run (the profile's federated setting, with the profile's defense
+parameters: ``AuditProfile.defense_params``, at which the quick profile's defended models
+learn) gives test accuracy and the claimed and sound eps; then per audited ``stage`` an
+*attack* run takes one round from the weights of that stage ("initial"; after 1 or 5 rounds
+of the training run under the defense: "round1", "round5"; or at its end: "trained") with
+``local_steps`` local SGD steps of batch size
 ``batch_size`` (default 1 and 1, the DLG/iDLG/CPL setting: the three leak points then differ
 only by where the defense acted) and taps points 0, 1, 2 for ``examples`` sampled clients.
 With L > 1 each attacked client holds exactly B examples and takes every step on all of them
@@ -31,8 +33,8 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -46,6 +48,7 @@ from .. import fl
 from .. import models as models_mod
 from .._jsonsafe import finite_json
 from .._validate import check_device, check_int, check_number, check_probability
+from ..fl.simulate import evaluate
 from ..records import ResultsFile, fingerprint
 from .cells import CellJob
 from .engines import ENGINES, Engine, check_ray_address, import_ray, make_engine
@@ -56,7 +59,8 @@ __all__ = ["audit", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES", "
            "PAPER_PARAMS", "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
-STAGES = {"initial": 0, "round1": 1, "round5": 5}
+#: (None: all of them, the profile's ``rounds``; the weights whose accuracy the report shows)
+STAGES: dict[str, int | None] = {"initial": 0, "round1": 1, "round5": 5, "trained": None}
 
 DEFAULT_DEFENSES = ("none", "fed-sdp-server", "fed-sdp-client", "fed-cdp", "fed-alpha-cdp",
                     "prune", "random-noise")
@@ -77,13 +81,30 @@ class AuditProfile:
     max_iterations: int
     restarts: int
     attack_lr: float
+    #: parameters of a bare defense name in this profile (over ``PAPER_PARAMS``; the
+    #: caller's ``defense_params`` override both)
+    defense_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+
+#: The quick profile's DP parameters: the papers' (clip 4, sigma 6) leave LeNet at chance on
+#: digits (test accuracy 0.08-0.20 after training); with these, T = 30 rounds of L = 10 Adam
+#: steps reach (seed 0, measured 2026-11-25) fed-cdp 0.85 at sound eps 54, fed-alpha-cdp
+#: 0.88 (sound eps inf: its data-dependent noise scale), fed-sdp 0.96 at sound eps ~6,500
+#: (client-level DP with 10 clients: no meaningful guarantee), delta 1e-5, against 0.97
+#: undefended (benchmarks/utility.py has the same training setting).
+QUICK_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
+    "fed-sdp-server": {"clip": 3.0, "sigma": 0.1},
+    "fed-sdp-client": {"clip": 3.0, "sigma": 0.1},
+    "fed-cdp": {"clip": 4.0, "sigma": 0.7},
+    "fed-alpha-cdp": {"clip": 4.0, "sigma": 0.7},
+}
 
 PROFILES: dict[str, AuditProfile] = {
-    # minutes on 2 cores with the built-in digits
-    "quick": AuditProfile(clients=10, clients_per_round=5, rounds=10, local_steps=5,
+    # minutes on 2 cores with the built-in digits: the utility benchmark's training setting
+    "quick": AuditProfile(clients=10, clients_per_round=5, rounds=30, local_steps=10,
                           batch_size=32, lr=0.01, optimizer="adam", examples=3,
-                          max_iterations=40, restarts=1, attack_lr=0.1),
+                          max_iterations=40, restarts=1, attack_lr=0.1,
+                          defense_params=QUICK_DEFENSE_PARAMS),
     # the papers' attack budget (300 L-BFGS steps, more examples); hours
     "paper": AuditProfile(clients=100, clients_per_round=10, rounds=100, local_steps=10,
                           batch_size=32, lr=0.01, optimizer="adam", examples=20,
@@ -121,13 +142,16 @@ class _Plan:
     attacks: tuple[str, ...]
     batch_size: int = 1
     local_steps: int = 1
-    stage: str = "initial"
+    stages: tuple[str, ...] = ("initial",)
     #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
     device: str | None = None
 
 
-def _resolve_defenses(defenses: Sequence[Any],
-                      params: dict[str, dict[str, Any]] | None) -> list[defenses_mod.Defense]:
+def _resolve_defenses(defenses: Sequence[Any], params: dict[str, dict[str, Any]] | None,
+                      profile: AuditProfile | None = None) -> list[defenses_mod.Defense]:
+    """Defense objects as given; a bare name with the profile's parameters, overridden by
+    ``params``."""
+    base = {} if profile is None else profile.defense_params
     out = []
     for d in defenses:
         if isinstance(d, defenses_mod.Defense):
@@ -135,7 +159,7 @@ def _resolve_defenses(defenses: Sequence[Any],
             continue
         if not isinstance(d, str):
             raise ValueError(f"defenses must be names or Defense objects, got {d!r}")
-        out.append(defenses_mod.get(d, **(params or {}).get(d, {})))
+        out.append(defenses_mod.get(d, **{**base.get(d, {}), **(params or {}).get(d, {})}))
     names = [d.describe() for d in out]
     if len(set(names)) != len(names):
         raise ValueError(f"defenses must be distinct, got {names}")
@@ -169,12 +193,14 @@ def audit(
     stage: str = "initial",
     device: str | None = None,
     measure: MeasuredEps | None = None,
+    stages: Sequence[str] | None = None,
 ) -> AuditReport:
     """Audit defenses against gradient-leakage attacks; see the module docstring. Every
     argument after ``defenses`` is keyword-only.
 
     Args:
-        defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,
+        defenses: names (bare names get the profile's parameters,
+            ``AuditProfile.defense_params``, else the source papers', ``PAPER_PARAMS``;
             overridable per name with ``defense_params``) or Defense objects.
         dataset: name or Dataset. model: the architecture and starting weights (default
             ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
@@ -199,6 +225,10 @@ def audit(
             used as it is and left running; a Ray started by audit() is shut down at the end.
         batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
             and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
+        stages: several stages in one audit, e.g. ``("initial", "trained")`` (the weights
+            before training and after the profile's ``rounds``; the report has a row per
+            defense and stage, with the test accuracy of the attacked weights and the eps
+            their training spent); replaces ``stage``.
         measure: a measured lower bound on eps of each defense's releases at the audited
             points (:class:`MeasuredEps`; ``leakaudit.audit(empirical=True)`` passes the
             empirical audit's): the defense table gains a "measured eps >=" column.
@@ -206,8 +236,8 @@ def audit(
     _check_engine(engine, ray_address)
     _check_numbers(threshold, delta, seed)
     plan = _plan(profile, examples, rounds, max_iterations, restarts, workers, points, attacks,
-                 batch_size, local_steps, stage, device)
-    defs = _resolve_defenses(defenses, defense_params)
+                 batch_size, local_steps, _stages(stage, stages), device)
+    defs = _resolve_defenses(defenses, defense_params, plan.profile)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
@@ -221,21 +251,32 @@ def audit(
     memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
     try:
         for d in defs:
+            trained_net: dict[str, nn.Module] = {}  # the training run's model, once trained
             train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
-                              measure)
+                              measure, trained_net)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
-            own = [c for c in cells if c[0] is d]
-            pending = [c for c in own if not store.has("cell", _cell_key(*c))]
-            bar.update(len(own) - len(pending))
-            if not pending:
-                continue
-            bar.set_description(f"{d.name}: attack")
-            jobs = _attack_jobs(d, ds, model, plan, clients, seed, threshold,
-                                pending={_cell_key(*c) for c in pending})
-            if runner is None:  # started at the first pending cell: a full resume starts none
-                runner = make_engine(engine, plan.workers, ray_address)
-            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
+            for stage in plan.stages:
+                own = [c for c in cells if c[0] is d and c[1] == stage]
+                pending = [c for c in own if not store.has("cell", _cell_key(*c))]
+                bar.update(len(own) - len(pending))
+                done = store.get("stage", f"{d.describe()}|{stage}")
+                if not pending and done is not None:
+                    report.add_stage(d.describe(), stage, done)
+                    continue
+                bar.set_description(f"{d.name}: {stage} weights")
+                start, info = _stage_model(d, ds, model, plan, clients, seed, stage, delta,
+                                           trained, train, trained_net)
+                store.put("stage", f"{d.describe()}|{stage}", info)
+                report.add_stage(d.describe(), stage, info)
+                if not pending:
+                    continue
+                bar.set_description(f"{d.name}: attack {stage}")
+                jobs = _attack_jobs(d, ds, start, model, plan, clients, seed, threshold, stage,
+                                    pending={_cell_key(*c) for c in pending})
+                if runner is None:  # started at the first pending cell: a full resume none
+                    runner = make_engine(engine, plan.workers, ray_address)
+                run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
     finally:
         if runner is not None:
             runner.close()
@@ -251,28 +292,32 @@ def _check_numbers(threshold: float, delta: float, seed: int) -> None:
 
 def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
               model: nn.Module, plan: _Plan, clients: int, seed: int, delta: float,
-              trained: bool, measure: MeasuredEps | None) -> dict[str, Any]:
-    """The defense's training record (stored, or trained now and stored), with the measured
-    eps when asked; the progress bar says which phase runs."""
+              trained: bool, measure: MeasuredEps | None,
+              trained_net: dict[str, nn.Module]) -> dict[str, Any]:
+    """The defense's training record (stored, or trained now and stored, its model kept in
+    ``trained_net["model"]`` for the "trained" stage), with the measured eps when asked; the
+    progress bar says which phase runs."""
     bar.set_description(f"{d.name}: train")
     train = store.get("training", d.describe())
     if train is None:
-        train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
+        train = _train_record(d, ds, model, plan, clients, seed, delta, trained, trained_net)
         store.put("training", d.describe(), train)
     if measure is not None and "eps_measured" not in train:
         bar.set_description(f"{d.name}: measure eps")
     return _with_measured(train, d, store, plan.points, measure, seed, delta)
 
 
-def _cells(plan: _Plan) -> list[tuple[int, str, int]]:
-    """(point, attack, example) of every cell of one defense."""
-    return [(p, a, e) for p in plan.points for a in plan.attacks for e in range(plan.examples)]
+def _cells(plan: _Plan) -> list[tuple[str, int, str, int]]:
+    """(stage, point, attack, example) of every cell of one defense."""
+    return [(s, p, a, e) for s in plan.stages for p in plan.points for a in plan.attacks
+            for e in range(plan.examples)]
 
 
 def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
-    """The report with every cell, in canonical order (whatever order they finished in)."""
+    """The report with every cell, in canonical order (whatever order they finished in),
+    each with its stage."""
     for cell in cells:
-        report.add_cell(store.get("cell", _cell_key(*cell)))
+        report.add_cell(dict(store.get("cell", _cell_key(*cell)), stage=cell[1]))
     return report
 
 
@@ -284,7 +329,8 @@ def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, pla
             "rounds": plan.rounds, "max_iterations": plan.max_iterations,
             "restarts": plan.restarts, "threshold": threshold, "delta": delta,
             "trained": trained, "clients": clients, "batch_size": plan.batch_size,
-            "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
+            "local_steps": plan.local_steps, "stage": ", ".join(plan.stages),
+            "device": plan.device}
 
 
 def _empirical_config(measure: MeasuredEps | None) -> dict[str, Any]:
@@ -316,13 +362,31 @@ def _check_engine(engine: str, ray_address: str | None) -> None:
         check_ray_address(ray_address)  # or nothing answers at the address
 
 
+def _stages(stage: str, stages: Sequence[str] | None) -> tuple[str, ...]:
+    """The audited stages: ``stages`` (distinct names of ``STAGES``, at least one), else
+    ``stage`` alone."""
+    if stages is None:
+        if not isinstance(stage, str) or stage not in STAGES:
+            raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+        return (stage,)
+    if stage != "initial":
+        raise ValueError(f"give stage or stages, not both (stage={stage!r}, stages={stages!r})")
+    if isinstance(stages, str) or not isinstance(stages, Sequence):
+        raise ValueError(f"stages must be a sequence of stage names, got {stages!r}")
+    out = tuple(stages)
+    bad = [s for s in out if not isinstance(s, str) or s not in STAGES]
+    if not out or bad or len(set(out)) != len(out):
+        raise ValueError(f"stages must be distinct names among {list(STAGES)}, at least one, "
+                         f"got {list(out)}")
+    return out
+
+
 def _plan(profile: str, examples: int | None, rounds: int | None,
           max_iterations: int | None, restarts: int | None, workers: int | None,
           points: Sequence[int], attacks: Sequence[str], batch_size: int = 1,
-          local_steps: int = 1, stage: str = "initial", device: str | None = None) -> _Plan:
+          local_steps: int = 1, stages: Sequence[str] = ("initial",),
+          device: str | None = None) -> _Plan:
     """Check the sizes of an audit (the profile's unless given)."""
-    if not isinstance(stage, str) or stage not in STAGES:
-        raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
     where = check_device("device", device)
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -345,15 +409,14 @@ def _plan(profile: str, examples: int | None, rounds: int | None,
                           if workers is None else workers, 1),
         batch_size=check_int("batch_size", batch_size, 1),
         local_steps=check_int("local_steps", local_steps, 1),
-        stage=stage, device=None if where is None else str(where))
+        stages=tuple(stages), device=None if where is None else str(where))
 
 
-def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
                   plan: _Plan, clients: int, seed: int) -> fl.Run:
-    """The attacked round: one round from the stage's weights, L local steps of batch B,
-    taps at the audited points for ``plan.examples`` clients (each holding exactly B
-    examples when L > 1: L local epochs)."""
-    start = _stage_model(d, ds, model, plan, clients, seed)
+    """The attacked round: one round from the stage's weights ``start``, L local steps of
+    batch B, taps at the audited points for ``plan.examples`` clients (each holding exactly
+    B examples when L > 1: L local epochs)."""
     setting: dict[str, Any] = {"clients": clients}
     if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
         setting = {"clients": plan.examples,
@@ -368,12 +431,12 @@ def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
                        **setting)
 
 
-def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: _Plan, clients: int, seed: int, threshold: float,
-                 pending: set[str]) -> list[tuple[str, CellJob]]:
-    """The attacked round's observations, through the pipeline every audit shares
-    (:func:`.pipeline.build_jobs`): one job per pending cell."""
-    run = _attack_round(d, ds, model, plan, clients, seed)
+def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
+                 model: nn.Module, plan: _Plan, clients: int, seed: int, threshold: float,
+                 stage: str, pending: set[str]) -> list[tuple[str, CellJob]]:
+    """The attacked round's observations (from the stage's weights ``start``), through the
+    pipeline every audit shares (:func:`.pipeline.build_jobs`): one job per pending cell."""
+    run = _attack_round(d, ds, start, plan, clients, seed)
     targets = [Target(observation=obs, truth=run.truth(obs), defense=d.describe(),
                       example=e, seed=seed + e)
                for p in plan.points for e, obs in enumerate(run.observations_at(p))
@@ -382,23 +445,48 @@ def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module
                       num_classes=ds.num_classes, threshold=threshold,
                       max_iterations=plan.max_iterations, restarts=plan.restarts,
                       image=ds.kind == "image", device=plan.device,
-                      key=lambda i, t, a: _cell_key(d, t.observation.point, a, t.example),
+                      key=lambda i, t, a: _cell_key(d, stage, t.observation.point, a,
+                                                    t.example),
                       pending=pending.__contains__)
 
 
 def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: _Plan, clients: int, seed: int) -> nn.Module:
-    """The weights of the audited stage: the starting model, or that model after
-    ``STAGES[stage]`` rounds of the profile's training run under the defense."""
-    rounds = STAGES[plan.stage]
+                 plan: _Plan, clients: int, seed: int, stage: str, delta: float,
+                 trained: bool, train: dict[str, Any], trained_net: dict[str, nn.Module]
+                 ) -> tuple[nn.Module, dict[str, Any]]:
+    """The weights of the audited ``stage`` and their record: the starting model, or that
+    model after ``STAGES[stage]`` rounds of the profile's training run under the defense
+    ("trained": all ``plan.rounds``, the training run's own model; with ``trained``, the given
+    weights); the record holds the rounds, the test accuracy of these weights and the eps
+    their training spent (0 before any round)."""
+    rounds = STAGES[stage]
+    rounds = (0 if trained else plan.rounds) if rounds is None else rounds
+    info: dict[str, Any] = {"stage": stage, "rounds": rounds}
     if rounds == 0:
-        return copy.deepcopy(model)
+        net = copy.deepcopy(model)
+        spent = None if trained else 0.0  # given trained weights: their eps is unknown
+        return net, finite_json({**info, "accuracy": _accuracy(net, ds), "eps_claimed": spent,
+                                 "eps_sound": spent})
+    if rounds == plan.rounds and not trained:
+        if "model" not in trained_net:  # resumed: the same seed trains the same model
+            _train_record(d, ds, model, plan, clients, seed, delta, trained, trained_net)
+        return trained_net["model"], {**info, **{k: train[k] for k in (
+            "accuracy", "eps_claimed", "eps_sound")}}
     prof = plan.profile
     run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
                       clients_per_round=prof.clients_per_round, rounds=rounds,
                       local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
                       optimizer=prof.optimizer, seed=seed, progress=False)
-    return run.model
+    return run.model, finite_json({**info, "accuracy": run.final_accuracy,
+                                   "eps_claimed": run.epsilon(delta, "claimed"),
+                                   "eps_sound": run.epsilon(delta, "sound")})
+
+
+def _accuracy(model: nn.Module, ds: data_mod.Dataset) -> float:
+    """Test accuracy of ``model`` (as the simulator measures it)."""
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    return evaluate(model, params, buffers, ds.x_test, ds.y_test)[0]
 
 
 def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int]]:
@@ -410,8 +498,9 @@ def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int
     return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
 
 
-def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:
-    return f"{d.describe()}|{point}|{attack}|{example}"
+def _cell_key(d: defenses_mod.Defense, stage: str, point: int, attack: str,
+              example: int) -> str:
+    return f"{d.describe()}|{stage}|{point}|{attack}|{example}"
 
 
 def _weights_digest(model: nn.Module) -> str:
@@ -421,9 +510,10 @@ def _weights_digest(model: nn.Module) -> str:
 
 def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
                   plan: _Plan, clients: int, seed: int, delta: float,
-                  trained: bool) -> dict[str, Any]:
+                  trained: bool, trained_net: dict[str, nn.Module] | None = None
+                  ) -> dict[str, Any]:
     """Accuracy and claimed/sound eps of the profile's training run (with ``trained``: of
-    the one audited round on the given weights)."""
+    the one audited round on the given weights); its model into ``trained_net["model"]``."""
     prof = plan.profile
     if trained:
         run = fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), clients=clients,
@@ -435,6 +525,8 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
                           clients_per_round=prof.clients_per_round, rounds=plan.rounds,
                           local_steps=prof.local_steps, batch_size=prof.batch_size, lr=prof.lr,
                           optimizer=prof.optimizer, seed=seed, progress=False)
+        if trained_net is not None:
+            trained_net["model"] = run.model
     return finite_json({
         "defense": d.describe(), "name": d.name, "level": d.level,
         "accuracy": run.final_accuracy,

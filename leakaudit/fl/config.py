@@ -72,7 +72,9 @@ class FLConfig:
     clients_per_round: int = 10
     client_fraction: float | None = None
     #: the fixed denominator of client-level DP aggregation (McMahan et al. 2018, the
-    #: expected total weight qW): a public constant of the algorithm, default q N or K
+    #: expected total weight qW): a public constant of the algorithm, default K; required
+    #: with ``client_fraction`` by the client-level DP defenses (simulate's
+    #: ``check_denominator``: q N would follow the population)
     expected_weight: float | None = None
     #: client-level DP aggregation weights min(1, n_c / weight_cap) (None: every weight 1)
     weight_cap: float | None = None
@@ -104,7 +106,8 @@ class FLConfig:
     @property
     def denominator(self) -> float:
         """The fixed denominator of client-level DP aggregation: ``expected_weight``, else
-        the expected number of participants (q N, or K), every weight being at most 1."""
+        the expected number of participants (K; q N, which the client-level DP defenses
+        refuse: :func:`leakaudit.fl.simulate.check_denominator`), every weight at most 1."""
         if self.expected_weight is not None:
             return self.expected_weight
         if self.client_fraction is not None:
