@@ -19,7 +19,6 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .. import attacks as attacks_mod
-from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, keywords_after_first
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
 from .engines import ENGINES, check_ray_address, import_ray, make_engine
@@ -192,9 +191,3 @@ def _targets(observations: list, truths: list, seed: int) -> list[Target]:
                           seed=seed + i))
     return out
 
-
-def defense_record(accuracy: float, eps_claimed: float, eps_sound: float, reason: str = "",
-                   level: str = "") -> dict[str, Any]:
-    """A report's defense record (for ``audit_observations(defenses={label: ...})``)."""
-    return finite_json({"accuracy": accuracy, "eps_claimed": eps_claimed,
-                        "eps_sound": eps_sound, "reason": reason, "level": level})
