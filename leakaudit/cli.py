@@ -186,9 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--local-steps", type=_int_at_least(1), default=1,
                    help="L local SGD steps of the attacked clients")
     a.add_argument("--stage", nargs="+", default=["initial", "trained"],
-                   choices=["initial", "round1", "round5", "trained"],
-                   help="weights attacked, one or more: initial, after 1 or 5 training "
-                   "rounds, or trained (after the profile's rounds)")
+                   choices=["initial", "round1", "round5", "trained"], metavar="STAGE",
+                   help="weights attacked, one or more of initial, round1, round5 (after "
+                   "1 or 5 training rounds) and trained (after the profile's rounds) "
+                   "(default: initial trained)%(default).0s")
     a.add_argument("--device", default=None,
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
                    "default: the CPU)%(default).0s")

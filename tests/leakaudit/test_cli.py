@@ -108,7 +108,7 @@ def test_version_and_defaults_in_help(capsys):
     assert capsys.readouterr().out.strip() == f"leakaudit {leakaudit.__version__}"
     assert leakaudit_main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: 0.01)" in text and "(default: initial)" in text
+    assert "(default: 0.01)" in text and "(default: initial trained)" in text
 
 
 def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, capsys,
