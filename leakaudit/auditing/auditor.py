@@ -225,10 +225,8 @@ def audit(
             used as it is and left running; a Ray started by audit() is shut down at the end.
         batch_size, local_steps, stage: B, L (L > 1: each attacked client holds B examples)
             and weights (``STAGES``) attacked; device: "cpu", "cuda[:i]" or "auto" (attacks).
-        stages: several stages in one audit, e.g. ``("initial", "trained")`` (the weights
-            before training and after the profile's ``rounds``; the report has a row per
-            defense and stage, with the test accuracy of the attacked weights and the eps
-            their training spent); replaces ``stage``.
+        stages: several stages, e.g. ``("initial", "trained")`` (replaces ``stage``): a report
+            row per (defense, stage), with the attacked weights' accuracy and eps spent.
         measure: a measured lower bound on eps of each defense's releases at the audited
             points (:class:`MeasuredEps`; ``leakaudit.audit(empirical=True)`` passes the
             empirical audit's): the defense table gains a "measured eps >=" column.
@@ -251,37 +249,50 @@ def audit(
     memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
     try:
         for d in defs:
-            trained_net: dict[str, nn.Module] = {}  # the training run's model, once trained
+            trained_net: dict[str, nn.Module] = {}  # the training run's model once trained
             train = _training(d, store, bar, ds, model, plan, clients, seed, delta, trained,
                               measure, trained_net)
             report.add_defense(d.describe(), d.name, train)
             bar.update(1)
             for stage in plan.stages:
-                own = [c for c in cells if c[0] is d and c[1] == stage]
-                pending = [c for c in own if not store.has("cell", _cell_key(*c))]
-                bar.update(len(own) - len(pending))
-                done = store.get("stage", f"{d.describe()}|{stage}")
-                if not pending and done is not None:
-                    report.add_stage(d.describe(), stage, done)
-                    continue
-                bar.set_description(f"{d.name}: {stage} weights")
-                start, info = _stage_model(d, ds, model, plan, clients, seed, stage, delta,
-                                           trained, train, trained_net)
-                store.put("stage", f"{d.describe()}|{stage}", info)
-                report.add_stage(d.describe(), stage, info)
-                if not pending:
-                    continue
-                bar.set_description(f"{d.name}: attack {stage}")
-                jobs = _attack_jobs(d, ds, start, model, plan, clients, seed, threshold, stage,
-                                    pending={_cell_key(*c) for c in pending})
-                if runner is None:  # started at the first pending cell: a full resume none
+                jobs = _stage(d, stage, cells, store, bar, report, ds, model, plan, clients,
+                              seed, delta, threshold, trained, train, trained_net)
+                if jobs and runner is None:  # started at the first pending cell, if any
                     runner = make_engine(engine, plan.workers, ray_address)
-                run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
+                if jobs:
+                    run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
     finally:
         if runner is not None:
             runner.close()
         bar.close()
     return _with_cells(report, store, cells)
+
+
+def _stage(d: defenses_mod.Defense, stage: str, cells: list[tuple], store: ResultsFile,
+           bar: Any, report: AuditReport, ds: data_mod.Dataset, model: nn.Module, plan: _Plan,
+           clients: int, seed: int, delta: float, threshold: float, trained: bool,
+           train: dict[str, Any], trained_net: dict[str, nn.Module]
+           ) -> list[tuple[str, CellJob]]:
+    """One stage of one defense: its record into the report (stored, or the stage's
+    weights made now and stored) and the jobs of its pending cells (none when resumed)."""
+    own = [c for c in cells if c[0] is d and c[1] == stage]
+    pending = [c for c in own if not store.has("cell", _cell_key(*c))]
+    bar.update(len(own) - len(pending))
+    key = f"{d.describe()}|{stage}"
+    done = store.get("stage", key)
+    if not pending and done is not None:
+        report.add_stage(d.describe(), stage, done)
+        return []
+    bar.set_description(f"{d.name}: {stage} weights")
+    start, info = _stage_model(d, ds, model, plan, clients, seed, stage, delta, trained, train,
+                               trained_net)
+    store.put("stage", key, info)
+    report.add_stage(d.describe(), stage, info)
+    if not pending:
+        return []
+    bar.set_description(f"{d.name}: attack {stage}")
+    return _attack_jobs(d, ds, start, model, plan, clients, seed, threshold, stage,
+                        pending={_cell_key(*c) for c in pending})
 
 
 def _check_numbers(threshold: float, delta: float, seed: int) -> None:
