@@ -286,8 +286,9 @@ def _stage(d: defenses_mod.Defense, stage: str, cells: list[tuple], store: Resul
     bar.set_description(f"{d.name}: {stage} weights")
     start, info = _stage_model(d, ds, model, plan, clients, seed, stage, delta, trained, train,
                                trained_net)
-    store.put("stage", key, info)
-    report.add_stage(d.describe(), stage, info)
+    if done is None:
+        store.put("stage", key, info)
+    report.add_stage(d.describe(), stage, done or info)
     if not pending:
         return []
     bar.set_description(f"{d.name}: attack {stage}")
