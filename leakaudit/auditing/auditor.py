@@ -102,7 +102,7 @@ QUICK_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
 PROFILES: dict[str, AuditProfile] = {
     # minutes on 2 cores with the built-in digits: the utility benchmark's training setting
     "quick": AuditProfile(clients=10, clients_per_round=5, rounds=30, local_steps=10,
-                          batch_size=32, lr=0.01, optimizer="adam", examples=3,
+                          batch_size=32, lr=0.01, optimizer="adam", examples=2,
                           max_iterations=40, restarts=1, attack_lr=0.1,
                           defense_params=QUICK_DEFENSE_PARAMS),
     # the papers' attack budget (300 L-BFGS steps, more examples); hours

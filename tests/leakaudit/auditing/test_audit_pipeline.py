@@ -74,8 +74,8 @@ def same_content():
     model = models.resolve(None, ds, seed=0)
     plan = auditor._plan("quick", 1, 1, 2, 1, 1, (0, 1, 2), ("idlg",))
     defense = auditor._resolve_defenses(["none"], None)[0]
-    return auditor._attack_jobs(defense, ds, model, plan, 10, 0, 0.01,
-                                pending={f"none()|{p}|idlg|0" for p in (0, 1, 2)})
+    return auditor._attack_jobs(defense, ds, model, model, plan, 10, 0, 0.01, "initial",
+                                pending={f"none()|initial|{p}|idlg|0" for p in (0, 1, 2)})
 
 
 class _Counting(Engine):
