@@ -39,7 +39,8 @@ FLAGS = {"defense_params": "--defense-param",
          "examples": "--examples", "rounds": "--rounds", "max_iterations": "--max-iterations",
          "threshold": "--threshold", "seed": "--seed", "engine": "--engine",
          "ray_address": "--ray-address", "batch_size": "--batch-size",
-         "local_steps": "--local-steps", "stage": "--stage", "device": "--device",
+         "local_steps": "--local-steps", "stage": "--stage", "stages": "--stage",
+         "device": "--device",
          "empirical_trials": "--empirical", "workers": "--workers", "delta": "--delta",
          "trials": "--trials", "confidence": "--confidence", "statistic": "--statistic",
          "results": "--out"}
@@ -179,6 +180,7 @@ def _audit_command(sub: Any) -> None:
     from .auditing.auditor import (
         DEFAULT_ATTACKS,
         DEFAULT_DEFENSES,
+        DEFAULT_STAGES,
         POINTS,
         PROFILES,
         STAGES,
@@ -240,10 +242,12 @@ def _audit_command(sub: Any) -> None:
     a.add_argument("--local-steps", type=_int_at_least(1),
                    default=_default(plan, "local_steps"),
                    help="L local SGD steps of the attacked clients")
-    a.add_argument("--stage", default=_default(plan, "stage"), choices=list(STAGES),
-                   help="weights attacked: " + ", ".join(
-                       f"{name} (after {rounds} training rounds)" for name, rounds
-                       in STAGES.items()))
+    a.add_argument("--stage", nargs="+", default=list(DEFAULT_STAGES), choices=list(STAGES),
+                   metavar="STAGE",
+                   help="weights attacked, one or more of: " + ", ".join(
+                       f"{name} (after {'all the profile' if rounds is None else rounds}"
+                       " training rounds)" for name, rounds in STAGES.items())
+                   + f" (default: {' '.join(DEFAULT_STAGES)})%(default).0s")
     a.add_argument("--device", default=_default(plan, "device"),
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
                    "default: the CPU)%(default).0s")
@@ -294,8 +298,8 @@ def _privacy_audit_command(sub: Any) -> None:
 def _defense_param_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--defense-param", type=_defense_param, action="append", default=[],
                         metavar="NAME:KEY=VALUE",
-                        help="a parameter of one defense instead of the paper's, e.g. "
-                        "fed-cdp:sigma=1 (repeatable)%(default).0s")
+                        help="a parameter of one defense instead of the profile's or the "
+                        "paper's, e.g. fed-cdp:sigma=1 (repeatable)%(default).0s")
 
 
 def _defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -309,14 +313,16 @@ def _defense_params(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _checked_defenses(args: argparse.Namespace) -> tuple[list[Any], dict[str, dict[str, Any]]]:
+def _checked_defenses(args: argparse.Namespace, base: Any = None
+                      ) -> tuple[list[Any], dict[str, dict[str, Any]]]:
     """--defenses and --defense-param, every defense built by the library's one resolver
     (:func:`leakaudit.fl.resolve_defenses`: a bad name, key or value is refused before any
-    work); the Defense objects and the parameters."""
+    work; ``base``: the audit profile's parameters of a bare name, under --defense-param);
+    the Defense objects and the parameters."""
     from .fl import resolve_defenses
 
     params = _defense_params(args)
-    return resolve_defenses(args.defenses, params), params
+    return resolve_defenses(args.defenses, params, base=base), params
 
 
 def _out_dir(text: str) -> Path:
@@ -338,15 +344,15 @@ def _out_dir(text: str) -> Path:
 # ---------------------------------------------------------------- commands
 def _cmd_audit(args: argparse.Namespace) -> int:
     from .api import audit
-    from .auditing import AuditPlan, EngineConfig
+    from .auditing import PROFILES, AuditPlan, EngineConfig
 
-    defs, _ = _checked_defenses(args)
+    defs, _ = _checked_defenses(args, base=PROFILES[args.profile].defense_params)
     engine = EngineConfig.make(args.engine, workers=args.workers, ray_address=args.ray_address)
     plan = AuditPlan.make(profile=args.profile, attacks=args.attacks, points=args.points,
                           examples=args.examples, rounds=args.rounds,
                           max_iterations=args.max_iterations, threshold=args.threshold,
                           delta=args.delta, batch_size=args.batch_size,
-                          local_steps=args.local_steps, stage=args.stage, device=args.device)
+                          local_steps=args.local_steps, stages=args.stage, device=args.device)
     out = _out_dir(args.out)
     args.resume_file = out / "results.jsonl"
     report = audit(defs, dataset=args.dataset, plan=plan, engine=engine, seed=args.seed,

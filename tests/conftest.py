@@ -28,7 +28,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class ReleaseCounter:
-    """Counts the noise releases defenses make (each ``_ops`` noise call is one release)
+    """Counts the noise releases defenses make (each ``ops`` noise call is one release)
     and the releases a list of ledgers holds, by kind, so tests can compare the two."""
 
     def __init__(self) -> None:
@@ -54,7 +54,7 @@ class ReleaseCounter:
 @pytest.fixture
 def release_counter(monkeypatch) -> ReleaseCounter:
     """Wrap the defenses' noise functions with counters for the duration of a test."""
-    from leakaudit.defenses import _ops
+    from leakaudit.defenses import ops as _ops
 
     counter = ReleaseCounter()
     real = {"gaussian": _ops.gaussian_like, "laplace": _ops.laplace_like}

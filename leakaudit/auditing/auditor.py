@@ -4,15 +4,18 @@ Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
 The settings are objects built and checked once (:class:`AuditPlan`: what is attacked and
-with what budget; :class:`~.engines.EngineConfig`: where; :class:`leakaudit.fl.FLConfig`:
-each federated run, built by :func:`_training_run` and :func:`_attacked_round` and run by
-the one call of the simulator, :func:`_simulate`); the defenses are resolved by
-:func:`leakaudit.fl.resolve_defenses`, as everywhere.
+with what budget, at which ``stages``; :class:`~.engines.EngineConfig`: where;
+:class:`leakaudit.fl.FLConfig`: each federated run, built by :func:`_training_run` and
+:func:`_attacked_round` and run by the one call of the simulator, :func:`_simulate`); the
+defenses are resolved by :func:`leakaudit.fl.resolve_defenses`, as everywhere (a bare name
+with the profile's defense parameters, ``AuditProfile.defense_params``, as its base).
 
-Per defense two simulations: a *training* run (the profile's federated setting) gives test
-accuracy and the claimed and sound eps; an *attack* run takes one round from the weights of
-the audited ``stage`` ("initial", or after 1 or 5 rounds of the training run under the
-defense: "round1", "round5") with ``local_steps`` local SGD steps of batch size
+Per defense a *training* run (the profile's federated setting, with the profile's defense
+parameters, at which the quick profile's defended models learn) gives test accuracy and the
+claimed and sound eps; then per audited stage (``AuditPlan.stages``) an *attack* run takes
+one round from the weights of that stage ("initial"; after 1 or 5 rounds of the training run
+under the defense: "round1", "round5"; or at its end: "trained") with
+``local_steps`` local SGD steps of batch size
 ``batch_size`` (default 1 and 1, the DLG/iDLG/CPL setting: the three leak points then differ
 only by where the defense acted) and taps points 0, 1, 2 for ``examples`` sampled clients.
 With L > 1 each attacked client holds exactly B examples and takes every step on all of them
@@ -36,8 +39,8 @@ the same seed gives the same table.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -59,6 +62,7 @@ from .._validate import (
     check_selection,
     legacy_call,
 )
+from ..fl.simulate import evaluate
 from ..records import ResultsFile, fingerprint
 from .cells import AttackBudget, CellJob
 from .engines import ENGINES, Engine, EngineConfig, fold_engine
@@ -66,10 +70,15 @@ from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
 from .report import AuditReport
 
 __all__ = ["audit", "AuditPlan", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES",
-           "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS", "STAGES"]
+           "DEFAULT_STAGES", "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS", "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
-STAGES = {"initial": 0, "round1": 1, "round5": 5}
+#: (None: all of them, the profile's ``rounds``; the weights whose accuracy the report shows)
+STAGES: dict[str, int | None] = {"initial": 0, "round1": 1, "round5": 5, "trained": None}
+
+#: the stages a full audit attacks (the CLI's default, ``make audit``): the weights before
+#: training and the trained ones; ``AuditPlan.make`` alone attacks "initial"
+DEFAULT_STAGES = ("initial", "trained")
 
 #: the leak points (docs/attacks.md): 0 the update after the defense, 1 the update before
 #: the server-side step, 2 a local step's gradient
@@ -97,13 +106,30 @@ class AuditProfile:
     max_iterations: int
     restarts: int
     attack_lr: float
+    #: parameters of a bare defense name in this profile (over ``PAPER_PARAMS``; the
+    #: caller's ``defense_params`` override both)
+    defense_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+
+#: The quick profile's DP parameters: the papers' (clip 4, sigma 6) leave LeNet at chance on
+#: digits (test accuracy 0.08-0.20 after training); with these, T = 30 rounds of L = 10 Adam
+#: steps reach (seed 0, measured 2026-11-25) fed-cdp 0.85 at sound eps 54, fed-alpha-cdp
+#: 0.88 (sound eps inf: its data-dependent noise scale), fed-sdp 0.96 at sound eps ~6,500
+#: (client-level DP with 10 clients: no meaningful guarantee), delta 1e-5, against 0.97
+#: undefended (benchmarks/utility.py has the same training setting).
+QUICK_DEFENSE_PARAMS: dict[str, dict[str, Any]] = {
+    "fed-sdp-server": {"clip": 3.0, "sigma": 0.1},
+    "fed-sdp-client": {"clip": 3.0, "sigma": 0.1},
+    "fed-cdp": {"clip": 4.0, "sigma": 0.7},
+    "fed-alpha-cdp": {"clip": 4.0, "sigma": 0.7},
+}
 
 PROFILES: dict[str, AuditProfile] = {
-    # minutes on 2 cores with the built-in digits
-    "quick": AuditProfile(clients=10, clients_per_round=5, rounds=10, local_steps=5,
-                          batch_size=32, lr=0.01, optimizer="adam", examples=3,
-                          max_iterations=40, restarts=1, attack_lr=0.1),
+    # minutes on 2 cores with the built-in digits: the utility benchmark's training setting
+    "quick": AuditProfile(clients=10, clients_per_round=5, rounds=30, local_steps=10,
+                          batch_size=32, lr=0.01, optimizer="adam", examples=2,
+                          max_iterations=40, restarts=1, attack_lr=0.1,
+                          defense_params=QUICK_DEFENSE_PARAMS),
     # the papers' attack budget (300 L-BFGS steps, more examples); hours
     "paper": AuditProfile(clients=100, clients_per_round=10, rounds=100, local_steps=10,
                           batch_size=32, lr=0.01, optimizer="adam", examples=20,
@@ -132,10 +158,11 @@ class AuditPlan:
     """What one audit attacks, and how: the sizes (:class:`AuditProfile`, ``profile``
     names it), the leak ``points`` and ``attacks``, ``examples`` attacked per (defense,
     point, attack), training ``rounds``, the attack ``budget`` (:class:`AttackBudget`), the
-    attacked clients' B (``batch_size``) and L (``local_steps``), the ``stage`` of the
-    attacked weights (``STAGES``), the ``device`` of the attacks, the ``delta`` of the eps
-    columns, and whether the model is already ``trained`` (no training run). Build it with
-    :meth:`make`, which checks every setting (the profile's sizes unless given)."""
+    attacked clients' B (``batch_size``) and L (``local_steps``), the ``stages`` of the
+    attacked weights (names of ``STAGES``, each its own report row), the ``device`` of the
+    attacks, the ``delta`` of the eps columns, and whether the model is already ``trained``
+    (no training run). Build it with :meth:`make`, which checks every setting (the
+    profile's sizes unless given)."""
 
     profile: AuditProfile
     profile_name: str
@@ -146,7 +173,7 @@ class AuditPlan:
     budget: AttackBudget
     batch_size: int = 1
     local_steps: int = 1
-    stage: str = "initial"
+    stages: tuple[str, ...] = ("initial",)
     #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
     device: str | None = None
     delta: float = 1e-5
@@ -165,6 +192,14 @@ class AuditPlan:
         return self.budget.threshold
 
     @property
+    def stage(self) -> str:
+        """The audited stage when there is one (the form before ``stages``)."""
+        if len(self.stages) != 1:
+            raise ValueError(f"this plan audits several stages {list(self.stages)}: read "
+                             f"plan.stages")
+        return self.stages[0]
+
+    @property
     def attack_names(self) -> tuple[str, ...]:
         return tuple(a if isinstance(a, str) else a.name for a in self.attacks)
 
@@ -174,11 +209,13 @@ class AuditPlan:
              rounds: int | None = None, max_iterations: int | None = None,
              restarts: int | None = None, threshold: float = 0.01, delta: float = 1e-5,
              trained: bool = False, batch_size: int = 1, local_steps: int = 1,
-             stage: str = "initial", device: str | None = None) -> AuditPlan:
+             stages: Sequence[str] | None = None, stage: str | None = None,
+             device: str | None = None) -> AuditPlan:
         """Check every setting before any work (ValueError naming it), then build the plan;
-        sizes left None are the profile's (``PROFILES``)."""
-        if not isinstance(stage, str) or stage not in STAGES:
-            raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+        sizes left None are the profile's (``PROFILES``). ``stages``: the audited stages,
+        e.g. ``("initial", "trained")``; ``stage``: one stage (give one of the two; neither:
+        "initial")."""
+        chosen_stages = _check_stages(stages, stage)
         where = check_device("device", device)
         if not isinstance(profile, str) or profile not in PROFILES:
             raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}")
@@ -197,7 +234,7 @@ class AuditPlan:
                 threshold=threshold),
             batch_size=check_int("batch_size", batch_size, 1),
             local_steps=check_int("local_steps", local_steps, 1),
-            stage=stage, device=None if where is None else str(where),
+            stages=chosen_stages, device=None if where is None else str(where),
             delta=check_probability("delta", delta), trained=check_bool("trained", trained))
 
     def replace(self, **changes: Any) -> AuditPlan:
@@ -208,15 +245,37 @@ class AuditPlan:
             examples=self.examples, rounds=self.rounds, max_iterations=self.max_iterations,
             restarts=self.restarts, threshold=self.threshold, delta=self.delta,
             trained=self.trained, batch_size=self.batch_size, local_steps=self.local_steps,
-            stage=self.stage, device=self.device)
+            stages=self.stages, stage=None, device=self.device)
         unknown = sorted(set(changes) - set(now))
         if unknown:
             raise ValueError(f"{unknown[0]} is not a setting of AuditPlan; expected one of "
                              f"{list(now)}")
+        if "stage" in changes and "stages" not in changes:
+            now["stages"] = None  # the one stage given replaces the plan's stages
         if "profile" in changes:
             for size in ("examples", "rounds", "max_iterations", "restarts"):
                 now[size] = None
         return AuditPlan.make(**{**now, **changes})
+
+
+def _check_stages(stages: Sequence[str] | None, stage: str | None) -> tuple[str, ...]:
+    """The audited stages: ``stages`` (distinct names of ``STAGES``, at least one), else
+    ``stage`` alone, else "initial"; both given is refused."""
+    if stages is None:
+        stage = "initial" if stage is None else stage
+        if not isinstance(stage, str) or stage not in STAGES:
+            raise ValueError(f"stage must be one of {list(STAGES)}, got {stage!r}")
+        return (stage,)
+    if stage is not None:
+        raise ValueError(f"give stage or stages, not both (stage={stage!r}, stages={stages!r})")
+    if isinstance(stages, str) or not isinstance(stages, Sequence):
+        raise ValueError(f"stages must be a sequence of stage names, got {stages!r}")
+    out = tuple(stages)
+    bad = [s for s in out if not isinstance(s, str) or s not in STAGES]
+    if not out or bad or len(set(out)) != len(out):
+        raise ValueError(f"stages must be distinct names among {list(STAGES)}, at least one, "
+                         f"got {list(out)}")
+    return out
 
 
 def _attack_name_or_object(attack: Any) -> Any:
@@ -234,7 +293,7 @@ def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
 MOVED = {
     "plan": Moved(names=("profile", "points", "examples", "rounds", "max_iterations",
                          "restarts", "threshold", "delta", "trained", "batch_size",
-                         "local_steps", "stage", "device"),
+                         "local_steps", "stage", "stages", "device"),
                   fold=_fold_plan, how="AuditPlan.make"),
     "engine": Moved(names=("workers", "ray_address"), fold=fold_engine,
                     how="EngineConfig.make"),
@@ -263,7 +322,8 @@ def audit(
     (``profile=``, ``points=``, ``examples=``, ``workers=``, ...) still work and warn.
 
     Args:
-        defenses: names (bare names get the source papers' parameters, ``PAPER_PARAMS``,
+        defenses: names (bare names get the profile's parameters,
+            ``AuditProfile.defense_params``, else the source papers', ``PAPER_PARAMS``;
             overridable per name with ``defense_params``) or Defense objects.
         dataset: name or Dataset. model: the architecture and starting weights (default
             ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
@@ -271,8 +331,10 @@ def audit(
             the plan's (default "dlg", "idlg", "cpl").
         plan: what is attacked and how (:class:`AuditPlan`: profile sizes, points, examples,
             rounds, attack budget and success threshold, B and L of the attacked clients,
-            stage, device, delta, whether ``model`` is already trained); default
-            ``AuditPlan.make()`` (the "quick" profile).
+            stages, e.g. ``AuditPlan.make(stages=("initial", "trained"))``: a report row per
+            (defense, stage) with the attacked weights' accuracy and eps spent; device, delta,
+            whether ``model`` is already trained); default ``AuditPlan.make()`` (the "quick"
+            profile, the "initial" stage).
         engine: where the attack cells run: "process" (default; a local pool of spawned
             processes: call audit() under ``if __name__ == "__main__":`` in a script),
             "serial" (this process) or "ray" (one Ray task per cell; ``pip install
@@ -293,7 +355,7 @@ def audit(
         plan = plan.replace(attacks=attacks)
     runs_on = EngineConfig.of(engine)
     check_int("seed", seed, 0)
-    defs = fl.resolve_defenses(defenses, defense_params)
+    defs = fl.resolve_defenses(defenses, defense_params, base=plan.profile.defense_params)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
     clients = max(plan.profile.clients, plan.examples)
@@ -314,21 +376,20 @@ def audit(
     try:
         for d in defs:
             stored = store.get("training", d.describe()) is not None
+            trained_net: dict[str, nn.Module] = {}  # the training run's model once trained
             train = _training(d, store, bar, ds, model, plan, clients, seed, plan.delta,
-                              plan.trained, measure)
+                              plan.trained, measure, trained_net)
             report.add_defense(d.describe(), d.name, train)
             if not stored:
                 bar.update(1)
-            own = [c for c in cells if c[0] is d]
-            pending = [c for c in own if not store.has("cell", _cell_key(*c))]
-            if not pending:
-                continue
-            bar.set_description(f"{d.name}: attack")
-            jobs = _attack_jobs(d, ds, model, plan, clients, seed, plan.threshold,
-                                pending={_cell_key(*c) for c in pending})
-            if runner is None:  # started at the first pending cell: a full resume starts none
-                runner = runs_on.start()
-            run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
+            for stage in plan.stages:
+                jobs = _stage(d, stage, cells, store, bar, report, ds, model, plan, clients,
+                              seed, train, trained_net)
+                if not jobs:
+                    continue
+                if runner is None:  # started at the first pending cell: a full resume starts none
+                    runner = runs_on.start()
+                run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
     finally:
         if runner is not None:
             runner.close()
@@ -353,31 +414,60 @@ def _check_sizes(plan: AuditPlan, ds: data_mod.Dataset, clients: int) -> None:
                          f"clients), got {plan.batch_size}")
 
 
+def _stage(d: defenses_mod.Defense, stage: str, cells: list[tuple], store: ResultsFile,
+           bar: Any, report: AuditReport, ds: data_mod.Dataset, model: nn.Module,
+           plan: AuditPlan, clients: int, seed: int, train: dict[str, Any],
+           trained_net: dict[str, nn.Module]) -> list[tuple[str, CellJob]]:
+    """One stage of one defense: its record into the report (stored, or the stage's
+    weights made now and stored) and the jobs of its pending cells (none when resumed; the
+    progress bar started at the cells already done)."""
+    own = [c for c in cells if c[0] is d and c[1] == stage]
+    pending = [c for c in own if not store.has("cell", _cell_key(*c))]
+    key = f"{d.describe()}|{stage}"
+    done = store.get("stage", key)
+    if not pending and done is not None:
+        report.add_stage(d.describe(), stage, done)
+        return []
+    bar.set_description(f"{d.name}: {stage} weights")
+    start, info = _stage_model(d, ds, model, plan, clients, seed, stage, train, trained_net)
+    if done is None:
+        store.put("stage", key, info)
+    report.add_stage(d.describe(), stage, done or info)
+    if not pending:
+        return []
+    bar.set_description(f"{d.name}: attack {stage}")
+    return _attack_jobs(d, ds, start, model, plan, clients, seed, stage,
+                        pending={_cell_key(*c) for c in pending})
+
+
 def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
               model: nn.Module, plan: AuditPlan, clients: int, seed: int, delta: float,
-              trained: bool, measure: MeasuredEps | None) -> dict[str, Any]:
-    """The defense's training record (stored, or trained now and stored), with the measured
-    eps when asked; the progress bar says which phase runs."""
+              trained: bool, measure: MeasuredEps | None,
+              trained_net: dict[str, nn.Module]) -> dict[str, Any]:
+    """The defense's training record (stored, or trained now and stored, its model kept in
+    ``trained_net["model"]`` for the "trained" stage), with the measured eps when asked; the
+    progress bar says which phase runs."""
     bar.set_description(f"{d.name}: train")
     train = store.get("training", d.describe())
     if train is None:
-        train = _train_record(d, ds, model, plan, clients, seed, delta, trained)
+        train = _train_record(d, ds, model, plan, clients, seed, delta, trained, trained_net)
         store.put("training", d.describe(), train)
     if measure is not None and "eps_measured" not in train:
         bar.set_description(f"{d.name}: measure eps")
     return _with_measured(train, d, store, plan.points, measure, seed, delta)
 
 
-def _cells(plan: AuditPlan) -> list[tuple[int, str, int]]:
-    """(point, attack, example) of every cell of one defense."""
-    return [(p, a, e) for p in plan.points for a in plan.attack_names
+def _cells(plan: AuditPlan) -> list[tuple[str, int, str, int]]:
+    """(stage, point, attack, example) of every cell of one defense."""
+    return [(s, p, a, e) for s in plan.stages for p in plan.points for a in plan.attack_names
             for e in range(plan.examples)]
 
 
 def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
-    """The report with every cell, in canonical order (whatever order they finished in)."""
+    """The report with every cell, in canonical order (whatever order they finished in),
+    each with its stage."""
     for cell in cells:
-        report.add_cell(store.get("cell", _cell_key(*cell)))
+        report.add_cell(dict(store.get("cell", _cell_key(*cell)), stage=cell[1]))
     return report
 
 
@@ -389,7 +479,8 @@ def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, pla
             "rounds": plan.rounds, "max_iterations": plan.max_iterations,
             "restarts": plan.restarts, "threshold": threshold, "delta": delta,
             "trained": trained, "clients": clients, "batch_size": plan.batch_size,
-            "local_steps": plan.local_steps, "stage": plan.stage, "device": plan.device}
+            "local_steps": plan.local_steps, "stage": ", ".join(plan.stages),
+            "device": plan.device}
 
 
 def _empirical_config(measure: MeasuredEps | None) -> dict[str, Any]:
@@ -411,12 +502,11 @@ def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
     return train
 
 
-def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
+def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
                   plan: AuditPlan, clients: int, seed: int) -> fl.Run:
-    """The attacked round: one round from the stage's weights, L local steps of batch B,
-    taps at the audited points for ``plan.examples`` clients (each holding exactly B
-    examples when L > 1: L local epochs)."""
-    start = _stage_model(d, ds, model, plan, clients, seed)
+    """The attacked round: one round from the stage's weights ``start``, L local steps of
+    batch B, taps at the audited points for ``plan.examples`` clients (each holding exactly
+    B examples when L > 1: L local epochs)."""
     taps = [fl.Tap(p, clients=plan.examples) for p in plan.points]
     if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
         holdings = _holdings(len(ds.y_train), plan.examples, plan.batch_size, seed)
@@ -456,32 +546,59 @@ def _simulate(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
     return fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), config=config)
 
 
-def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: AuditPlan, clients: int, seed: int, threshold: float,
+def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
+                 model: nn.Module, plan: AuditPlan, clients: int, seed: int, stage: str,
                  pending: set[str]) -> list[tuple[str, CellJob]]:
-    """The attacked round's observations, through the pipeline every audit shares
-    (:func:`.pipeline.build_jobs`): one job per pending cell."""
-    run = _attack_round(d, ds, model, plan, clients, seed)
+    """The attacked round's observations (from the stage's weights ``start``), through the
+    pipeline every audit shares (:func:`.pipeline.build_jobs`): one job per pending cell."""
+    run = _attack_round(d, ds, start, plan, clients, seed)
     targets = [Target(observation=obs, truth=run.truth(obs), defense=d.describe(),
                       example=e, seed=seed + e)
                for p in plan.points for e, obs in enumerate(run.observations_at(p))
                if e < plan.examples]
     return build_jobs(targets, plan.attacks, model, input_shape=ds.input_shape,
-                      num_classes=ds.num_classes, threshold=threshold,
+                      num_classes=ds.num_classes, threshold=plan.threshold,
                       max_iterations=plan.max_iterations, restarts=plan.restarts,
                       image=ds.kind == "image", device=plan.device,
-                      key=lambda i, t, a: _cell_key(d, t.observation.point, a, t.example),
+                      key=lambda i, t, a: _cell_key(d, stage, t.observation.point, a,
+                                                    t.example),
                       pending=pending.__contains__)
 
 
 def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: AuditPlan, clients: int, seed: int) -> nn.Module:
-    """The weights of the audited stage: the starting model, or that model after
-    ``STAGES[stage]`` rounds of the profile's training run under the defense."""
-    rounds = STAGES[plan.stage]
+                 plan: AuditPlan, clients: int, seed: int, stage: str,
+                 train: dict[str, Any], trained_net: dict[str, nn.Module]
+                 ) -> tuple[nn.Module, dict[str, Any]]:
+    """The weights of the audited ``stage`` and their record: the starting model, or that
+    model after ``STAGES[stage]`` rounds of the profile's training run under the defense
+    ("trained": all ``plan.rounds``, the training run's own model; with ``plan.trained``,
+    the given weights); the record holds the rounds, the test accuracy of these weights and
+    the eps their training spent (0 before any round)."""
+    rounds = STAGES[stage]
+    rounds = (0 if plan.trained else plan.rounds) if rounds is None else rounds
+    info: dict[str, Any] = {"stage": stage, "rounds": rounds}
     if rounds == 0:
-        return copy.deepcopy(model)
-    return _simulate(d, ds, model, _training_run(plan, clients, rounds, seed)).model
+        net = copy.deepcopy(model)
+        spent = None if plan.trained else 0.0  # given trained weights: their eps is unknown
+        return net, finite_json({**info, "accuracy": _accuracy(net, ds), "eps_claimed": spent,
+                                 "eps_sound": spent})
+    if rounds == plan.rounds and not plan.trained:
+        if "model" not in trained_net:  # resumed: the same seed trains the same model
+            _train_record(d, ds, model, plan, clients, seed, plan.delta, plan.trained,
+                          trained_net)
+        return trained_net["model"], {**info, **{k: train[k] for k in (
+            "accuracy", "eps_claimed", "eps_sound")}}
+    run = _simulate(d, ds, model, _training_run(plan, clients, rounds, seed))
+    return run.model, finite_json({**info, "accuracy": run.final_accuracy,
+                                   "eps_claimed": run.epsilon(plan.delta, "claimed"),
+                                   "eps_sound": run.epsilon(plan.delta, "sound")})
+
+
+def _accuracy(model: nn.Module, ds: data_mod.Dataset) -> float:
+    """Test accuracy of ``model`` (as the simulator measures it)."""
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+    return evaluate(model, params, buffers, ds.x_test, ds.y_test)[0]
 
 
 def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int]]:
@@ -491,8 +608,9 @@ def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int
     return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
 
 
-def _cell_key(d: defenses_mod.Defense, point: int, attack: str, example: int) -> str:
-    return f"{d.describe()}|{point}|{attack}|{example}"
+def _cell_key(d: defenses_mod.Defense, stage: str, point: int, attack: str,
+              example: int) -> str:
+    return f"{d.describe()}|{stage}|{point}|{attack}|{example}"
 
 
 def _weights_digest(model: nn.Module) -> str:
@@ -502,9 +620,10 @@ def _weights_digest(model: nn.Module) -> str:
 
 def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
                   plan: AuditPlan, clients: int, seed: int, delta: float,
-                  trained: bool) -> dict[str, Any]:
+                  trained: bool, trained_net: dict[str, nn.Module] | None = None
+                  ) -> dict[str, Any]:
     """Accuracy and claimed/sound eps of the profile's training run (with ``trained``: of
-    the one audited round on the given weights)."""
+    the one audited round on the given weights); its model into ``trained_net["model"]``."""
     if trained:
         config = _attacked_round(plan, clients, seed,
                                  clients_per_round=plan.profile.clients_per_round,
@@ -512,6 +631,8 @@ def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Modul
     else:
         config = _training_run(plan, clients, plan.rounds, seed)
     run = _simulate(d, ds, model, config)
+    if trained_net is not None and not trained:
+        trained_net["model"] = run.model
     return finite_json({
         "defense": d.describe(), "name": d.name, "level": d.level,
         "accuracy": run.final_accuracy,

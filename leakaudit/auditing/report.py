@@ -1,8 +1,8 @@
-"""The audit report: first the summary (defense x leak point: resilient or how it leaks, with
-accuracy and the claimed and sound eps), then per defense x leak point x attack the metric
-columns (docs/glossary.md), and per defense why claimed and sound eps differ; Markdown,
-CSV, LaTeX, JSON and a PNG grid (``matplotlib.figure.Figure``: the caller's matplotlib
-backend is never touched)."""
+"""The audit report: first the summary (defense [x stage] x leak point: resilient or how it
+leaks, with the accuracy of the attacked weights and the claimed and sound eps), then per
+defense x leak point x attack the metric columns (docs/glossary.md), and per defense why
+claimed and sound eps differ; Markdown, CSV, LaTeX, JSON and a PNG grid
+(``matplotlib.figure.Figure``: the caller's matplotlib backend is never touched)."""
 
 from __future__ import annotations
 
@@ -60,20 +60,27 @@ class AuditReport:
     delta: float = 1e-5
     defenses: dict[str, dict[str, Any]] = field(default_factory=dict)
     cells: list[dict[str, Any]] = field(default_factory=list)
+    #: defense -> stage -> the attacked weights' record (rounds trained, test accuracy, the
+    #: claimed and sound eps spent by those rounds); cells then carry their "stage"
+    stages: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def add_defense(self, key: str, name: str, record: dict[str, Any]) -> None:
         self.defenses[key] = dict(record, name=name)
+
+    def add_stage(self, key: str, stage: str, record: dict[str, Any]) -> None:
+        self.stages.setdefault(key, {})[stage] = dict(record)
 
     def add_cell(self, record: dict[str, Any]) -> None:
         self.cells.append(record)
 
     # ------------------------------------------------------------------ tables
     def rows(self) -> list[dict[str, Any]]:
-        """One row per (defense, point, attack), aggregated over the attacked examples."""
-        groups: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
-        order: list[tuple[str, int, str]] = []
+        """One row per (defense, [stage,] point, attack), aggregated over the attacked
+        examples (a "stage" column when the cells have stages)."""
+        groups: dict[tuple[str, Any, int, str], list[dict[str, Any]]] = defaultdict(list)
+        order: list[tuple[str, Any, int, str]] = []
         for c in self.cells:
-            k = (c["defense"], int(c["point"]), c["attack"])
+            k = (c["defense"], c.get("stage"), int(c["point"]), c["attack"])
             if k not in groups:
                 order.append(k)
             groups[k].append(c)
@@ -84,7 +91,8 @@ class AuditReport:
             asr = float(np.mean([bool(c["success"]) for c in g]))
             ssims = [_num(c["ssim"]) for c in g if c.get("ssim") is not None]
             out.append({
-                "defense": k[0], "point": k[1], "attack": k[2], "resilient": asr == 0.0,
+                "defense": k[0], **({"stage": k[1]} if k[1] is not None else {}),
+                "point": k[2], "attack": k[3], "resilient": asr == 0.0,
                 "mse": float(np.mean(mses)), "rmse": float(np.mean(np.sqrt(mses))),
                 "psnr": float(np.mean([_num(c["psnr"]) for c in g])),
                 "ssim": float(np.mean(ssims)) if ssims else math.nan,
@@ -102,6 +110,12 @@ class AuditReport:
                  **({MEASURED: _num(v["eps_measured"])} if "eps_measured" in v else {})}
                 for k, v in self.defenses.items()]
 
+    def _cell_columns(self) -> tuple[str, ...]:
+        """CELL_COLUMNS, with "stage" after the defense when the cells have stages."""
+        if any(c.get("stage") is not None for c in self.cells):
+            return (CELL_COLUMNS[0], "stage", *CELL_COLUMNS[1:])
+        return CELL_COLUMNS
+
     def _defense_columns(self) -> tuple[str, ...]:
         """DEFENSE_COLUMNS, with "measured eps >=" when the audit measured it."""
         if any("eps_measured" in v for v in self.defenses.values()):
@@ -109,33 +123,42 @@ class AuditReport:
         return DEFENSE_COLUMNS
 
     def summary_rows(self) -> list[dict[str, str]]:
-        """defense x leak point: "resilient (MSE m)" or "leaks: ASR a%, tau DLG/iDLG/CPL
-        t1/t2/t3" (over the attacks that were run), with accuracy and eps (the README's
-        table)."""
+        """defense [x stage] x leak point: "resilient (MSE m)" or "leaks: ASR a%, tau
+        DLG/iDLG/CPL t1/t2/t3" (over the attacks that were run), with accuracy and eps (the
+        README's table). With stages, a row per (defense, stage): "stage" says how many
+        training rounds the attacked weights had, accuracy is theirs and eps what those
+        rounds spent; without, the training run's accuracy and eps."""
         rows = self.rows()
         points = sorted({r["point"] for r in rows})
         drows = {d["defense"]: d for d in self.defense_rows()}
         undefended = {k for k, v in self.defenses.items() if v.get("level") == "none"
                       or v.get("name") == "none"}
-        # (point, attack) -> whether the attack rebuilt an undefended example here: the
-        # sanity check that it could have succeeded at this budget and threshold
-        baseline: dict[tuple[int, str], bool] = {}
+        # stage -> (point, attack) -> whether the attack rebuilt an undefended example here
+        # (at the same stage's weights): the sanity check that it could have succeeded at
+        # this budget and threshold
+        baselines: dict[Any, dict[tuple[int, str], bool]] = {}
         for r in rows:
             if r["defense"] in undefended:
+                baseline = baselines.setdefault(r.get("stage"), {})
                 key = (r["point"], r["attack"])
                 baseline[key] = baseline.get(key, False) or not r["resilient"]
         image = any(c.get("ssim") is not None for c in self.cells)
         out = []
-        for defense in dict.fromkeys(r["defense"] for r in rows):
+        for defense, stage in dict.fromkeys((r["defense"], r.get("stage")) for r in rows):
             row = {"defense": defense}
+            d: dict[str, Any] = drows.get(defense, {})
+            if stage is not None:
+                d = self.stages.get(defense, {}).get(stage, {})
+                rounds = d.get("rounds")
+                row["stage"] = stage if rounds is None else f"{stage} ({rounds} rounds)"
             for p in points:
-                here = [r for r in rows if r["defense"] == defense and r["point"] == p]
-                row[f"type {p}"] = verdict(here, self.threshold, baseline,
+                here = [r for r in rows if r["defense"] == defense and r["point"] == p
+                        and r.get("stage") == stage]
+                row[f"type {p}"] = verdict(here, self.threshold, baselines.get(stage, {}),
                                            defense in undefended, image) if here else "-"
-            d = drows.get(defense, {})
-            row.update({"accuracy": _fmt(d.get("accuracy"), 3),
-                        "claimed eps": _fmt(d.get("eps_claimed"), 3),
-                        "sound eps": _fmt(d.get("eps_sound"), 3)})
+            row.update({"accuracy": _fmt(_num(d.get("accuracy")), 3),
+                        "claimed eps": _fmt(_num(d.get("eps_claimed")), 3),
+                        "sound eps": _fmt(_num(d.get("eps_sound")), 3)})
             out.append(row)
         return out
 
@@ -160,21 +183,31 @@ class AuditReport:
         return (f"Attacked clients: batch size {c['batch_size']}, {c['local_steps']} local "
                 f"step(s), stage {c['stage']}, attacks on {c.get('device') or 'cpu'}.\n")
 
+    def _summary_caption(self) -> str:
+        """What the summary's accuracy and eps columns are."""
+        if not self.stages:
+            return "accuracy: test accuracy after training"
+        return ("one row per defense and attacked stage (the weights after that many training "
+                "rounds under the defense); accuracy: test accuracy of those weights; eps: "
+                "spent by those rounds")
+
     def to_markdown(self) -> str:
         lines = [self.setting_line()] if "batch_size" in self.config else []
         lines += [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
-                 "attacked example rebuilt by any attack; tau = L-BFGS steps to success; eps "
-                 f"at delta = {self.delta:g}, worst client; claimed: RDP; sound: the tightest "
-                 "certified bound, exact Gaussian, PLD or RDP)", "", self.summary_markdown(),
+                 "attacked example rebuilt by any attack; tau = L-BFGS steps to success; "
+                 f"{self._summary_caption()}; eps at delta = {self.delta:g}, worst client; "
+                 "claimed: RDP; sound: the tightest certified bound, exact Gaussian, PLD or "
+                 "RDP)", "", self.summary_markdown(),
                  "Per attack (tau = L-BFGS steps to success, else the limit)",
-                 "", markdown_table(CELL_COLUMNS, self.rows()), "",
-                 f"Accuracy and privacy (eps at delta = {self.delta:g}, worst client)", "",
+                 "", markdown_table(self._cell_columns(), self.rows()), "",
+                 f"Accuracy and privacy of the training run (eps at delta = {self.delta:g}, "
+                 "worst client)", "",
                  markdown_table(self._defense_columns(), self.defense_rows())]
         return "\n".join(lines) + "\n"
 
     def to_csv(self) -> str:
         buf = io.StringIO()
-        cols = list(CELL_COLUMNS) + ["accuracy", "eps_claimed", "eps_sound"]
+        cols = list(self._cell_columns()) + ["accuracy", "eps_claimed", "eps_sound"]
         w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         drows = {d["defense"]: d for d in self.defense_rows()}
@@ -185,7 +218,7 @@ class AuditReport:
         return buf.getvalue()
 
     def to_latex(self) -> str:
-        return latex_table(CELL_COLUMNS, self.rows(), _fmt)
+        return latex_table(self._cell_columns(), self.rows(), _fmt)
 
     def to_json(self) -> str:
         payload = {
@@ -194,6 +227,7 @@ class AuditReport:
             "defenses": finite_json(self.defense_rows()),
             # the records behind the defense table (from_json rebuilds the report from them)
             "defense_records": finite_json(self.defenses),
+            "stage_records": finite_json(self.stages),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
@@ -207,10 +241,11 @@ class AuditReport:
             raise ValueError("this JSON has no defense records (written by leakaudit < 0.2): "
                              "rerun the audit with its results file to rebuild the report")
         return cls(config=data["config"], threshold=data["threshold"], delta=data["delta"],
-                   defenses=data["defense_records"], cells=data["cells"])
+                   defenses=data["defense_records"], cells=data["cells"],
+                   stages=data.get("stage_records", {}))
 
     def save_figure(self, path: str | Path) -> Path:
-        """PNG grid: a row per (defense, leak point); columns: the ground truth, then each
+        """PNG grid: a row per (defense, [stage,] leak point); columns: the ground truth, then each
         attack; each panel shows the attacked examples side by side (the first
         ``FIGURE_EXAMPLES`` when there are more, as the title says), framed green when
         rebuilt, and the mean MSE over all of them, the table's."""
@@ -220,7 +255,8 @@ class AuditReport:
         groups, attacks = self._figure_cells()
         n = max(len(v) for g in groups.values() for v in g.values())
         shown = min(n, FIGURE_EXAMPLES)
-        table = {(r["defense"], r["point"], r["attack"]): r for r in self.rows()}
+        table = {(r["defense"], r.get("stage"), r["point"], r["attack"]): r
+                 for r in self.rows()}
         panel = 0.35 * shown + 0.2
         fig = Figure(figsize=(panel * (len(attacks) + 1) + 1.6, 0.65 * len(groups) + 1.4),
                      dpi=100, layout="constrained")
@@ -241,10 +277,11 @@ class AuditReport:
                     ax.set_title(title if j == 0 else _ATTACK_NAMES.get(title, title),
                                  fontsize=8)
                 if j == 0:
-                    ax.set_ylabel(f"{key[0].split('(')[0]}\npoint {key[1]}", fontsize=7,
-                                  rotation=0, ha="right", va="center")
-                elif (key[0], key[1], title) in table:
-                    row = table[(key[0], key[1], title)]
+                    stage = "" if key[1] is None else f"{key[1]}, "
+                    ax.set_ylabel(f"{key[0].split('(')[0]}\n{stage}point {key[2]}",
+                                  fontsize=7, rotation=0, ha="right", va="center")
+                elif (*key, title) in table:
+                    row = table[(*key, title)]
                     ax.set_xlabel(f"MSE {_fmt(row['mse'], 2)}, {sum(rebuilt)}/{len(rebuilt)}"
                                   f" rebuilt" if images else "", fontsize=6)
         which = (f"all {n} attacked examples" if shown == n else
@@ -257,18 +294,19 @@ class AuditReport:
         fig.legend(handles=[Patch(color=c, label=t) for c, t in legend],
                    loc="outside lower center", ncol=3, fontsize=7, frameon=False)
         out = Path(path)
-        fig.savefig(out)
+        fig.savefig(out, bbox_inches="tight")  # a narrow grid keeps its title and legend
         return out
 
-    def _figure_cells(self) -> tuple[dict[tuple[str, int], dict[str, list[dict[str, Any]]]],
-                                     list[str]]:
-        """The cells with images, by (defense, point) then attack, in example order."""
-        groups: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
+    def _figure_cells(self) -> tuple[dict[tuple[str, Any, int],
+                                          dict[str, list[dict[str, Any]]]], list[str]]:
+        """The cells with images, by (defense, stage, point) then attack, in example
+        order."""
+        groups: dict[tuple[str, Any, int], dict[str, list[dict[str, Any]]]] = {}
         attacks: list[str] = []
         for c in self.cells:
             if "reconstruction" not in c:
                 continue
-            groups.setdefault((c["defense"], int(c["point"])), {}).setdefault(
+            groups.setdefault((c["defense"], c.get("stage"), int(c["point"])), {}).setdefault(
                 c["attack"], []).append(c)
             if c["attack"] not in attacks:
                 attacks.append(c["attack"])

@@ -42,7 +42,7 @@ from __future__ import annotations
 import torch
 
 from .._validate import check_fraction, check_nonneg, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense
 
 __all__ = ["AdaClip", "optimal_scale", "update_estimates"]
@@ -125,8 +125,8 @@ class AdaClip(Defense):
             self.state[ctx.client] = self.initial_state([g[0] for g in grads])
         m, s, b = self.state[ctx.client]
         w = [(g - mi) / bi for g, mi, bi in zip(grads, m, b)]                   # (1)
-        sums, _ = _ops.clipped_sum(w, self.clip)                                 # (2)
-        noise = _ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)  # (3)
+        sums, _ = ops.clipped_sum(w, self.clip)                                 # (2)
+        noise = ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)  # (3)
         note = "adaclip local step"
         ctx.sound.step(q=ctx.batch_rate, sigma=self.sigma, note=note)
         ctx.claimed.step(q=ctx.batch_rate, sigma=self.sigma, note=note)

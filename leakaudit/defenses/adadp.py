@@ -45,7 +45,7 @@ import torch
 from accounting import joint_gaussian_multiplier
 
 from .._validate import check_bool, check_nonneg, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, record_no_privacy
 
 if TYPE_CHECKING:
@@ -136,8 +136,8 @@ class AdaDP(Defense):
         """Clipped per-example sum + N(0, sigma^2 C^2), divided by the expected batch size
         (not the realised one, a data-dependent normaliser; see fed-cdp)."""
         grads = batch.per_example(params)
-        sums, _ = _ops.clipped_sum(grads, self.clip)
-        noise = _ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
+        sums, _ = ops.clipped_sum(grads, self.clip)
+        noise = ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
         return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 
     def _gradient(self, batch: LocalBatch, params: dict[str, torch.Tensor],

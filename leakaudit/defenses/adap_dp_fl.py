@@ -36,7 +36,7 @@ from accounting import PrivacyLedger
 from accounting.schedules import PlateauDecay
 
 from .._validate import check_int, check_nonneg, check_number, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, RoundContext
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def initial_clip(batch: LocalBatch, params: dict[str, torch.Tensor], scale: floa
     """
     x = torch.rand((batch_size, *batch.input_shape), generator=generator)
     y = torch.randint(batch.num_classes, (batch_size,), generator=generator)
-    norms = _ops.flat_norms(batch.gradients_at(params, x, y))
+    norms = ops.flat_norms(batch.gradients_at(params, x, y))
     return scale * float(norms.mean())
 
 
@@ -160,8 +160,8 @@ class AdapDPFL(Defense):
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         clip = self.clips[ctx.client]
         sigma_t = self.noise_multiplier(ctx.round)
-        sums, clipped_norms = _ops.clipped_sum(grads, clip)
-        noise = _ops.gaussian_like(sums, sigma_t * clip, ctx.generator)
+        sums, clipped_norms = ops.clipped_sum(grads, clip)
+        noise = ops.gaussian_like(sums, sigma_t * clip, ctx.generator)
         note = f"{self.name} local step"
         ctx.claimed.step(q=ctx.batch_rate, sigma=sigma_t, note=note)
         ctx.sound.step(q=ctx.batch_rate, sigma=sigma_t, note=note)
@@ -174,7 +174,7 @@ class AdapDPFL(Defense):
         clip = self.clips[ctx.client]
         norms = self._last_norms.pop(ctx.client)
         total = norms.sum().reshape(1)
-        (noise,) = _ops.gaussian_like([total], self.sigma_stat * clip, ctx.generator)
+        (noise,) = ops.gaussian_like([total], self.sigma_stat * clip, ctx.generator)
         ctx.sound.step(q=ctx.batch_rate, sigma=self.sigma_stat,
                        note=f"{self.name} clip statistic")
         noisy_mean = float(total + noise) / ctx.batch_size

@@ -142,7 +142,9 @@ def client_level_step(ledger: PrivacyLedger, ctx: RoundContext, sigma: float,
     sensitivity 2C: a Gaussian step with multiplier sigma/2 and q = 1.
     """
     if ctx.client_sampling == "poisson":
-        ledger.step(q=ctx.client_rate, sigma=sigma, note=f"{note} [Poisson clients q]")
+        ledger.step(q=ctx.client_rate, sigma=sigma,
+                    note=f"{note} [Poisson clients q, fixed public denominator "
+                         f"D={ctx.expected_weight:g}]")
     else:
         # the ledger charges a fixed-size draw sensitivity 2C (multiplier sigma/2, q = 1)
         ledger.step(q=1.0, sigma=sigma, sampling="fixed-size",

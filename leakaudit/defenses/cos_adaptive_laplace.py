@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .._validate import check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense
 
 if TYPE_CHECKING:
@@ -190,10 +190,10 @@ class CosAdaptiveLaplace(Defense):
                          ctx: ClientContext) -> list[torch.Tensor]:
         eps_t = self.eps_round * self.coefficient(update, ctx)
         b = self.clip / eps_t
-        l1 = float(_ops.l1_norm(update))
+        l1 = float(ops.l1_norm(update))
         factor = min(1.0, self.clip / (l1 + 1e-12))
         clipped = [u * factor for u in update]
-        noise = _ops.laplace_like(clipped, b, ctx.generator)
+        noise = ops.laplace_like(clipped, b, ctx.generator)
         note = f"{self.name}: eps'={eps_t:.6g}, L1 sensitivity {self.clip:g} (add/remove)"
         ctx.claimed.laplace(b, sensitivity=self.clip, note=note)
         if self.similarity == "public":

@@ -38,7 +38,7 @@ import torch
 from accounting.schedules import ThresholdDecay
 
 from .._validate import check_nonneg, check_number, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense
 
 
@@ -94,15 +94,15 @@ class DPFLAGN(Defense):
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         sigma_t = self.noise_multiplier(ctx.round)
         if self.clip == "median":
-            theta = float(torch.quantile(_ops.flat_norms(grads), 0.5))
+            theta = float(torch.quantile(ops.flat_norms(grads), 0.5))
             ctx.sound.dp_step(math.inf, note=f"{self.name}: clip = median of unclipped "
                               "per-example norms (data-dependent sensitivity, not private)")
         else:
             theta = float(self.clip)
             ctx.sound.step(q=ctx.batch_rate, sigma=sigma_t, note=f"{self.name} local step")
         ctx.claimed.step(q=ctx.batch_rate, sigma=sigma_t, note=f"{self.name} local step")
-        sums, _ = _ops.clipped_sum(grads, theta)
-        noise = _ops.gaussian_like(sums, sigma_t * theta, ctx.generator)
+        sums, _ = ops.clipped_sum(grads, theta)
+        noise = ops.gaussian_like(sums, sigma_t * theta, ctx.generator)
         return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 
     @property

@@ -39,7 +39,7 @@ import math
 import torch
 
 from .._validate import check_nonneg, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, record_no_privacy
 
 
@@ -110,7 +110,7 @@ class DSSGD(Defense):
         else:
             b = self.laplace_scale(d)
             sens = 2.0 * self.gamma * self.max_shared(d)  # type: ignore[operator]
-            values = values + _ops.laplace_like([values], b, ctx.generator)[0]
+            values = values + ops.laplace_like([values], b, ctx.generator)[0]
             note = f"dssgd: Laplace on <= {self.max_shared(d)} values in [-gamma, gamma]"
             ctx.claimed.laplace(b, sensitivity=sens, note=note)
             if self.tau is None:

@@ -31,7 +31,7 @@ import torch
 from accounting import PrivacyLedger, schedules
 
 from .._validate import check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext
 from .fed_cdp import FedCDP
 
@@ -98,10 +98,10 @@ class FedAlphaCDP(FedCDP):
         return float(self._sigmas[min(round_index, self._sigmas.size - 1)])
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        sums, layer_norms = _ops.clipped_sum(grads, self.clip, per_layer=True)
+        sums, layer_norms = ops.clipped_sum(grads, self.clip, per_layer=True)
         s = float(layer_norms.max())
         sigma_t = self.noise_multiplier(ctx.round)
-        noise = _ops.gaussian_like(sums, sigma_t * s, ctx.generator)
+        noise = ops.gaussian_like(sums, sigma_t * s, ctx.generator)
         sensitivity = self.clip * math.sqrt(len(grads))
         effective = sigma_t * s / sensitivity
         ctx.sound.dp_step(math.inf, note=f"{self.name}: noise scale sigma_t*S with S the "

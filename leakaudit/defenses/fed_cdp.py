@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .._validate import check_nonneg, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, RoundContext
 
 
@@ -52,8 +52,8 @@ class FedCDP(Defense):
         return self.sigma
 
     def privatize_batch(self, grads: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
-        sums, _ = _ops.clipped_sum(grads, self.clip)
-        noise = _ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
+        sums, _ = ops.clipped_sum(grads, self.clip)
+        noise = ops.gaussian_like(sums, self.sigma * self.clip, ctx.generator)
         ctx.sound.step(q=ctx.batch_rate, sigma=self.sigma, note="fed-cdp local step")
         return [(s + n) / ctx.batch_size for s, n in zip(sums, noise)]
 

@@ -31,7 +31,7 @@ import math
 import torch
 
 from .._validate import check_nonneg, check_positive
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, RoundContext, client_level_step
 
 
@@ -68,10 +68,10 @@ class FedSDP(Defense):
 
     def _sanitise(self, update: list[torch.Tensor], ctx: ClientContext) -> list[torch.Tensor]:
         """Clip to C and add this client's share N(0, sigma^2 C^2 / m) of the round's noise."""
-        norm = float(_ops.update_norm(update))
+        norm = float(ops.update_norm(update))
         factor = min(1.0, self.clip / (norm + 1e-12))
         share = self.sigma * self.clip / math.sqrt(max(1, ctx.round_ctx.reporting))
-        noise = _ops.gaussian_like(update, share, ctx.generator)
+        noise = ops.gaussian_like(update, share, ctx.generator)
         return [u * factor + n for u, n in zip(update, noise)]
 
     def sanitize_sum(self, total: list[torch.Tensor], uploads: int, ctx: RoundContext,
@@ -80,7 +80,7 @@ class FedSDP(Defense):
         participants carry it otherwise)."""
         if uploads:
             return total
-        noise = _ops.gaussian_like(total, self.sigma * self.clip, generator)
+        noise = ops.gaussian_like(total, self.sigma * self.clip, generator)
         return [t + n for t, n in zip(total, noise)]
 
     def privatize_update(self, update: list[torch.Tensor],

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from .._validate import check_fraction
-from ._ops import prune_smallest
 from .base import ClientContext, Defense, record_no_privacy
+from .ops import prune_smallest
 
 
 class Prune(Defense):

@@ -40,7 +40,7 @@ import math
 import torch
 
 from .._validate import check_positive, check_probability
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, RoundContext, client_level_step
 
 __all__ = ["QuantileClip", "update_noise_multiplier", "geometric_clip_update"]
@@ -102,11 +102,11 @@ class QuantileClip(Defense):
 
     def sanitize_update(self, update: list[torch.Tensor],
                         ctx: ClientContext) -> list[torch.Tensor]:
-        norm = float(_ops.update_norm(update))
+        norm = float(ops.update_norm(update))
         factor = min(1.0, self.clip / (norm + 1e-12))
         centred = torch.tensor(0.5 if norm <= self.clip else -0.5, dtype=update[0].dtype)
         share = 1.0 / math.sqrt(max(1, ctx.round_ctx.reporting))
-        noise = _ops.gaussian_like([*update, centred], share, ctx.generator)  # one release
+        noise = ops.gaussian_like([*update, centred], share, ctx.generator)  # one release
         self._noisy_count = self._noisy_count + centred + self.sigma_b * noise[-1]
         self._denominator = ctx.round_ctx.expected_weight
         std = self.sigma_delta * self.clip
@@ -118,7 +118,7 @@ class QuantileClip(Defense):
         self._denominator = ctx.expected_weight
         if uploads:
             return total
-        noise = _ops.gaussian_like([*total, torch.zeros(())], 1.0, generator)
+        noise = ops.gaussian_like([*total, torch.zeros(())], 1.0, generator)
         self._noisy_count = self._noisy_count + self.sigma_b * noise[-1]
         std = self.sigma_delta * self.clip
         return [t + std * n for t, n in zip(total, noise[:-1])]

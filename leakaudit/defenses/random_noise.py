@@ -8,7 +8,7 @@ import math
 import torch
 
 from .._validate import check_nonneg
-from . import _ops
+from . import ops
 from .base import ClientContext, Defense, record_no_privacy
 
 
@@ -29,5 +29,5 @@ class RandomNoise(Defense):
     def privatize_update(self, update: list[torch.Tensor],
                          ctx: ClientContext) -> list[torch.Tensor]:
         record_no_privacy(ctx, "noisy but unclipped client update")
-        noise = _ops.gaussian_like(update, math.sqrt(self.variance), ctx.generator)
+        noise = ops.gaussian_like(update, math.sqrt(self.variance), ctx.generator)
         return [u + n for u, n in zip(update, noise)]

@@ -84,7 +84,9 @@ class FLConfig:
     clients_per_round: int = 10
     client_fraction: float | None = None
     #: the fixed denominator of client-level DP aggregation (McMahan et al. 2018, the
-    #: expected total weight qW): a public constant of the algorithm, default q N or K
+    #: expected total weight qW): a public constant of the algorithm, default K; required
+    #: with ``client_fraction`` by the client-level DP defenses (simulate's
+    #: ``check_denominator``: q N would follow the population)
     expected_weight: float | None = None
     #: client-level DP aggregation weights min(1, n_c / weight_cap) (None: every weight 1)
     weight_cap: float | None = None
@@ -118,7 +120,8 @@ class FLConfig:
     @property
     def denominator(self) -> float:
         """The fixed denominator of client-level DP aggregation: ``expected_weight``, else
-        the expected number of participants (q N, or K), every weight being at most 1."""
+        the expected number of participants (K; q N, which the client-level DP defenses
+        refuse: :func:`leakaudit.fl.simulate.check_denominator`), every weight at most 1."""
         if self.expected_weight is not None:
             return self.expected_weight
         if self.client_fraction is not None:
@@ -238,9 +241,12 @@ def resolve_defense(defense: Defense | str) -> Defense:
 
 
 def resolve_defenses(defenses: Sequence[Defense | str],
-                     params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Defense]:
+                     params: Mapping[str, Mapping[str, Any]] | None = None, *,
+                     base: Mapping[str, Mapping[str, Any]] | None = None) -> list[Defense]:
     """Defense arguments as Defense objects: names (the papers' parameters, overridden per
-    name by ``params``: name -> keyword arguments) or Defense objects. Refused before any
+    name by ``base``, a caller's own table such as an audit profile's
+    ``defense_params``, then by ``params``: name -> keyword arguments) or Defense objects.
+    ``base`` may name defenses that are not chosen; ``params`` may not. Refused before any
     work (ValueError naming the argument): an empty selection, a name given twice, a
     ``params`` entry for a name that is not among ``defenses`` (a misspelled name would
     otherwise audit the defaults), bad parameters."""
@@ -263,6 +269,7 @@ def resolve_defenses(defenses: Sequence[Defense | str],
         if not isinstance(given, Mapping):
             raise ValueError(f"defense_params: {d}: must map parameter names to values, got "
                              f"{given!r}")
+        given = {**((base or {}).get(d) or {}), **given}
         try:
             out.append(defenses_mod.get(d, **given))
         except ValueError as exc:

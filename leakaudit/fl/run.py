@@ -116,10 +116,15 @@ class Run:
                           claimed_sampling=str(self.settings.get("client_sampling", "")))
 
     def describe_epsilon(self, delta: float = 1e-5) -> str:
-        """"sound eps = X (delta = d, relation, <level> level, <sampling> clients)"."""
+        """"sound eps = X (delta = d, relation, <level> level, <sampling> clients[, fixed
+        public denominator D = x])": the denominator of client-level DP aggregation is an
+        assumption of the guarantee (a constant published in advance)."""
         eps = self.epsilon(delta, "sound")
+        d = self.settings.get("denominator")
+        fixed = "" if d is None else f", fixed public denominator D = {d:g}"
         return (f"sound eps = {eps:.4g} (delta = {delta:g}, {self.relation}, "
-                f"{self.defense.level} level, {self.settings.get('client_sampling')} clients)")
+                f"{self.defense.level} level, {self.settings.get('client_sampling')} "
+                f"clients{fixed})")
 
     def observations_at(self, point: int) -> list[Observation]:
         return [o for o in self.observations if o.point == point]

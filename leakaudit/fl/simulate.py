@@ -116,6 +116,7 @@ def simulate(
     if not isinstance(defense, (str, Defense)):
         raise ValueError(f"defense must be a name or a Defense, got {defense!r}")
     the_defense = resolve_defense(defense)
+    check_denominator(the_defense, cfg)
     if cfg.batch_sampling is None:
         cfg = cfg.replace(batch_sampling=default_batch_sampling(the_defense))
     ds = data_mod.resolve(dataset, seed=cfg.seed)
@@ -175,6 +176,25 @@ def split(ds: Dataset, cfg: FLConfig, rng: np.random.Generator
         if len(p) == 0:
             raise ValueError(f"client {c} has no data (partition gives it no example)")
     return val_idx, parts
+
+
+def check_denominator(defense: Defense, cfg: FLConfig) -> None:
+    """Client-level DP aggregation (``fixed_denominator``) under Poisson client sampling
+    divides by a public constant D (McMahan et al. 2018, Alg. 1: the expected total weight
+    qW, fixed in advance): ``expected_weight`` must be given. The default q N would follow
+    the population (one more client changes the noise scale of every round, which is itself
+    a release the accounting does not count: measured eps >= 4.43 against a sound 3.53, N 6
+    -> 7, issue 24). Fixed-size sampling divides by K, a count the caller chose."""
+    if (defense.fixed_denominator and cfg.client_sampling == "poisson"
+            and cfg.expected_weight is None):
+        q = float(cfg.client_fraction or 0.0)
+        raise ValueError(
+            f"expected_weight is required: {defense.name} aggregates at client level "
+            f"(DP-FedAvg) with Poisson client sampling (client_fraction={q:g}) and divides "
+            f"by a fixed public denominator D; q N = {q * cfg.clients:g} would change with "
+            f"the population (one more client changes the noise scale, itself a release). "
+            f"Pass expected_weight=D, a constant published in advance (e.g. q times the "
+            f"population size you announce)")
 
 
 def sound_relation(defense: Defense, cfg: FLConfig | str) -> str:

@@ -137,7 +137,13 @@ def test_every_cli_vocabulary_is_the_librarys_and_back():
 
     from leakaudit import attacks, defenses
     from leakaudit.auditing import ENGINES, PROFILES, AuditPlan, audit
-    from leakaudit.auditing.auditor import DEFAULT_ATTACKS, DEFAULT_DEFENSES, POINTS, STAGES
+    from leakaudit.auditing.auditor import (
+        DEFAULT_ATTACKS,
+        DEFAULT_DEFENSES,
+        DEFAULT_STAGES,
+        POINTS,
+        STAGES,
+    )
     from leakaudit.cli import build_parser
     from leakaudit.empirical import STATISTICS, privacy_audit
 
@@ -162,9 +168,10 @@ def test_every_cli_vocabulary_is_the_librarys_and_back():
     defaults = p.parse_args(["audit"])
     assert defaults.defenses == list(DEFAULT_DEFENSES)
     assert defaults.attacks == list(DEFAULT_ATTACKS)
-    for name in ("profile", "threshold", "delta", "batch_size", "local_steps", "stage",
-                 "device"):
+    for name in ("profile", "threshold", "delta", "batch_size", "local_steps", "device"):
         assert getattr(defaults, name) == plan[name].default, name
+    assert defaults.stage == list(DEFAULT_STAGES)  # a full audit: initial and trained weights
+    assert AuditPlan.make(stages=defaults.stage).stages == DEFAULT_STAGES
     assert tuple(defaults.points) == plan["points"].default
     top = inspect.signature(audit).parameters
     assert (defaults.engine, defaults.seed) == (top["engine"].default, top["seed"].default)
@@ -182,7 +189,7 @@ def test_version_and_defaults_in_help(capsys):
     assert capsys.readouterr().out.strip() == f"leakaudit {leakaudit.__version__}"
     assert leakaudit_main(["audit", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "(default: 0.01)" in text and "(default: initial)" in text
+    assert "(default: 0.01)" in text and "(default: initial trained)" in text
 
 
 def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, capsys,

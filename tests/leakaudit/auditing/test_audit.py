@@ -41,7 +41,7 @@ def test_none_leaks_and_fed_cdp_resists(tiny_report):
 def test_resume_skips_finished_cells(tiny_report, monkeypatch):
     rep, path = tiny_report
     lines = path.read_text().splitlines()
-    assert len(lines) == 2 + 2 * 3  # two training records, six cells
+    assert len(lines) == 2 + 2 + 2 * 3  # two training records, two stage records, six cells
 
     def boom(*a, **k):
         raise AssertionError("a finished cell was recomputed")
@@ -97,10 +97,11 @@ def test_bad_arguments():
 def test_cli_audit_writes_every_format(tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
                      "--examples", "1", "--rounds", "1", "--iterations", "20", "--out",
-                     str(tmp_path), "--no-progress"])
+                     str(tmp_path), "--no-progress", "--engine", "serial"])
     assert code == 0
     out = capsys.readouterr().out
-    assert "| defense | point | attack | resilient |" in out
+    assert "| defense | stage | point | attack | resilient |" in out   # initial and trained
+    assert "| none() | trained (1 rounds) |" in out
     for ext in ("md", "csv", "tex", "json", "png"):
         assert (tmp_path / f"audit.{ext}").exists()
     assert json.loads((tmp_path / "audit.json").read_text())["rows"][0]["point"] == 2
@@ -180,7 +181,8 @@ def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
     monkeypatch.setattr(auditor, "tqdm", lambda **kw: Bar(**kw))
     audit(["none", "prune"], attacks=("idlg",), points=(2,), examples=1, trained=True,
           max_iterations=2, workers=1, progress=True)
-    assert phases == ["none: train", "none: attack", "prune: train", "prune: attack"]
+    assert phases == ["none: train", "none: initial weights", "none: attack initial",
+                      "prune: train", "prune: initial weights", "prune: attack initial"]
 
 
 @pytest.mark.slow

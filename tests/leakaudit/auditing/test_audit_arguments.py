@@ -95,7 +95,7 @@ def test_batch_size_beyond_the_attacked_clients_data_is_refused_before_training(
                                          r"data \(about 121 examples"):
         audit(["none"], plan=AuditPlan.make(batch_size=100_000), engine="serial",
               progress=False)
-    with pytest.raises(ValueError, match=r"batch_size 1000 x examples 3 exceeds"):
+    with pytest.raises(ValueError, match=r"batch_size 1000 x examples 2 exceeds"):
         audit(["none"], plan=AuditPlan.make(batch_size=1000, local_steps=2),
               engine="serial", progress=False)
 

@@ -77,8 +77,8 @@ def same_content():
     plan = auditor.AuditPlan.make(examples=1, rounds=1, max_iterations=2, restarts=1,
                                   attacks=("idlg",))
     defense = fl.resolve_defense("none")
-    return auditor._attack_jobs(defense, ds, model, plan, 10, 0, 0.01,
-                                pending={f"none()|{p}|idlg|0" for p in (0, 1, 2)})
+    return auditor._attack_jobs(defense, ds, model, model, plan, 10, 0, "initial",
+                                pending={f"none()|initial|{p}|idlg|0" for p in (0, 1, 2)})
 
 
 class _Counting(Engine):

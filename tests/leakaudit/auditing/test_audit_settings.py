@@ -17,7 +17,8 @@ SMALL = dict(defenses=["none"], points=(1,), examples=1, rounds=1, max_iteration
 @pytest.mark.parametrize(("kwargs", "name"), [
     ({"batch_size": 0}, "batch_size"), ({"local_steps": 0}, "local_steps"),
     ({"batch_size": 1.5}, "batch_size"), ({"stage": "round3"}, "stage"),
-    ({"stage": None}, "stage"), ({"device": "tpu"}, "device"), ({"device": 7}, "device"),
+    ({"stage": 3}, "stage"), ({"stages": []}, "stage"), ({"device": "tpu"}, "device"),
+    ({"device": 7}, "device"),
 ] + ([] if torch.cuda.is_available() else [({"device": "cuda"}, "device")]))
 def test_bad_settings_are_refused_before_work(kwargs, name, monkeypatch):
     def no_training(*args, **kw):

@@ -150,7 +150,8 @@ def test_ray_init_arguments_and_shutdown(serial, tmp_path, monkeypatch, address)
 @pytest.mark.slow
 def test_ray_without_dev_shm_keeps_its_object_store_in_tmp(serial, tmp_path, monkeypatch):
     _, path = serial
-    partial = _partial(path, tmp_path / "partial.jsonl", lambda r: r["key"] != "none()|2|idlg|0")
+    partial = _partial(path, tmp_path / "partial.jsonl",
+                       lambda r: r["key"] != "none()|initial|2|idlg|0")
     fake = _FakeRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
@@ -212,8 +213,9 @@ def own_ray():
 def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
     rep, path = serial
     lines = path.read_text().splitlines()
-    # as if killed: the first defense's training and two of its cells; none of the second's
-    kept = [lines[0], lines[1], lines[3]]
+    # as if killed: the first defense's training, its stage and two of its cells; none of
+    # the second's
+    kept = [lines[0], lines[1], lines[2], lines[4]]
     partial = tmp_path / "partial.jsonl"
     partial.write_text("\n".join(kept) + "\n")
     before = set(_cell_keys(partial))
@@ -229,9 +231,9 @@ def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
 def test_cli_engine_ray(own_ray, tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
                      "--examples", "1", "--rounds", "1", "--iterations", "10", "--out",
-                     str(tmp_path), "--no-progress", "--engine", "ray"])
+                     str(tmp_path), "--no-progress", "--engine", "ray", "--stage", "initial"])
     assert code == 0
-    assert "| defense | point | attack | resilient |" in capsys.readouterr().out
+    assert "| defense | stage | point | attack | resilient |" in capsys.readouterr().out
     assert len(_cell_keys(tmp_path / "results.jsonl")) == 1
     assert own_ray.is_initialized()
 

@@ -9,8 +9,8 @@ import torch
 
 import accounting as A
 from leakaudit import defenses as D
-from leakaudit.defenses._ops import flat_norms
 from leakaudit.defenses.adaclip import AdaClip, optimal_scale, update_estimates
+from leakaudit.defenses.ops import flat_norms
 from leakaudit.fl import simulate
 
 TINY = dict(dataset="digits", clients=3, rounds=2, local_steps=2, batch_size=8, progress=False)
@@ -64,7 +64,7 @@ def test_clipped_transformed_norm_at_most_clip():
     g = grads(scale=50.0)
     m, s, b = d.initial_state([x[0] for x in g])
     w = [(gi - mi) / bi for gi, mi, bi in zip(g, m, b)]
-    sums, clipped = D._ops.clipped_sum(w, 1.0)
+    sums, clipped = D.ops.clipped_sum(w, 1.0)
     assert torch.all(clipped <= 1.0 + 1e-6)
     assert float(flat_norms([s_.unsqueeze(0) for s_ in sums])[0]) <= 8 * (1 + 1e-6)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from accounting import PrivacyLedger
-from leakaudit.defenses import _ops
+from leakaudit.defenses import ops as _ops
 from leakaudit.defenses.adap_dp_fl import AdapDPFL, initial_clip
 from leakaudit.fl import LocalBatch, simulate
 from leakaudit.models import lenet

@@ -9,7 +9,7 @@ from conftest import ReleaseCounter
 
 import accounting as A
 from leakaudit import defenses as D
-from leakaudit.defenses import _ops
+from leakaudit.defenses import ops as _ops
 from leakaudit.defenses.cos_adaptive_laplace import CosAdaptiveLaplace, adjustment_coefficient
 from leakaudit.fl import simulate
 

@@ -75,13 +75,13 @@ def test_one_draw_per_client_and_clip_adapts(monkeypatch):
     c = ctx()
     update = [torch.full((10,), 10.0), torch.full((3, 3), 10.0)]  # norm ~ 36 > clip: bit 0
     calls = []
-    real = D._ops.gaussian_like
+    real = D.ops.gaussian_like
 
     def counted(tensors, std, generator):
         calls.append([t.shape for t in tensors])
         return real(tensors, std, generator)
 
-    monkeypatch.setattr(D._ops, "gaussian_like", counted)
+    monkeypatch.setattr(D.ops, "gaussian_like", counted)
     out = d.sanitize_update(update, c)
     assert len(calls) == 1 and calls[0] == [torch.Size([10]), torch.Size([3, 3]), torch.Size([])]
     assert [o.shape for o in out] == [u.shape for u in update]

@@ -8,7 +8,7 @@ import torch
 
 import accounting as A
 from leakaudit import defenses as D
-from leakaudit.defenses._ops import clip_flat, clip_per_layer, flat_norms, prune_smallest
+from leakaudit.defenses.ops import clip_flat, clip_per_layer, flat_norms, prune_smallest
 from leakaudit.fl import simulate
 
 

@@ -266,11 +266,14 @@ def test_empirical_imports_no_concrete_defense_and_no_private_ops():
         assert "hasattr(" not in path.read_text(), path.name
 
 
-def test_ops_is_public_and_the_old_name_is_the_same_module():
-    from leakaudit.defenses import _ops as old
+def test_ops_is_public_and_the_old_private_alias_is_gone():
+    import importlib
+
     from leakaudit.defenses import ops
 
-    assert old is ops and ops.trials is old.trials
+    assert callable(ops.trials)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("leakaudit.defenses._ops")
 
 
 class _Undeclared(Defense):

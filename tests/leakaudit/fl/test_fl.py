@@ -266,13 +266,16 @@ def test_client_level_dp_divides_by_the_fixed_denominator(digits):
 def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
     import accounting as A
     run = fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4,
-                      client_fraction=0.5, rounds=2, local_steps=1, batch_size=8, progress=False)
+                      client_fraction=0.5, expected_weight=2.0, rounds=2, local_steps=1,
+                      batch_size=8, progress=False)
     tight = max(A.tightest_epsilon(lg, 1e-5) for lg in run.sound)
     assert run.epsilon(1e-5, "sound") == pytest.approx(tight)
     assert run.epsilon(1e-5, "sound", method="rdp") >= tight
     assert run.relation == "add-remove"
     text = run.describe_epsilon(1e-5)
     assert "delta = 1e-05" in text and "add-remove" in text and "poisson" in text
+    assert "fixed public denominator D = 2" in text   # the guarantee's assumption, stated
+    assert any("D=2" in e.note for e in run.sound[0].events)
     fixed = fl.simulate(None, dataset=digits, defense="fed-sdp-server", clients=4,
                         clients_per_round=2, rounds=2, local_steps=1, batch_size=8, progress=False)
     assert fixed.relation == "replace-one"
@@ -280,6 +283,20 @@ def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
     both = A.PrivacyLedger()
     both.step(q=1.0, sigma=3.0, count=2)
     assert fixed.epsilon(1e-5) == pytest.approx(A.tightest_epsilon(both, 1e-5))
+
+
+@pytest.mark.parametrize("name", ["fed-sdp-server", "fed-sdp-client", "quantile-clip"])
+def test_client_level_dp_with_poisson_clients_requires_a_public_denominator(digits, name):
+    # q N follows the population (one more client, another noise scale: issue 24); the
+    # refusal names the argument and comes before any training
+    with pytest.raises(ValueError, match="expected_weight is required"):
+        fl.simulate(None, dataset=digits, defense=name, clients=6, client_fraction=0.5,
+                    rounds=1, progress=False)
+    # fixed-size sampling divides by K, and a defense without DP-FedAvg aggregation needs none
+    fl.simulate(None, dataset=digits, defense=name, clients=2, clients_per_round=1,
+                rounds=1, local_steps=1, batch_size=4, progress=False, eval_every=1)
+    fl.simulate(None, dataset=digits, defense="fed-cdp", clients=2, client_fraction=0.5,
+                rounds=1, local_steps=1, batch_size=4, progress=False)
 
 
 def test_run_ledgers_are_the_one_pair_type(digits):
