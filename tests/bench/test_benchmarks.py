@@ -1,6 +1,7 @@
 """The benchmark scripts run end to end at a tiny size, so they cannot rot."""
 
 import csv
+import json
 import math
 
 import pytest
@@ -120,7 +121,9 @@ def test_resilience_tiny_writes_every_output_and_resumes(tmp_path):
         assert 1 <= float(c["tau"]) <= bench.PROFILES["tiny"]["max_iterations"]
     results = tmp_path / "resilience.jsonl"
     lines = results.read_text().splitlines()
-    assert len(lines) == 2 + 2 * 2  # two training records, 2 defenses x 2 points
+    kinds = [json.loads(line)["kind"] for line in lines]
+    # per defense a training and a stage record (one stage), and 2 points x 1 attack cells
+    assert sorted(kinds) == sorted(["training"] * 2 + ["stage"] * 2 + ["cell"] * 4)
     assert bench.main(argv) == 0  # everything is in the results file: nothing reruns
     assert results.read_text().splitlines() == lines
 

@@ -156,7 +156,7 @@ def _mutant_sdp(sigma):
     noise: a ledger that understates the noise's effect by 2x."""
     import math as _m
 
-    from leakaudit.defenses import _ops
+    from leakaudit.defenses import ops as _ops
     from leakaudit.defenses.fed_sdp import FedSDP
 
     class Mutant(FedSDP):
