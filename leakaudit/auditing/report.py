@@ -131,8 +131,10 @@ class AuditReport:
         rows = self.rows()
         points = sorted({r["point"] for r in rows})
         drows = {d["defense"]: d for d in self.defense_rows()}
-        undefended = {k for k, v in self.defenses.items() if v.get("level") == "none"
-                      or v.get("name") == "none"}
+        # the undefended baseline is the "none" defense only: a defense without a DP
+        # guarantee (random noise, pruning) is still a defense whose failure says nothing
+        # about the attacks' budget
+        undefended = {k for k, v in self.defenses.items() if v.get("name") == "none"}
         # stage -> (point, attack) -> whether the attack rebuilt an undefended example here
         # (at the same stage's weights): the sanity check that it could have succeeded at
         # this budget and threshold

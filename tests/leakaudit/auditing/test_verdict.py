@@ -53,3 +53,16 @@ def test_threshold_out_of_reach_or_out_of_range_is_inconclusive():
 def test_without_a_baseline_the_verdict_says_unchecked():
     v = _report(0.01, None, 0.4, baseline=False)
     assert v["fed-cdp()"].startswith("resilient (MSE 0.4; unchecked")
+
+
+def test_a_defense_without_dp_is_judged_against_the_undefended_baseline():
+    # random noise has no DP guarantee (level "none") but is a defense: where the undefended
+    # model leaks at the same budget, its failing attacks make it resilient, not inconclusive
+    r = AuditReport(threshold=0.01)
+    r.add_defense("none()", "none", {"level": "none"})
+    r.add_defense("random-noise()", "random-noise", {"level": "none"})
+    r.add_cell(_cell("none()", "idlg", 1e-7, 0.01))
+    r.add_cell(_cell("random-noise()", "idlg", 0.36, 0.01))
+    v = {row["defense"]: row["type 1"] for row in r.summary_rows()}
+    assert v["none()"].startswith("leaks")
+    assert v["random-noise()"] == "resilient (MSE 0.36; tiers optimiser (idlg), exact not run)"
