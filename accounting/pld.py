@@ -269,6 +269,10 @@ def _scaled_q(qm: np.ndarray, pm: np.ndarray, ks: np.ndarray, h: float,
     return np.where(a < 0.5 * floor, pm, a)
 
 
+#: the largest grid step whose e^(+-h) is a finite float (the lower side's merge needs it)
+_MAX_EXP_STEP = 700.0
+
+
 def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.ndarray:
     """LOWER: merge mass across each grid point so that every atom's loss is >= the point,
     then round it down (post-processing, then a smaller loss: a dominated pair).
@@ -335,6 +339,10 @@ def _discretise(pm: np.ndarray, qm: np.ndarray, below: np.ndarray, above: np.nda
         grid = _connect_dots(pm, qm, ks, h)
         grid[:, 0] += below  # losses below the grid rounded up onto it
         return [_trim(_PMF(k0, row, float(inf)), upper, tail) for row, inf in zip(grid, above)]
+    if h > _MAX_EXP_STEP:  # a grid step past exp's range (sigma ~1e-12): no mass kept, a
+        # lower bound of 0 (the empty sub-probability is dominated by any pair) instead of
+        # an OverflowError; the upper side answers on its own
+        return [_PMF(k0, np.zeros(pm.shape[1]), 0.0) for _ in range(pm.shape[0])]
     grid = _merge_down(pm, qm, ks, h)  # tails dropped: sub-probability, still a lower bound
     return [_trim(_PMF(k0, row, 0.0), upper, tail) for row in grid]
 

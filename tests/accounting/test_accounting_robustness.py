@@ -209,3 +209,19 @@ def test_an_empty_ledger_released_nothing_and_reads_zero_everywhere() -> None:
     none = A.PrivacyLedger()   # a release with no guarantee is recorded, and reads inf
     none.dp_step(math.inf, note="raw update")
     assert math.isinf(A.tightest_epsilon(none, 1e-5))
+
+
+def test_a_noise_multiplier_of_1e_minus_12_answers_instead_of_overflowing():
+    # `--defense-param fed-cdp:sigma=1e-12` trained, then raised OverflowError in the PLD's
+    # lower-side merge (its grid step past exp's range); now a (huge) number, monotone in steps
+    from accounting import PrivacyLedger
+
+    def tightest(count):
+        ledger = PrivacyLedger()
+        ledger.step(q=0.26, sigma=1e-12, count=count)
+        return ledger.tightest_epsilon(1e-5), ledger.epsilon_bounds(1e-5, method="pld")
+
+    one, one_pld = tightest(1)
+    many, many_pld = tightest(50)
+    assert 1e20 < one < many < math.inf
+    assert 0.0 <= one_pld.lower <= one_pld.upper and 0.0 <= many_pld.lower <= many_pld.upper
