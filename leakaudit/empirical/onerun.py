@@ -584,8 +584,8 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
     wrapped = _Canaries(defense, m, magnitude, included, direction_seed,
                         torch.Generator().manual_seed(int(seed) + 7919), kind, first, members)
     w0 = _flat(model)
-    run = fl.simulate(model, dataset=ds, defense=wrapped, rounds=rounds, seed=seed,
-                      progress=False, **opts)
+    config = fl.FLConfig.make(rounds=rounds, seed=seed, progress=False, **opts)
+    run = fl.simulate(model, dataset=ds, defense=wrapped, config=config)
     if kind == "client":
         change = _flat(run.model) - w0
         scores = (wrapped._directions({"w": change}).double() @ change).numpy()
