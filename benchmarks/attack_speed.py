@@ -70,6 +70,7 @@ from benchmarks._common import (
     write_outputs,
 )
 from leakaudit import attacks, fl, grads, models
+from leakaudit import auditing as auditing_mod
 from leakaudit.attacks import base
 from leakaudit.metrics import matched_mse
 
@@ -555,7 +556,8 @@ def _solved_sequential(name: str, case: Case, restarts: int, steps: int) -> int:
 def _audit(workers: int) -> dict[str, Any]:
     """One default audit, timed, with the load average before and after."""
     load0 = load()
-    timed = best_of(lambda: leakaudit.audit(workers=workers, progress=False), 1)
+    engine = leakaudit.EngineConfig.make("process", workers=workers)
+    timed = best_of(lambda: leakaudit.audit(engine=engine, progress=False), 1)
     return {"seconds": timed.best, "report": timed.result, "load_before": load0,
             "load_after": load()}
 
@@ -568,10 +570,13 @@ def _outcome(report: Any) -> list[tuple[Any, ...]]:
 def section_audit(rep: Report, repeats: int) -> list[dict[str, Any]]:
     rep.line("## 3. The quick audit's wall time")
     rep.line()
-    rep.line("`leakaudit.audit(workers=W, progress=False)` with every other argument at its "
-             "default: profile quick (40 L-BFGS steps, 1 restart, 3 examples), the 7 default "
-             "defenses, attacks dlg/idlg/cpl, points 0/1/2 (189 attack cells on digits "
-             "1x28x28, LeNet) and the 7 training runs. Torch threads "
+    prof = auditing_mod.PROFILES["quick"]
+    rep.line("`leakaudit.audit(engine=EngineConfig.make(\"process\", workers=W), "
+             "progress=False)` with every other argument at its default: profile quick "
+             f"({prof.max_iterations} L-BFGS steps, {prof.restarts} restart(s), "
+             f"{prof.examples} examples, {prof.rounds} training rounds), the default defenses, "
+             "attacks dlg/idlg/cpl, points 0/1/2, stage initial, on digits with LeNet. "
+             "Torch threads "
              f"{torch.get_num_threads()} in this process (the training; the attacks pin "
              "themselves to 1 thread, here when W = 1, in each worker process otherwise). "
              f"W = 1 and W = 2 alternate ({repeats} pair(s), the order swapped every other "

@@ -221,10 +221,11 @@ def observe(model: torch.nn.Module, ds: data.Dataset, defense: Any, idx: list[in
             local_steps: int, lr: float, points: Sequence[int], seed: int) -> fl.Run:
     """One client holding ``idx`` takes ``local_steps`` full-batch SGD steps under
     ``defense``; the taps record what leaves it."""
-    return fl.simulate(model, dataset=ds, defense=defense, clients=1, clients_per_round=1,
-                       rounds=1,
-                       local_steps=local_steps, batch_size=len(idx), lr=lr, partition=[idx],
-                       taps=[fl.Tap(p) for p in points], seed=seed, progress=False)
+    config = fl.FLConfig.make(clients=1, clients_per_round=1, rounds=1,
+                              local_steps=local_steps, batch_size=len(idx), lr=lr,
+                              partition=[idx], taps=[fl.Tap(p) for p in points], seed=seed,
+                              progress=False)
+    return fl.simulate(model, dataset=ds, defense=defense, config=config)
 
 
 def attack_observation(obs: fl.Observation, model: torch.nn.Module, ds: data.Dataset,
@@ -326,8 +327,8 @@ def _job_rows(job: dict[str, Any]) -> list[dict[str, Any]]:
     ds = load_dataset(job["dataset"], job["seed"])
     if job["kind"] == "eps":
         defense = D.get(job["defense"], sigma=job["sigma"])
-        run = fl.simulate(None, dataset=ds, defense=defense, seed=job["seed"], progress=False,
-                          **dict(job["train"]))
+        config = fl.FLConfig.make(seed=job["seed"], progress=False, **dict(job["train"]))
+        run = fl.simulate(None, dataset=ds, defense=defense, config=config)
         return [{"eps_sound": run.epsilon(DELTA, "sound")}]
     model = build_model(job["model"], ds, job["seed"])
     if job["weights"] is not None:
@@ -443,8 +444,9 @@ def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str,
                 out[(m, stage)] = None
                 continue
             train = {**dict(prof.train), "rounds": rounds}
-            run = fl.simulate(build_model(m, ds, seed), dataset=ds, defense="none", seed=seed,
-                              progress=False, **train)
+            config = fl.FLConfig.make(seed=seed, progress=False, **train)
+            run = fl.simulate(build_model(m, ds, seed), dataset=ds, defense="none",
+                              config=config)
             out[(m, stage)] = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
     return out
 

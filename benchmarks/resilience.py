@@ -114,11 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.line()
     clock = Stopwatch()
     try:
-        audited = leakaudit.audit(
-            names, dataset=ds, attacks=_csv(args.attacks), points=points, seed=args.seed,
-            profile=prof["audit_profile"], results=results, workers=args.workers,
-            progress=args.progress, engine=args.engine, ray_address=args.ray_address,
-            **{k: prof[k] for k in SIZES if k in prof})
+        plan = leakaudit.AuditPlan.make(profile=prof["audit_profile"], points=points,
+                                        **{k: prof[k] for k in SIZES if k in prof})
+        engine = leakaudit.EngineConfig.make(args.engine, workers=args.workers,
+                                             ray_address=args.ray_address)
+        audited = leakaudit.audit(names, dataset=ds, attacks=_csv(args.attacks), plan=plan,
+                                  engine=engine, seed=args.seed, results=results,
+                                  progress=args.progress)
     except ValueError as exc:  # the library names the argument; say it as a flag
         ap.error(str(exc))
     sizes = auditing.PROFILES[prof["audit_profile"]]

@@ -177,12 +177,12 @@ def run_one(name: str, params: dict[str, Any], ds: data.Dataset | str,
         ds = data.load(ds, seed=seed)
     defense = D.get(name, **params)
     clock = Stopwatch()
-    run = simulate(None, dataset=ds, defense=defense, clients=settings["clients"],
-                   clients_per_round=settings["clients_per_round"], rounds=settings["rounds"],
-                   local_steps=settings["local_steps"], batch_size=settings["batch_size"],
-                   lr=settings["lr"], optimizer=settings["optimizer"],
-                   partition=settings["partition"], seed=seed, progress=progress,
-                   track_epsilon=DELTA)
+    config = fl.FLConfig.make(
+        clients=settings["clients"], clients_per_round=settings["clients_per_round"],
+        rounds=settings["rounds"], local_steps=settings["local_steps"],
+        batch_size=settings["batch_size"], lr=settings["lr"], optimizer=settings["optimizer"],
+        partition=settings["partition"], seed=seed, progress=progress, track_epsilon=DELTA)
+    run = simulate(None, dataset=ds, defense=defense, config=config)
     seconds = clock.seconds
     claimed = run.epsilon(DELTA, "claimed")  # Run.epsilon never warns (warn=False)
     sound = run.epsilon(DELTA, "sound")
