@@ -284,6 +284,17 @@ def _attack_name_or_object(attack: Any) -> Any:
     return attack.name if registered is attack else attack
 
 
+def _with_exact_tier(plan: AuditPlan, model: nn.Module, attacks: Sequence[Any] | None
+                     ) -> AuditPlan:
+    """The default attacks gain the optimiser-free exact tier where the model allows it (a
+    biased linear first layer): a "resilient" verdict then does not rest on a step budget
+    alone. Attacks the caller chose are left as they are."""
+    if (attacks is None and plan.attack_names == tuple(DEFAULT_ATTACKS)
+            and attacks_mod.exact.applicable(model)):
+        return plan.replace(attacks=(*plan.attacks, "exact"))
+    return plan
+
+
 def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
     return (plan or AuditPlan.make()).replace(**old)
 
@@ -328,7 +339,8 @@ def audit(
         dataset: name or Dataset. model: the architecture and starting weights (default
             ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
         attacks: attack names (``leakaudit.attacks.available()``) or Attack objects; None:
-            the plan's (default "dlg", "idlg", "cpl").
+            the plan's (default "dlg", "idlg", "cpl"; plus the exact tier, "exact", where the
+            model has a biased linear first layer).
         plan: what is attacked and how (:class:`AuditPlan`: profile sizes, points, examples,
             rounds, attack budget and success threshold, B and L of the attacked clients,
             stages, e.g. ``AuditPlan.make(stages=("initial", "trained"))``: a report row per
@@ -358,6 +370,7 @@ def audit(
     defs = fl.resolve_defenses(defenses, defense_params, base=plan.profile.defense_params)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
+    plan = _with_exact_tier(plan, model, attacks)
     clients = max(plan.profile.clients, plan.examples)
     _check_sizes(plan, ds, clients)
     config = (_config(ds, model, seed, plan.profile_name, plan, plan.threshold, plan.delta,
