@@ -29,3 +29,14 @@ def number(value: Any) -> float:
     if isinstance(value, str):
         return float(value)  # "inf", "-inf", "nan"
     return math.nan if value is None else float(value)
+
+
+def from_finite_json(value: Any) -> Any:
+    """The inverse of :func:`finite_json` on what it wrote: "inf"/"-inf"/"nan" strings are
+    floats again (recursively through dicts and lists)."""
+    if isinstance(value, dict):
+        return {k: from_finite_json(x) for k, x in value.items()}
+    if isinstance(value, list):
+        return [from_finite_json(x) for x in value]
+    return number(value) if isinstance(value, str) and value in ("inf", "-inf", "nan") \
+        else value

@@ -5,6 +5,8 @@ follow, and the writers they share. A low module (no torch): any layer may use i
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -77,3 +79,25 @@ def latex_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
     spec = "l" * len(columns)
     return "\n".join([r"\begin{tabular}{" + spec + "}", r"\hline", head + r" \\",
                       r"\hline", *body, r"\hline", r"\end{tabular}"]) + "\n"
+
+
+def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                   fmt: Callable[[Any], str] = str) -> str:
+    """A Markdown table of ``rows`` (dicts by column), each value written by ``fmt``."""
+    head = "| " + " | ".join(columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def csv_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+              value: Callable[[Any], Any] = lambda v: v) -> str:
+    """CSV of ``rows``: ``columns`` first, then every other key (sorted); ``value`` writes
+    each cell (e.g. :func:`leakaudit._jsonsafe.finite_json`)."""
+    buf = io.StringIO()
+    keys = list(columns) + sorted({k for r in rows for k in r} - set(columns))
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: value(r.get(k)) for k in keys})
+    return buf.getvalue()

@@ -8,8 +8,6 @@ Markdown, CSV, JSON, LaTeX (the shared :func:`~leakaudit.reporting.latex_table`)
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import warnings
@@ -17,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._jsonsafe import finite_json, number
-from ..reporting import latex_table, write_tables
+from .._jsonsafe import finite_json, from_finite_json
+from ..reporting import csv_table, latex_table, markdown_table, write_tables
 
 __all__ = ["PrivacyReport", "COLUMNS"]
 
@@ -41,15 +39,6 @@ def _fmt(v: Any) -> str:
             return "-"
         return f"{v:.3g}"
     return str(v)
-
-
-def _unclean(v: Any) -> Any:
-    """A value :func:`finite_json` wrote, with "inf"/"-inf"/"nan" floats again (recursively)."""
-    if isinstance(v, dict):
-        return {k: _unclean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_unclean(x) for x in v]
-    return number(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v
 
 
 @dataclass
@@ -80,19 +69,10 @@ class PrivacyReport:
         return [r for r in self.records if r["sound_violated"]]
 
     def to_markdown(self) -> str:
-        head = "| " + " | ".join(COLUMNS) + " |"
-        sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-        body = ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in self.records]
-        return "\n".join([head, sep, *body]) + "\n"
+        return markdown_table(COLUMNS, self.records, _fmt)
 
     def to_csv(self) -> str:
-        buf = io.StringIO()
-        keys = list(COLUMNS) + sorted({k for r in self.records for k in r} - set(COLUMNS))
-        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-        writer.writeheader()
-        for r in self.records:
-            writer.writerow({k: finite_json(r.get(k)) for k in keys})
-        return buf.getvalue()
+        return csv_table(COLUMNS, self.records, finite_json)
 
     def to_json(self) -> str:
         data = {"config": self.config,
@@ -108,8 +88,8 @@ class PrivacyReport:
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
             raise ValueError("this JSON is not a PrivacyReport (no list of rows)")
-        return cls(config=_unclean(data.get("config", {})),
-                   records=[_unclean(r) for r in data["rows"]])
+        return cls(config=from_finite_json(data.get("config", {})),
+                   records=[from_finite_json(r) for r in data["rows"]])
 
     def figure(self) -> Any:
         """Claimed, sound and measured eps per row on a log scale (inf drawn at the top);

@@ -27,8 +27,6 @@ No torch, Opacus or Flower here (numpy, scipy and the accountant only).
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -37,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from .._jsonsafe import finite_json, number
-from ..reporting import latex_table, write_tables
+from .._jsonsafe import finite_json, from_finite_json
+from ..reporting import csv_table, latex_table, markdown_table, write_tables
 
 __all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds", "gaussian_epsilon",
            "noise_tolerance"]
@@ -56,14 +54,6 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return "inf" if math.isinf(v) else "-" if math.isnan(v) else f"{v:.3g}"
     return str(v)
-
-
-def _unclean(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _unclean(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_unclean(x) for x in v]
-    return number(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v
 
 
 @dataclass
@@ -94,19 +84,10 @@ class ReplayReport:
         return [dict(r) for r in self.records if r["flagged"]]
 
     def to_markdown(self) -> str:
-        head = "| " + " | ".join(COLUMNS) + " |"
-        sep = "|" + "|".join("---" for _ in COLUMNS) + "|"
-        body = ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in self.records]
-        return "\n".join([head, sep, *body]) + "\n"
+        return markdown_table(COLUMNS, self.records, _fmt)
 
     def to_csv(self) -> str:
-        buf = io.StringIO()
-        keys = list(COLUMNS) + sorted({k for r in self.records for k in r} - set(COLUMNS))
-        writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
-        writer.writeheader()
-        for r in self.records:
-            writer.writerow({k: finite_json(r.get(k)) for k in keys})
-        return buf.getvalue()
+        return csv_table(COLUMNS, self.records, finite_json)
 
     def to_json(self) -> str:
         return json.dumps({"config": finite_json(self.config),
@@ -121,8 +102,8 @@ class ReplayReport:
         data = json.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
             raise ValueError("this JSON is not a ReplayReport (no list of rows)")
-        return cls(config=_unclean(data.get("config", {})),
-                   records=[_unclean(r) for r in data["rows"]])
+        return cls(config=from_finite_json(data.get("config", {})),
+                   records=[from_finite_json(r) for r in data["rows"]])
 
     def save(self, directory: str | Path, stem: str = "replay") -> dict[str, Path]:
         """Write Markdown, CSV, LaTeX and JSON into ``directory``; paths by extension."""
