@@ -568,15 +568,7 @@ def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
     merge-down lower, :mod:`accounting.pld`)."""
     from . import pld
 
-    qs, sig = np.array([1.0]), np.array([s])
-    llo, lhi = pld._loss_limits(qs, sig)
-    if direction == "add":
-        llo, lhi = -lhi, -llo
-    k0 = int(np.floor(llo[0] / h)) - 1
-    k1 = int(np.ceil(lhi[0] / h)) + 1
-    edges = np.arange(k0, k1 + 1, dtype=float) * h
-    pm, qm, below, above = pld._gaussian_intervals(qs, sig, edges, direction)
-    return pld._discretise(pm, qm, below, above, k0, h, upper)[0]
+    return pld.gaussian_step_pmf(1.0, s, h, direction, upper)
 
 
 register_event(RandomAllocation)

@@ -347,6 +347,21 @@ def _discretise(pm: np.ndarray, qm: np.ndarray, below: np.ndarray, above: np.nda
     return [_trim(_PMF(k0, row, 0.0), upper, tail) for row in grid]
 
 
+def gaussian_step_pmf(q: float, s: float, h: float, direction: str, upper: bool) -> _PMF:
+    """Discrete PLD of ONE Poisson-subsampled Gaussian step (rate q, multiplier s; q = 1 the
+    plain Gaussian pair) in one direction on the grid {k h}: connect-the-dots upper,
+    merge-down lower (what :func:`_discretise` does for every row)."""
+    qs, sig = np.array([q]), np.array([s])
+    llo, lhi = _loss_limits(qs, sig)
+    if direction == "add":
+        llo, lhi = -lhi, -llo
+    k0 = int(np.floor(llo[0] / h)) - 1
+    k1 = int(np.ceil(lhi[0] / h)) + 1
+    edges = np.arange(k0, k1 + 1, dtype=float) * h
+    pm, qm, below, above = _gaussian_intervals(qs, sig, edges, direction)
+    return _discretise(pm, qm, below, above, k0, h, upper)[0]
+
+
 def _trim(pmf: _PMF, upper: bool, tail: float = _TAIL) -> _PMF:
     """Cut negligible tails validly: upper: low tail rounded up, high tail to +inf;
     lower: both dropped."""

@@ -181,15 +181,7 @@ def _poisson_upper_pmf(q: float, s: float, h: float, direction: str):
     (q, multiplier s) in one direction, on the grid {k h} (connect-the-dots)."""
     from . import pld
 
-    qs, sig = np.array([q]), np.array([s])
-    llo, lhi = pld._loss_limits(qs, sig)
-    if direction == "add":
-        llo, lhi = -lhi, -llo
-    k0 = int(np.floor(llo[0] / h)) - 1
-    k1 = int(np.ceil(lhi[0] / h)) + 1
-    edges = np.arange(k0, k1 + 1, dtype=float) * h
-    pm, qm, below, above = pld._gaussian_intervals(qs, sig, edges, direction)
-    return pld._discretise(pm, qm, below, above, k0, h, True)[0]
+    return pld.gaussian_step_pmf(q, s, h, direction, True)
 
 
 def _profile_at_grid(pmf, h: float, ks: np.ndarray) -> np.ndarray:
