@@ -42,8 +42,7 @@ from statistics import NormalDist
 import numpy as np
 
 from accounting import PrivacyLedger
-from accounting.events import GaussianSchedule, SampledGaussian
-from accounting.relations import gaussian_upper
+from accounting.registry import GaussianPart, UnsupportedEventError, parts
 
 __all__ = ["gdp_floor", "fdp_rejects", "mu_one_run", "ledger_mu", "MU_MAX"]
 
@@ -112,22 +111,29 @@ def ledger_mu(ledger: PrivacyLedger) -> float | None:
     """mu of a ledger that is a composition of Gaussian mechanisms without amplification:
     sqrt(sum_steps (s / sigma)^2) (Dong, Roth, Su 2019, Cor. 3.3), s the step's L2
     sensitivity in units of C under the ledger's relation and sampling (2 for fixed-size or
-    shuffled batches and for replace-one: ``accounting.relations.gaussian_upper``); None if
-    any step is amplified by Poisson sampling (q < 1) or is not Gaussian, or if none."""
-    total, events = 0.0, ledger.events
+    shuffled batches and for replace-one: ``accounting.relations.gaussian_upper``).
+
+    Read through the event registry (each event's ``pld`` rule, upper side), not by event
+    type: an event whose upper pair is a Gaussian with q in {0, 1} (any registered type,
+    including a user's) counts; None if any step is amplified by Poisson sampling
+    (0 < q < 1), is not Gaussian or has no rule, or if the ledger is empty."""
+    events = ledger.events
     if not events:
         return None
-    for e in events:
-        if isinstance(e, SampledGaussian):
-            sigmas = np.full(e.count, e.sigma, dtype=float)
-        elif isinstance(e, GaussianSchedule):
-            sigmas = np.asarray(e.sigmas, float)
-        else:
+    try:
+        items = parts(events, "pld", "gdp-mu")
+    except UnsupportedEventError:
+        return None
+    if not items or not all(isinstance(p, GaussianPart) for p in items):
+        return None
+    total = 0.0
+    for p in items:
+        q, sig, counts = (np.asarray(p.qs, float), np.asarray(p.sigmas, float),
+                          np.asarray(p.counts, float))
+        live = q > 0
+        if np.any(live & (q < 1)):
             return None
-        if np.any(sigmas <= 0):
+        if np.any(live & (sig <= 0)):
             return math.inf
-        q, sig = gaussian_upper(e.q, sigmas, e.sampling, e.relation)
-        if np.any((q > 0) & (q < 1)):
-            return None
-        total += float(np.sum((q > 0) / sig ** 2))
+        total += float(np.sum(counts[live] / sig[live] ** 2))
     return math.sqrt(total)

@@ -158,3 +158,52 @@ def test_ledger_mu_counts_the_sensitivity_of_its_steps():
     sampled = PrivacyLedger()
     sampled.step(q=0.1, sigma=2.0, count=4)                      # amplified: not mu-GDP
     assert fdp.ledger_mu(sampled) is None and fdp.ledger_mu(PrivacyLedger()) is None
+
+
+def test_ledger_mu_reads_events_through_the_registry_not_by_type():
+    """A user's event type with a Gaussian upper pair counts like a shipped one (no
+    isinstance on event classes); an amplified one is not mu-GDP; an unwired one is None."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    import numpy as np
+
+    from accounting import PrivacyLedger, registry
+    from accounting.events import Event
+    from accounting.registry import GaussianPart, register_event
+
+    @dataclass(frozen=True)
+    class _UserGaussian(Event):
+        sigma: float = 2.0
+        q: float = 1.0
+        note: str = ""
+        sampling: str = "all"
+        relation: str = "add-remove"
+        kind: ClassVar[str] = "test_user_gaussian"
+
+        @property
+        def steps(self) -> int:
+            return 1
+
+        def describe(self) -> str:
+            return f"user gaussian sigma={self.sigma} q={self.q}"
+
+    def rule(e, side):
+        return [GaussianPart(np.array([e.q]), np.array([e.sigma]), np.array([1]))]
+
+    register_event(_UserGaussian, pld=rule, rdp=rule)
+    try:
+        ledger = PrivacyLedger()
+        for _ in range(4):
+            ledger.record(_UserGaussian())
+        assert fdp.ledger_mu(ledger) == pytest.approx(1.0)        # sqrt(4) / 2
+        ledger.step(q=1.0, sigma=1.0)                              # + a shipped step: mu^2 + 1
+        assert fdp.ledger_mu(ledger) == pytest.approx(math.sqrt(2.0))
+        amplified = PrivacyLedger()
+        amplified.record(_UserGaussian(q=0.5))
+        assert fdp.ledger_mu(amplified) is None
+        registry._RULES[_UserGaussian] = {}                          # now wired to nothing
+        assert fdp.ledger_mu(ledger) is None
+    finally:
+        registry._TYPES.pop(_UserGaussian.kind, None)
+        registry._RULES.pop(_UserGaussian, None)
