@@ -7,18 +7,21 @@ theorem; sensitivity 2C). The mathematics is :mod:`accounting.without_replacemen
 
 * rdp (and rdp-classic, moments): its per-step RDP bound (Wang, Balle, Kasiviswanathan 2019,
   Thm 9) as an :class:`~accounting.registry.RDPPart`: amplified, composes with anything;
-* pld: upper side, the unamplified Gaussian (every step a Gaussian release of multiplier
-  sigma / 2); lower side, the Poisson add/remove pair at q = B / n, a pair the mechanism
-  realises (that module's doc): a certified bracket that composes with any other event;
+* pld: its own discrete PLDs (a :class:`~accounting.registry.PLDPart`): upper side, the
+  symmetrised pair of Dong, Roth, Su's C_gamma(G_{2/sigma}) (amplified; that module's doc),
+  or the unamplified Gaussian of multiplier sigma / 2 where the symmetrisation is not
+  certified at the grid step; lower side, the realised +-1 pair (the replaced record's
+  gradient +C, its replacement's -C), or the Poisson add/remove pair at q = B / n, both
+  pairs the mechanism realises: a certified bracket that composes with any other event;
 * zcdp, composition, prv: refused by name (no rule).
 
-``tightest`` takes the smaller of the two; :func:`accounting.without_replacement.
-epsilon_bounds_without_replacement` gives the tighter symmetrised-PLD bracket for a ledger
-holding only such steps. One file, one registration: the template for an event type.
+``tightest`` takes the smaller of the two upper ends. One file, one registration: the
+template for an event type.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,9 +29,9 @@ import numpy as np
 
 from ._validate import check_count, check_sigma
 from .events import Event
-from .registry import GaussianPart, RDPPart, register_event
+from .registry import GaussianPart, PLDPart, RDPPart, register_event
 from .relations import FIXED_SIZE, REPLACE_ONE
-from .without_replacement import rdp_without_replacement
+from .without_replacement import rdp_without_replacement, without_replacement_pld_parts
 
 __all__ = ["SampledWithoutReplacement"]
 
@@ -79,14 +82,40 @@ class SampledWithoutReplacement(Event):
                 f"sigma={self.sigma:.6g} x {self.count} (replace-one){self._note()}")
 
 
+    def pld_loss_variance(self) -> float:
+        """Variance of one step's privacy loss, bounded above (sets the PLD grid step): that
+        of the +-1 pair, at most gamma^2 (e^(4 / sigma^2) - 1) and (2 / sigma)^2."""
+        with np.errstate(over="ignore"):
+            var = self.q**2 * math.expm1(min(4.0 / self.sigma**2, 700.0))
+        return float(min(var, 4.0 / self.sigma**2))
+
+    def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
+        """Discrete PLDs (``accounting.pld._PMF``, count) of these steps on the loss grid
+        {k h} for one direction and side, and the round-off allowance (module doc)."""
+        from .pld import gaussian_step_pmf
+
+        try:
+            return without_replacement_pld_parts(self.sigma, self.batch_size,
+                                                  self.dataset_size, self.count, h, upper)
+        except ValueError:  # not certified at this grid step: the fallback pairs
+            q, s = (1.0, self.sigma / 2.0) if upper else (self.q, self.sigma)
+            return [(gaussian_step_pmf(q, s, h, direction, upper), self.count)], 0.0
+
+
 def _rdp_rule(e: SampledWithoutReplacement, side: str) -> list:
     if side == "lower":  # the realised Poisson pair (module doc): a valid lower bound
-        return _pld_rule(e, side)
+        return _gaussian_rule(e, side)
     return [RDPPart(lambda orders: rdp_without_replacement(e.sigma, e.batch_size,
                                                            e.dataset_size, orders), e.count)]
 
 
 def _pld_rule(e: SampledWithoutReplacement, side: str) -> list:
+    if e.sigma > 0 and e.count > 0:
+        return [PLDPart(e)]
+    return _gaussian_rule(e, side)  # no noise (eps = inf) or no step: as a plain Gaussian
+
+
+def _gaussian_rule(e: SampledWithoutReplacement, side: str) -> list:
     q = np.array([1.0 if side == "upper" else e.q])
     s = np.array([e.sigma / 2.0 if side == "upper" else e.sigma])
     return [GaussianPart(q, s, np.array([e.count], dtype=np.int64))]

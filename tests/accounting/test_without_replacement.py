@@ -197,3 +197,29 @@ def test_pld_parts_are_symmetric_pairs_with_lower_below_upper():
         assert pld._delta_of(lo, eps, h) <= pld._delta_of(up, eps, h)
     with pytest.raises(ValueError, match="sigma"):
         without_replacement_pld_parts(0.0, 1, 10, 1, h, True)
+
+
+def test_the_ledger_accounts_fixed_size_batches_with_the_amplified_pld():
+    """The issue's example (sigma 1, 1,000 steps, B = 256 of n = 60,000, delta 1e-5):
+    2,268.8 without amplification. The ledger's PLD bracket is the amplified symmetrised
+    pair's (not the unamplified Gaussian it used to print, nor a lower end of 0), it
+    composes with a Poisson step, and tightest names it."""
+    from accounting.fixed_size import SampledWithoutReplacement
+    from accounting.ledger import PrivacyLedger
+
+    sigma, steps, b, n, delta = 1.0, 1000, 256, 60_000, 1e-5
+    plain = PrivacyLedger(relation="replace-one")
+    plain.step(q=1.0, sigma=sigma, count=steps, sampling="fixed-size")
+    assert plain.tightest_epsilon(delta) == pytest.approx(2268.77, rel=1e-4)
+    ledger = PrivacyLedger(relation="replace-one")
+    ledger.record(SampledWithoutReplacement(sigma, b, n, steps))
+    lo, _, up = ledger.epsilon_bounds(delta, method="pld")
+    alone = epsilon_bounds_without_replacement(sigma, b, n, steps, delta)
+    assert up == pytest.approx(alone.upper, rel=2e-3) and up < 8.0   # amplified: 2,268.8 -> 7.6
+    assert lo >= 0.99 * pld_lower_without_replacement(sigma, b, n, steps, delta) > 1.0
+    rdp = ledger.epsilon(delta, "rdp")                                 # Thm 9: 12.11
+    assert up < rdp and ledger.tightest_epsilon(delta, with_method=True)[1] == "pld"
+    # composes with another event: more releases, more eps, still certified both ends
+    ledger.step(q=0.01, sigma=1.0, count=100)
+    lo2, _, up2 = ledger.epsilon_bounds(delta, method="pld")
+    assert lo2 >= lo * 0.999 and up2 >= up and lo2 <= up2
