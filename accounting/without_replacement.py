@@ -186,12 +186,31 @@ def _poisson_upper_pmf(q: float, s: float, h: float, direction: str):
 
 def _profile_at_grid(pmf, h: float, ks: np.ndarray) -> np.ndarray:
     """delta(k h) = inf + sum_{l > k h} p_l (1 - e^(k h - l)) of a discrete PLD at the grid
-    points ``ks`` (vectorised; losses relative to each point, no overflow)."""
-    loss_k = pmf.offset + np.arange(pmf.p.size)
-    out = np.empty(ks.size)
-    for i, k in enumerate(ks):
-        sel = loss_k > k
-        out[i] = pmf.inf + float((pmf.p[sel] * -np.expm1((k - loss_k[sel]) * h)).sum())
+    points ``ks`` (integers, increasing), in O(size + len(ks)): with suffix sums
+    A_k = sum_{l > k} p_l and B_k = sum_{l > k} p_l e^(-(l - k) h), delta(k h) = inf + A_k -
+    B_k, and B obeys the decaying recursion B_k = e^(-h) (p_(k+1) + B_(k+1)) (computed by a
+    first-order linear filter: no overflow for any loss range)."""
+    from scipy.signal import lfilter
+
+    n = pmf.p.size
+    decay = math.exp(-h)
+    # over the array index i (loss offset + i): a[i] = sum_{j > i} p_j, b[i] = sum_{j > i}
+    # p_j e^(-(j - i) h); b = decay * lfilter on the reversed p, shifted by one
+    rev = lfilter([1.0], [1.0, -decay], pmf.p[::-1])  # rev[m] = sum_{j >= n-1-m} ...
+    incl = rev[::-1]  # incl[i] = sum_{j >= i} p_j e^(-(j - i) h)
+    b = np.zeros(n)
+    b[:-1] = decay * incl[1:]
+    a = np.zeros(n)
+    a[:-1] = np.cumsum(pmf.p[::-1])[::-1][1:]
+    idx = np.asarray(ks, dtype=np.int64) - pmf.offset
+    out = np.full(idx.size, pmf.inf)
+    below = idx < 0  # every atom lies above: the sums over the whole array, shifted
+    inside = (idx >= 0) & (idx < n)
+    out[inside] += np.maximum(a[idx[inside]] - b[idx[inside]], 0.0)
+    if below.any():
+        total = float(pmf.p.sum())
+        shift = np.exp(idx[below] * h)  # e^(-(0 - i) h) scaling for i < 0: e^(i h) <= 1
+        out[below] += np.maximum(total - shift * incl[0], 0.0)
     return out
 
 
