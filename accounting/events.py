@@ -22,7 +22,7 @@ from ._validate import (
     check_probability,
     check_sigma,
 )
-from .registry import DPPart, GaussianPart, LaplacePart, PLDPart, event_class, register_event
+from .registry import DPPart, GaussianPart, LaplacePart, event_class, register_event
 from .relations import (
     ADD_REMOVE,
     ALL,
@@ -244,24 +244,6 @@ def _gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
                          uses_group_privacy(e.sampling, e.relation, q))]
 
 
-def _gaussian_pld_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
-                        side: str) -> list:
-    """PLD rule: Poisson steps (0 < q < 1) under replace-one are the realisable +-1 pair on
-    both sides (:class:`accounting.pld.ReplaceOnePoisson`, a :class:`PLDPart`); every other
-    step (and a noiseless one, which stays infinite) as :func:`_gaussian_pairs`."""
-    if not uses_group_privacy(e.sampling, e.relation, q):
-        return _gaussian_pairs(e, q, sigmas, counts, side)
-    from .pld import ReplaceOnePoisson
-
-    noisy = sigmas > 0
-    out: list = []
-    if noisy.any():
-        out.append(PLDPart(ReplaceOnePoisson(q, sigmas[noisy], counts[noisy])))
-    if not noisy.all():
-        out.extend(_gaussian_pairs(e, q, sigmas[~noisy], counts[~noisy], side))
-    return out
-
-
 def _any_relation(e: Event, source: str, target: str) -> Event:
     """Mechanism-level parameters: only the relation changes (the accountant recomputes the
     sensitivity)."""
@@ -284,11 +266,9 @@ def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
 
 
 register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
-    e, e.q, np.array([e.sigma]), np.array([e.count]), side)}, pld=lambda e, side:
-    _gaussian_pld_pairs(e, e.q, np.array([e.sigma]), np.array([e.count]), side))
+    e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
 register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
-    e, e.q, *np.unique(e.sigmas, return_counts=True), side)}, pld=lambda e, side:
-    _gaussian_pld_pairs(e, e.q, *np.unique(e.sigmas, return_counts=True), side))
+    e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
 register_event(Laplace, convert=_laplace_to,
                **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
 register_event(ApproxDP, convert=_approx_to,

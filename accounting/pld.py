@@ -36,10 +36,31 @@ sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP f
 Relations and samplings (:mod:`accounting.relations`): every Gaussian step enters as the
 Poisson add/remove pair that accounts it, the upper-bound pair on the upper side and a pair
 valid as a lower bound for its relation on the lower side (fixed-size and shuffled steps are
-left out of the lower end: their accounting is only an upper bound). Poisson steps under
-replace-one: the upper end is the smaller of the no-amplification bound (sigma / 2, q = 1) and
-group privacy of size 2 applied to the add/remove PLD of the same steps; the lower end is the
-add/remove pair (a replacement by a record whose contribution is zero).
+left out of the lower end: their accounting is only an upper bound).
+
+Poisson steps (0 < q < 1) under replace-one: both ends are the +-1 pair (in units of the clip
+norm C, s = sigma)
+
+    P = (1-q) N(0, s^2) + q N(1, s^2),   Q = (1-q) N(0, s^2) + q N(-1, s^2).
+
+It is realised (every other record's gradient 0, the replaced one's +C, its replacement's
+-C, one coordinate), so its lower-discretised eps is a valid LOWER end. It also dominates
+the mechanism for any gradients g, g' in the unit ball in any dimension: the step's outputs
+on the two data sets are (1-q) N(c, s^2 I) + q N(c + g, .) and the same with g' (the other
+records' batch mixes over c; joint convexity), and Schuchardt, Stoian, Kosmala, Guennemann,
+NeurIPS 2024, "Unified mechanism-specific amplification by subsampling and group privacy
+amplification", Thm 3.8 (tight group-privacy amplification of the Poisson-subsampled
+Gaussian; one deletion and one insertion = replace-one) gives exactly this pair as the
+tight bound, so it is the UPPER pair too. (We read the statement through the authors' code,
+group_amplification/privacy_analysis/subsampling/adp/poisson.py, whose quadrature for
+Thm 3.8 with insertions = deletions = 1 integrates this P against this Q; our tests add a
+2-D quadrature over random g, g' that never exceeds it.) The same pair is dp-accounting's
+REPLACE_ONE PLD for PoissonSampledDpEvent(q, GaussianDpEvent(sigma)) (GaussianPrivacyLoss,
+REPLACE: mu(x + 1) vs mu(x - 1) mixtures, sensitivity 1 per side, so NOT the sensitivity
+erratum of its RDP accountant, dp-accounting issue #378) and Koskela, Jaelkoe, Honkela 2020's
+"substitute" relation. The pair is symmetric (x -> -x swaps P and Q): one PLD serves both
+directions. It is always below the unamplified bound (sigma/2, q = 1): keeping N(+-1) with
+probability q and drawing N(0) otherwise is post-processing of N(1) vs N(-1).
 
 Never falls over: unsampled Gaussian steps compose exactly into one (closed form when
 nothing else is recorded); losses of hundreds (Laplace with scale 1e-4) are discretised with
@@ -59,7 +80,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from ._grid import Groups, group_pairs, rounded_groups, sgm_groups
+from ._grid import Groups, rounded_groups, sgm_groups
 from ._validate import (
     check_count,
     check_delta,
@@ -435,49 +456,6 @@ def _replace_variance(qs: np.ndarray, sigmas: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         small = 4.0 * qs * qs * np.sinh(np.minimum(1.0 / sigmas**2, 700.0))
     return np.minimum(small, 4.0 / sigmas**2)
-
-
-class ReplaceOnePoisson:
-    """Poisson-sampled Gaussian steps (rate 0 < q < 1, multipliers ``sigmas`` > 0, step
-    ``counts``) under replace-one, for the PLD accountant (a :class:`PLDPart`): the +-1
-    pair, upper and lower (module doc). Many distinct sigmas are rounded onto the geometric
-    grid (1 + 5e-3)^k, down for the upper end and up for the lower end."""
-
-    #: more distinct sigmas than this: rounded onto the grid (as the add/remove groups)
-    max_distinct = 64
-
-    def __init__(self, q: float, sigmas: np.ndarray, counts: np.ndarray) -> None:
-        qs, sig, cnt = group_pairs(np.full(np.size(sigmas), float(q)),
-                                   np.asarray(sigmas, dtype=float),
-                                   np.asarray(counts, dtype=np.int64))
-        self.q, self.sigmas, self.counts = float(q), sig, cnt
-
-    @property
-    def count(self) -> int:
-        return int(self.counts.sum())
-
-    def describe(self) -> str:
-        return (f"{self.count} Poisson step(s) q={self.q:.6g} under replace-one "
-                f"({self.sigmas.size} distinct sigma(s), the +-1 pair)")
-
-    def pld_loss_variance(self) -> float:
-        """Mean per-step loss variance (sets the grid step)."""
-        var = _replace_variance(np.full(self.sigmas.size, self.q), self.sigmas)
-        return float((var * self.counts).sum() / max(self.count, 1))
-
-    def pld_loss_range(self) -> float:
-        """Widest loss range of one step (bounds the grid step from below)."""
-        llo, lhi = _replace_loss_limits(np.full(self.sigmas.size, self.q), self.sigmas)
-        return float(np.max(lhi - llo))
-
-    def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
-        """The steps' discrete PLDs on {k h} (either direction: the pair is symmetric)."""
-        sig, cnt = self.sigmas, self.counts
-        if sig.size > self.max_distinct:
-            rounded = rounded_groups(Groups(np.full(sig.size, self.q), sig, cnt), 5e-3,
-                                     "down" if upper else "up")
-            sig, cnt = rounded.sigmas, rounded.counts
-        return replace_pmfs(np.full(sig.size, self.q), sig, cnt, h, upper), 0.0
 
 
 def _trim(pmf: _PMF, upper: bool, tail: float = _TAIL) -> _PMF:
