@@ -399,7 +399,11 @@ def _x_of_loss_replace(loss: np.ndarray, q: np.ndarray, s: np.ndarray) -> np.nda
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
         log_a = np.log1p(-q)
         log_b = np.log(q) - 0.5 / s**2
-        log_c = log_a + np.log(np.abs(np.expm1(loss)))  # |a (e^l - 1)|
+        # log |e^l - 1| without overflow (expm1 overflows past l ~ 709: that put every loss
+        # above it at x = inf, i.e. all of that mass at one bin near 709: an invalid upper)
+        log_em1 = np.where(loss > 0, loss + np.log(-np.expm1(-np.abs(loss))),
+                           np.log(-np.expm1(-np.abs(loss))))
+        log_c = log_a + log_em1  # |a (e^l - 1)|
         log_d = math.log(2.0) + log_b + loss / 2.0  # 2 b e^(l/2)
         log_root = 0.5 * np.logaddexp(2.0 * log_c, 2.0 * log_d)  # sqrt(c^2 + d^2)
         pos = np.logaddexp(log_c, log_root) - math.log(2.0) - log_b

@@ -185,3 +185,43 @@ def test_schedules_and_tiny_deltas_stay_bracketed() -> None:
     for delta in (1e-9, 1e-12):
         tiny = _bounds(0.1, 1.0, 100, delta)
         assert 0 < tiny.lower <= tiny.upper < math.inf
+
+
+def _exact_one_step_eps(q: float, s: float, delta: float) -> float:
+    """eps of ONE step of the +-1 pair, by bisection on the closed form (loss increasing in
+    x, so {L > eps} = {x > x_eps}): delta(eps) = P(x > x_eps) - e^eps Q(x > x_eps), every
+    term in log space (losses of thousands at small s); x_eps itself by bisection."""
+    from scipy.special import log_ndtr, logsumexp
+
+    a, lb = math.log1p(-q), math.log(q) - 0.5 / s**2
+
+    def loss(x: float) -> float:
+        return float(np.logaddexp(a, lb + x / s**2) - np.logaddexp(a, lb - x / s**2))
+
+    def bisect(f, lo: float, hi: float) -> float:
+        for _ in range(200):
+            mid = (lo + hi) / 2.0
+            lo, hi = (mid, hi) if f(mid) else (lo, mid)
+        return (lo + hi) / 2.0
+
+    def log_tail(x: float, shift: float) -> float:  # log of (1-q) sf(x/s) + q sf((x-shift)/s)
+        return float(logsumexp([a + log_ndtr(-x / s), math.log(q) + log_ndtr(-(x - shift) / s)]))
+
+    def delta_at(eps: float) -> float:
+        x = bisect(lambda v: loss(v) <= eps, -50.0, 50.0)
+        lp, lq = log_tail(x, 1.0), eps + log_tail(x, -1.0)
+        return math.exp(lp) * -math.expm1(min(lq - lp, 0.0))
+
+    return bisect(lambda e: delta_at(e) > delta, 0.0, 1e5)
+
+
+@pytest.mark.parametrize("q,sigma", [(0.01, 0.01), (0.5, 0.05), (0.2, 0.3), (0.01, 1.0),
+                                     (0.5, 3.0)])
+def test_one_step_bracket_contains_the_exact_eps_down_to_tiny_sigma(q: float,
+                                                                    sigma: float) -> None:
+    """Losses of thousands (sigma = 0.01: about 1/(2 sigma^2) = 5,000) stay on the grid: the
+    +-1 pair's loss inverse once overflowed past 709 and put that mass at 709."""
+    exact = _exact_one_step_eps(q, sigma, DELTA)
+    b = _bounds(q, sigma, 1)
+    assert b.lower * (1 - 1e-9) <= exact <= b.upper * (1 + 1e-9)
+    assert b.upper - b.lower <= 0.01 * b.upper
