@@ -57,10 +57,12 @@ Thm 3.8 with insertions = deletions = 1 integrates this P against this Q; our te
 2-D quadrature over random g, g' that never exceeds it.) The same pair is dp-accounting's
 REPLACE_ONE PLD for PoissonSampledDpEvent(q, GaussianDpEvent(sigma)) (GaussianPrivacyLoss,
 REPLACE: mu(x + 1) vs mu(x - 1) mixtures, sensitivity 1 per side, so NOT the sensitivity
-erratum of its RDP accountant, dp-accounting issue #378) and Koskela, Jaelkoe, Honkela 2020's
-"substitute" relation. The pair is symmetric (x -> -x swaps P and Q): one PLD serves both
-directions. It is always below the unamplified bound (sigma/2, q = 1): keeping N(+-1) with
-probability q and drawing N(0) otherwise is post-processing of N(1) vs N(-1).
+erratum of its RDP accountant, dp-accounting issue #378). The pair is symmetric (x -> -x
+swaps P and Q): one PLD serves both directions, and it dominates at every order alpha >= 0
+(for alpha < 1 by H_alpha(P||Q) = 1 - alpha + alpha H_{1/alpha}(Q||P) with g, g' swapped),
+so the T-fold product dominates the adaptive composition (Zhu, Dong, Wang 2022, Thm 10).
+It is always below the unamplified bound (sigma/2, q = 1): keeping N(+-1) with probability
+q and drawing N(0) otherwise is post-processing of N(1) vs N(-1).
 
 Never falls over: unsampled Gaussian steps compose exactly into one (closed form when
 nothing else is recorded); losses of hundreds (Laplace with scale 1e-4) are discretised with
