@@ -36,10 +36,33 @@ sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP f
 Relations and samplings (:mod:`accounting.relations`): every Gaussian step enters as the
 Poisson add/remove pair that accounts it, the upper-bound pair on the upper side and a pair
 valid as a lower bound for its relation on the lower side (fixed-size and shuffled steps are
-left out of the lower end: their accounting is only an upper bound). Poisson steps under
-replace-one: the upper end is the smaller of the no-amplification bound (sigma / 2, q = 1) and
-group privacy of size 2 applied to the add/remove PLD of the same steps; the lower end is the
-add/remove pair (a replacement by a record whose contribution is zero).
+left out of the lower end: their accounting is only an upper bound).
+
+Poisson steps (0 < q < 1) under replace-one: both ends are the +-1 pair (in units of the clip
+norm C, s = sigma)
+
+    P = (1-q) N(0, s^2) + q N(1, s^2),   Q = (1-q) N(0, s^2) + q N(-1, s^2).
+
+It is realised (every other record's gradient 0, the replaced one's +C, its replacement's
+-C, one coordinate), so its lower-discretised eps is a valid LOWER end. It also dominates
+the mechanism for any gradients g, g' in the unit ball in any dimension: the step's outputs
+on the two data sets are (1-q) N(c, s^2 I) + q N(c + g, .) and the same with g' (the other
+records' batch mixes over c; joint convexity), and Schuchardt, Stoian, Kosmala, Guennemann,
+NeurIPS 2024, "Unified mechanism-specific amplification by subsampling and group privacy
+amplification", Thm 3.8 (tight group-privacy amplification of the Poisson-subsampled
+Gaussian; one deletion and one insertion = replace-one) gives exactly this pair as the
+tight bound, so it is the UPPER pair too. (We read the statement through the authors' code,
+group_amplification/privacy_analysis/subsampling/adp/poisson.py, whose quadrature for
+Thm 3.8 with insertions = deletions = 1 integrates this P against this Q; our tests add a
+2-D quadrature over random g, g' that never exceeds it.) The same pair is dp-accounting's
+REPLACE_ONE PLD for PoissonSampledDpEvent(q, GaussianDpEvent(sigma)) (GaussianPrivacyLoss,
+REPLACE: mu(x + 1) vs mu(x - 1) mixtures, sensitivity 1 per side, so NOT the sensitivity
+erratum of its RDP accountant, dp-accounting issue #378). The pair is symmetric (x -> -x
+swaps P and Q): one PLD serves both directions, and it dominates at every order alpha >= 0
+(for alpha < 1 by H_alpha(P||Q) = 1 - alpha + alpha H_{1/alpha}(Q||P) with g, g' swapped),
+so the T-fold product dominates the adaptive composition (Zhu, Dong, Wang 2022, Thm 10).
+It is always below the unamplified bound (sigma/2, q = 1): keeping N(+-1) with probability
+q and drawing N(0) otherwise is post-processing of N(1) vs N(-1).
 
 Never falls over: unsampled Gaussian steps compose exactly into one (closed form when
 nothing else is recorded); losses of hundreds (Laplace with scale 1e-4) are discretised with
@@ -362,6 +385,85 @@ def gaussian_step_pmf(q: float, s: float, h: float, direction: str, upper: bool)
     return _discretise(pm, qm, below, above, k0, h, upper)[0]
 
 
+# ---------------------------------------------------------------- replace-one under Poisson
+#: Noise sds kept on each side of the +-1 pair's range, and the tail mass a trim may move
+#: (fixed, as the parts are built without the target delta: q * Phi(-11) ~ 2e-28 per step).
+_REPLACE_Z = 11.0
+_REPLACE_TAIL = 1e-30
+
+
+def _x_of_loss_replace(loss: np.ndarray, q: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """x with L(x) = loss for the +-1 pair P = (1-q) N(0, s^2) + q N(1, s^2),
+    Q = (1-q) N(0, s^2) + q N(-1, s^2): L(x) = log((a + b u) / (a + b / u)) with a = 1 - q,
+    b = q e^(-1/(2 s^2)), u = e^(x / s^2), increasing in x. u is the positive root of
+    b u^2 + a (1 - e^l) u - b e^l = 0, taken in log space in the form without cancellation
+    (b underflows below s ~ 0.03; e^l overflows past l ~ 709). Broadcasts; q < 1."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_a = np.log1p(-q)
+        log_b = np.log(q) - 0.5 / s**2
+        # log |e^l - 1| without overflow (expm1 overflows past l ~ 709: that put every loss
+        # above it at x = inf, i.e. all of that mass at one bin near 709: an invalid upper)
+        log_em1 = np.where(loss > 0, loss + np.log(-np.expm1(-np.abs(loss))),
+                           np.log(-np.expm1(-np.abs(loss))))
+        log_c = log_a + log_em1  # |a (e^l - 1)|
+        log_d = math.log(2.0) + log_b + loss / 2.0  # 2 b e^(l/2)
+        log_root = 0.5 * np.logaddexp(2.0 * log_c, 2.0 * log_d)  # sqrt(c^2 + d^2)
+        pos = np.logaddexp(log_c, log_root) - math.log(2.0) - log_b
+        neg = math.log(2.0) + log_b + loss - np.logaddexp(log_root, log_c)
+    return s * s * np.where(loss >= 0, pos, neg)
+
+
+def _replace_loss_limits(qs: np.ndarray, sig: np.ndarray,
+                         z: float = _REPLACE_Z) -> tuple[np.ndarray, np.ndarray]:
+    """Loss of the +-1 pair at x = -(1 + z s) and x = 1 + z s (it is odd in x)."""
+    u = (1.0 + z * sig) / sig**2
+    with np.errstate(divide="ignore"):
+        log_a, log_b = np.log1p(-qs), np.log(qs) - 0.5 / sig**2
+    lhi = np.logaddexp(log_a, log_b + u) - np.logaddexp(log_a, log_b - u)
+    return -lhi, lhi
+
+
+def _replace_intervals(qs: np.ndarray, sigmas: np.ndarray,
+                       edges: np.ndarray) -> tuple[np.ndarray, ...]:
+    """P- and Q-mass of each loss interval of the +-1 pair (rows (q, s)), and the P-mass
+    below and above the grid (as :func:`_gaussian_intervals`). Q is the mirror image of P
+    (x -> -x), so its masses are P's on the mirrored intervals."""
+    q, s = qs[:, None], sigmas[:, None]
+    x = _x_of_loss_replace(edges[None, :], q, s)
+    pm, below, above = _masses(x, q, s)
+    qm, _, _ = _masses(-x[:, ::-1], q, s)
+    return pm, qm[:, ::-1], below, above
+
+
+def replace_pmfs(qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray, h: float,
+                 upper: bool, z: float = _REPLACE_Z,
+                 tail: float = _REPLACE_TAIL) -> list[tuple[_PMF, int]]:
+    """Discrete PLDs (connect-the-dots upper, merge-down lower) of Poisson-subsampled
+    Gaussian steps under replace-one, one per (q, sigma) row (0 < q < 1, sigma > 0), as
+    the +-1 pair (module doc). The pair is symmetric (x -> -x swaps P and Q), so the same
+    PLD serves both directions."""
+    llo, lhi = _replace_loss_limits(qs, sigmas, z)
+    k_lo = np.floor(llo / h).astype(np.int64) - 1
+    k_hi = np.ceil(lhi / h).astype(np.int64) + 1
+    out: list[tuple[_PMF, int]] = []
+    order = np.argsort(k_hi - k_lo)
+    for block in np.array_split(order, max(1, order.size // 256)):
+        k0, k1 = int(k_lo[block].min()), int(k_hi[block].max())
+        edges = np.arange(k0, k1 + 1, dtype=float) * h
+        pm, qm, below, above = _replace_intervals(qs[block], sigmas[block], edges)
+        out.extend(zip(_discretise(pm, qm, below, above, k0, h, upper, tail),
+                       counts[block].tolist()))
+    return out
+
+
+def _replace_variance(qs: np.ndarray, sigmas: np.ndarray) -> np.ndarray:
+    """About the variance of one step's loss under the +-1 pair: 4 q^2 sinh(1/s^2) for small
+    q, at most 4/s^2 (q = 1: the Gaussian pair at distance 2); sets the grid step only."""
+    with np.errstate(over="ignore"):
+        small = 4.0 * qs * qs * np.sinh(np.minimum(1.0 / sigmas**2, 700.0))
+    return np.minimum(small, 4.0 / sigmas**2)
+
+
 def _trim(pmf: _PMF, upper: bool, tail: float = _TAIL) -> _PMF:
     """Cut negligible tails validly: upper: low tail rounded up, high tail to +inf;
     lower: both dropped."""
@@ -637,11 +739,19 @@ def _loss_limits(qs: np.ndarray, sig: np.ndarray,
     return llo, lhi
 
 
+def _widest(groups: Groups, others: list) -> float:
+    """Widest loss range of one release: Gaussian groups, Laplace / (eps, delta) atoms at
+    +-eps, and parts that state their own range (``pld_loss_range``, e.g. replace-one)."""
+    return max([_loss_range(groups)]
+               + [2.0 * e.eps for e in others
+                  if isinstance(e, (LaplacePart, DPPart)) and math.isfinite(e.eps)]
+               + [e.event.pld_loss_range() for e in others
+                  if isinstance(e, PLDPart) and hasattr(e.event, "pld_loss_range")])
+
+
 def _grid_step(groups: Groups, others: list, opts: PLDOptions) -> float:
     if opts.value_interval is not None:
-        widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
-                                              if isinstance(e, (LaplacePart, DPPart))
-                                              and math.isfinite(e.eps)])
+        widest = _widest(groups, others)
         if widest / opts.value_interval > 4 * _MAX_BINS:
             raise ValueError(f"value_interval={opts.value_interval!r} needs "
                              f"{widest / opts.value_interval:.3g} bins for one release's loss "
@@ -652,9 +762,7 @@ def _grid_step(groups: Groups, others: list, opts: PLDOptions) -> float:
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
     # the O(h^2) bias per step adds up over the steps: finer grids for longer compositions
     bins = min(max(1000.0 * math.sqrt(steps / 10_000.0), 400.0), 2000.0)
-    widest = max([_loss_range(groups)] + [2.0 * e.eps for e in others
-                                          if isinstance(e, (LaplacePart, DPPart))
-                                          and math.isfinite(e.eps)])
+    widest = _widest(groups, others)
     h = max(total / bins, widest / _MAX_BINS)
     # atoms at +-eps0 (Laplace, (eps, delta)) fall between grid points: keep h << eps0
     for e in others:
@@ -795,27 +903,6 @@ def _bound(events: tuple[Event, ...], others: list[Event], opts: PLDOptions, upp
     return np.maximum.reduce(values) if isinstance(values[0], np.ndarray) else max(values)
 
 
-def _group_privacy_upper(events: tuple[Event, ...], others: list[Event], opts: PLDOptions,
-                         delta: float, tol: float) -> float:
-    """Upper bound for Poisson steps under replace-one: group privacy of size 2 of the
-    add/remove PLD of the same ledger (replace = remove then add; (eps1, delta1) ->
-    (2 eps1, (1 + e^eps1) delta1)), minimised over a fixed grid of delta1 (each point valid).
-    inf where it does not apply (some release is not Gaussian: its add/remove meaning is
-    unknown)."""
-    from .relations import ADD_REMOVE, convert_event
-
-    if others or not any(p.group_privacy for p in ACCOUNTANTS["pld"].parts(events)
-                         if isinstance(p, GaussianPart)):
-        return math.inf
-    restated = tuple(convert_event(e, ADD_REMOVE) for e in events)
-    grid = delta * np.geomspace(1e-6, 0.5, 48)
-    eps1 = _bound(restated, [], opts, True, lambda pmf, allow, h: np.array(
-        [_eps_of(pmf, d - allow, h) if d > allow else math.inf for d in grid]), tol * 1e-6)
-    with np.errstate(over="ignore"):
-        ok = grid * (1.0 + np.exp(np.minimum(eps1, 700.0))) <= delta
-    return float(np.min(2.0 * eps1[ok])) if ok.any() else math.inf
-
-
 def _others(events: tuple[Event, ...]) -> list:
     """The non-Gaussian PLD parts of ``events`` (refused by name where there is no rule)."""
     return [p for p in ACCOUNTANTS["pld"].parts(events) if not isinstance(p, GaussianPart)]
@@ -900,7 +987,6 @@ def pld_epsilon(
             elif now * bins > _MAX_CELLS:
                 break  # a finer pass would cost more than the budget: keep this bracket
         opts = opts._replace(value_interval=h)
-    upper = min(upper, _group_privacy_upper(events, others, opts, delta, tol))
     if up_exact is not None:
         upper = min(upper, up_exact)
     pure = pure_total(others) if not (sgm_groups(events).qs > 0).any() else None

@@ -59,7 +59,8 @@ class UnsupportedEventError(ValueError):
 class GaussianPart:
     """Poisson-sampled Gaussian steps under add/remove: distinct (q, sigma) rows and their
     counts. ``group_privacy``: the event is a Poisson step under replace-one, for which group
-    privacy of the add/remove accounting is a second valid bound (see
+    privacy of the add/remove accounting is a second valid bound for the RDP accountant (the
+    PLD accountant gets such steps as the +-1 pair instead, a :class:`PLDPart`; see
     :mod:`accounting.relations`)."""
 
     qs: np.ndarray

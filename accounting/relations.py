@@ -28,7 +28,7 @@ add/remove pair that soundly bounds it (Zhu, Dong, Wang 2022, Thm 11, for the Po
 =============  =====================  ==================  ==============================
 sampling       add-remove             zero-out            replace-one
 =============  =====================  ==================  ==============================
-poisson        (q, sigma) exact       (q, sigma) exact    (1, sigma/2) no amplification*
+poisson        (q, sigma) exact       (q, sigma) exact    +-1 pair (q, sigma) exact*
 all            (1, sigma) exact       (1, sigma) exact    (1, sigma/2) exact
 fixed-size     (1, sigma/2) bound**   (1, sigma) bound    (1, sigma/2) bound
 shuffle        refused***             (1, sigma) bound    (1, sigma/2) bound
@@ -40,16 +40,21 @@ one in the table, and hockey-stick and Rényi divergences are jointly (quasi-)co
 mixture of batches, so the bound holds for the mixture. ** Under add/remove a batch of fixed
 size B from n + 1 records couples with one from n records that differs in one slot (the
 added record takes the place of another): sensitivity 2 C. * Poisson sampling under
-replace-one: besides this bound the ledger also applies group privacy of size 2 to the
-add/remove accounting (replace = remove then add; (eps, delta) -> (2 eps, (1 + e^eps) delta),
-Dwork & Roth 2014, Thm 2.2 generalised) and keeps the smaller: both are valid upper bounds.
+replace-one: the PLD accountant uses the pair (1-q) N(0, s^2) + q N(1, s^2) against
+(1-q) N(0, s^2) + q N(-1, s^2), realised and dominating (Schuchardt et al. 2024, Thm 3.8;
+:mod:`accounting.pld`), on both sides; :func:`gaussian_upper` (the other accountants: RDP,
+PRV, zCDP, composition) maps it to (1, sigma/2) without amplification, and the RDP
+accountant also applies group privacy of size 2 to the add/remove accounting (replace =
+remove then add; (eps, delta) -> (2 eps, (1 + e^eps) delta), Dwork & Roth 2014, Thm 2.2
+generalised) and keeps the smaller: both are valid upper bounds, looser than the pair.
 *** Shuffled batches under add/remove are refused: adding an example to a permutation cut
 into fixed-size batches shifts every later batch (:mod:`accounting.shuffle`).
 
 Lower bounds (:func:`gaussian_lower`) must stay lower bounds of the true eps for the
 relation: exact rows keep their pair; a Poisson step under replace-one keeps the add/remove
-pair (replacing a record by one whose clipped contribution is zero is a replace-one pair, and
-its privacy loss is that of the Poisson remove pair); fixed-size and shuffled steps are dropped
+pair here (replacing a record by one whose clipped contribution is zero is a replace-one
+pair, and its privacy loss is that of the Poisson remove pair; the PLD accountant uses the
+larger, realised +-1 pair instead); fixed-size and shuffled steps are dropped
 from the lower bound (a composition is never more private than a part of it, so leaving a
 release out keeps a valid lower bound).
 
@@ -178,7 +183,8 @@ def describe_accounting(sampling: str, relation: str) -> str:
     if is_exact(sampling, relation):
         return ""
     if uses_group_privacy(sampling, relation, 0.5):
-        return "min(group privacy 2 of add/remove, sensitivity 2C without amplification)"
+        return ("PLD: the +-1 pair (1-q)N(0)+qN(1) vs (1-q)N(0)+qN(-1); others: min(group "
+                "privacy 2 of add/remove, sensitivity 2C without amplification)")
     sens = gaussian_sensitivity(sampling, relation)
     return f"sensitivity {sens:g}C, no amplification" + (" (sigma/2)" if sens == 2.0 else "")
 

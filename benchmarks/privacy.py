@@ -377,6 +377,57 @@ def without_replacement_table(rep: Report) -> None:
     rep.line()
 
 
+#: (q, sigma, steps) of the replace-one Poisson table
+REPLACE_ONE_CASES = ((0.01, 0.8, 1000), (0.1, 2.0, 1000), (0.5, 5.0, 100))
+
+
+def _dp_accounting_replace_one(q: float, sigma: float, steps: int) -> float | None:
+    """dp-accounting's REPLACE_ONE PLD of PoissonSampledDpEvent(q, GaussianDpEvent(sigma))
+    (the same +-1 pair at the same sigma; grid 1e-4), or None where it is not installed."""
+    try:
+        from dp_accounting import dp_event
+        from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+        from dp_accounting.privacy_accountant import NeighboringRelation
+    except ImportError:
+        return None
+    acc = PLDAccountant(neighboring_relation=NeighboringRelation.REPLACE_ONE,
+                        value_discretization_interval=1e-4)
+    acc.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+    return acc.get_epsilon(DELTA)
+
+
+def replace_one_table(rep: Report) -> None:
+    """Poisson steps under replace-one: the +-1 pair's PLD bracket beside dp-accounting."""
+    rep.line("## Poisson sampling under replace-one")
+    rep.line()
+    rep.line(f"delta = {DELTA:g}. PLD: both ends the realisable pair (1-q) N(0, s^2) + "
+             "q N(1, s^2) vs (1-q) N(0, s^2) + q N(-1, s^2) (Schuchardt et al. 2024, Thm 3.8; "
+             "`accounting.replace_one`); dp-accounting: its REPLACE_ONE PLD of "
+             "PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), the same pair at the same "
+             "sigma (grid 1e-4, pessimistic); RDP: the smaller of group privacy 2 of the "
+             "add/remove RDP and sigma/2 without amplification; add/remove: the upper end of "
+             "the same steps under add/remove, for scale.")
+    rep.line()
+    body = []
+    for q, sigma, steps in REPLACE_ONE_CASES:
+        ledger = A.PrivacyLedger(relation="replace-one")
+        ledger.step(q=q, sigma=sigma, count=steps)
+        timed = best_of(lambda led=ledger: led.epsilon_bounds(DELTA, "pld"), 1)
+        b = timed.result
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rdp = ledger.epsilon(DELTA, "rdp")
+        ar = A.PrivacyLedger()
+        ar.step(q=q, sigma=sigma, count=steps)
+        peer = _dp_accounting_replace_one(q, sigma, steps)
+        body.append([f"{q:g}", f"{sigma:g}", f"{steps:,}", f"[{fmt(b.lower)}, {fmt(b.upper)}]",
+                     f"{timed.best:.2f}", "not installed" if peer is None else fmt(peer),
+                     fmt(rdp), fmt(ar.epsilon_bounds(DELTA, "pld").upper)])
+    rep.table(["q", "sigma", "steps", "ours (PLD)", "s", "dp-accounting", "RDP", "add/remove"],
+              body)
+    rep.line()
+
+
 # ---------------------------------------------------------------------------------- output
 def fmt(value: float) -> str:
     """eps with 4 significant digits ("inf" / "nan" spelled out)."""
@@ -602,6 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile != "tiny":  # the peer takes 10-200 s a case
         allocation_peer_table(rep, PEER_CASES if args.profile == "full" else PEER_CASES[:1])
     without_replacement_table(rep)
+    replace_one_table(rep)
 
     timed = best_of(lambda: {s.name: eps_curve(s.sigmas, prof.curve_points) for s in sets}, 1)
     curves, t_curves = timed.result, timed.best
