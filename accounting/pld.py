@@ -87,6 +87,8 @@ _TAIL = 1e-16
 #: than _WIDTH relative to its upper end.
 _REFINE = 3
 _WIDTH = 0.01
+#: Where sigmas are rounded onto a grid, the first refinement divides its spacing by this.
+_SIGMA_REFINE = 5.0
 #: A frequency whose partial product of transforms is below this is dropped (see _spectrum).
 _NEGLIGIBLE = 1e-22
 #: At most about this many grid steps across the loss range of one step.
@@ -709,8 +711,8 @@ def _z_and_tail(tol: float) -> tuple[float, float]:
 
 #: Lattice offsets tried per row for the LOWER discretisation (a coarse scan, then finer
 #: scans around the best), and the most grid steps of the window they are compared on.
-_SHIFT_SCAN = (16, 8, 8)
-_SHIFT_WINDOW = 384
+_SHIFT_SCAN = (16,) + (6,) * 8
+_SHIFT_WINDOW = 32
 
 
 def _window_means(qs: np.ndarray, sig: np.ndarray, edges: np.ndarray, h: float,
@@ -964,6 +966,7 @@ def pld_epsilon(
     tol = delta * 1e-6
     user_grid = opts.value_interval is not None
     upper, lower = (math.inf if up_exact is None else up_exact), 0.0
+    sigma_refined = False
     for _ in range(_REFINE if not user_grid else 1):
         # every pass is a certified bracket: keep the best end of each side over the passes
         if up_exact is None:  # (a closed-form upper end needs no discretisation)
@@ -974,10 +977,22 @@ def pld_epsilon(
                                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
         if math.isinf(upper) or upper - lower <= _WIDTH * upper:
             break
+        groups = sgm_groups(events)
+        h = _grid_step(groups, others, opts)
+        if groups.qs.size > opts.max_distinct and not sigma_refined:
+            # sigmas rounded onto the grid (down for the upper end, up for the lower): at
+            # small sigma eps moves ~3x as much as sigma, and this is the bias that remains
+            # (the lower end's grid bias is small on its offset lattice, the upper end's
+            # O(h^2)): a _SIGMA_REFINE times finer sigma grid on the same h, if affordable
+            finer = opts.sigma_resolution / _SIGMA_REFINE
+            rows = rounded_groups(groups, finer, "down").qs.size
+            sigma_refined = True
+            if rows * _loss_range(groups) / h <= _MAX_CELLS:
+                opts = opts._replace(sigma_resolution=finer, max_distinct=rows, value_interval=h)
+                continue
         # too coarse for this loss distribution: halve the grid step and redo; where sigmas
         # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
-        groups = sgm_groups(events)
-        h = _grid_step(groups, others, opts) / 2.0
+        h /= 2.0
         if h < 20.0 * _step_std(groups, others)[0] / _MAX_COMPOSED:
             break  # below the memory floor the next pass would be coarsened back: no gain
         if groups.qs.size > opts.max_distinct:
