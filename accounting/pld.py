@@ -320,24 +320,39 @@ def _merge_down(pm: np.ndarray, qm: np.ndarray, ks: np.ndarray, h: float) -> np.
     dup = np.maximum(a - math.exp(-h) * pm, 0.0)  # e^(kh) Dup_k
     eh, emh = math.exp(h), math.exp(-h)
     rows, size = pm.shape
-    t = np.ones((rows, size))
     if rows <= 8:  # few rows: the same recursion on Python floats (numpy calls cost more)
-        for r in range(rows):
-            t[r] = _merge_down_row(dlo[r].tolist(), dup[r].tolist(), eh, emh)
-    carry = np.zeros(rows)  # e^((k-1)h) (1 - t_{k-1}) Dup_{k-1}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for k in range(size if rows > 8 else 0):
-            need = np.where(carry > 0, carry * eh / -dlo[:, k], 0.0)
-            nxt = -dlo[:, k + 1] * emh if k + 1 < size else np.zeros(rows)
-            floor = np.where(dup[:, k] > 0, 1.0 - nxt / dup[:, k], 0.0)
-            tk = np.maximum(need, floor)
-            tk = np.where(np.isfinite(tk), np.clip(tk, 0.0, 1.0), 1.0)
-            t[:, k] = tk
-            carry = (1.0 - tk) * dup[:, k]
+        t = np.array([_merge_down_row(dlo[r].tolist(), dup[r].tolist(), eh, emh)
+                      for r in range(rows)]).reshape(rows, size)
+    else:
+        t = _merge_down_columns(dlo, dup, eh, emh).T
     out = np.zeros((rows, size + 1))
     out[:, :-1] += t * pm
     out[:, 1:] += (1.0 - t) * pm
     return out
+
+
+def _merge_down_columns(dlo: np.ndarray, dup: np.ndarray, eh: float,
+                        emh: float) -> np.ndarray:
+    """:func:`_merge_down`'s recursion for many rows at once, one column at a time (the
+    ratios and floors that do not depend on the carry are computed for all columns first).
+    Returns t transposed: shape (size, rows)."""
+    rows, size = dlo.shape
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.ascontiguousarray((eh / np.abs(dlo)).T)  # need_k = carry * ratio_k
+        nxt = np.zeros_like(dlo)
+        nxt[:, :-1] = -dlo[:, 1:] * emh
+        floor = np.ascontiguousarray(np.where(dup > 0, 1.0 - nxt / dup, 0.0).T)
+    dup_t = np.ascontiguousarray(dup.T)
+    t = np.empty((size, rows))
+    carry = np.zeros(rows)  # e^((k-1)h) (1 - t_{k-1}) Dup_{k-1}
+    with np.errstate(invalid="ignore"):
+        for k in range(size):
+            tk = np.fmax(carry * ratio[k], floor[k])  # 0 * inf = nan (no carry): the floor
+            np.minimum(tk, 1.0, out=tk)  # need = inf (carry onto an empty interval): 1
+            np.maximum(tk, 0.0, out=tk)
+            t[k] = tk
+            carry = (1.0 - tk) * dup_t[k]
+    return t
 
 
 def _merge_down_row(dlo: list[float], dup: list[float], eh: float, emh: float) -> list[float]:
@@ -428,22 +443,20 @@ def _padded(pmfs: list[_PMF], rows: np.ndarray) -> np.ndarray:
 
 def _log_mgf(pmfs: list[_PMF], means: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     """log E[e^(lambda (K - m))] of each PMF's bin index K (centred at its mean m): shape
-    (len(pmfs), len(lambdas)); a matrix product, or log space where e^(lambda K) overflows."""
+    (len(pmfs), len(lambdas)); matrix products over blocks of bins short enough that no
+    e^(lambda k) within a block over- or underflows, the blocks then summed in log space."""
     out = np.empty((len(pmfs), lambdas.size))
+    span = max(1, int(600.0 / max(float(np.abs(lambdas).max()), 1e-300)))
     for rows in np.array_split(np.arange(len(pmfs)), max(1, len(pmfs) // 64)):
         block = _padded(pmfs, rows)
-        pooled, width = block, block.shape[1]
-        start = np.arange(width, dtype=float)
-        k = start[None, None, :] - means[rows][:, None, None]
-        if float(np.abs(lambdas).max()) * width < 1300.0:  # no overflow: a matrix product
-            mid = width / 2.0
+        width = block.shape[1]
+        span_exp = np.exp(np.outer(np.arange(min(span, width), dtype=float), lambdas))
+        parts = []
+        for b0 in range(0, width, span):
+            seg = block[:, b0 : b0 + span]
             with np.errstate(divide="ignore"):
-                out[rows] = (np.log(pooled @ np.exp(np.outer(start - mid, lambdas)))
-                             - np.outer(means[rows] - mid, lambdas))
-            continue
-        with np.errstate(divide="ignore"):
-            out[rows] = special.logsumexp(lambdas[None, :, None] * k
-                                          + np.log(pooled)[:, None, :], axis=2)
+                parts.append(np.log(seg @ span_exp[: seg.shape[1]]) + b0 * lambdas)
+        out[rows] = special.logsumexp(np.stack(parts), axis=0) - np.outer(means[rows], lambdas)
     return out
 
 
