@@ -784,8 +784,16 @@ def _gaussian_pmfs(groups: Groups, h: float, direction: str,
         return []
     out: list[tuple[_PMF, int]] = []
     z, tail = _z_and_tail(tol)
-    # loss range of every row: x within z noise sds of both means
-    llo, lhi = _loss_limits(qs, sig, z)
+    # loss range of every row: x within z noise sds of both means, except where the P-mass
+    # beyond x = 1 + z' sigma is already below the tail a trim moves (to +inf on the upper
+    # side, dropped on the lower: both valid): q Phi(-z') + Phi(-z' - 1/sigma) for remove,
+    # Phi(-z' - 1/sigma) for add (P = N(0, sigma^2)); at q << 1 that is well inside z
+    llo, _ = _loss_limits(qs, sig, z)
+    with np.errstate(divide="ignore"):
+        half = -special.ndtri(tail / 2.0)
+        z_hi = (np.maximum(-special.ndtri(tail / (2.0 * qs)), half - 1.0 / sig)
+                if direction == "remove" else -special.ndtri(tail) - 1.0 / sig)
+    _, lhi = _loss_limits(qs, sig, np.clip(z_hi, 0.0, z))
     if direction == "add":
         llo, lhi = -lhi, -llo
     k_lo = np.floor(llo / h).astype(np.int64) - 1
