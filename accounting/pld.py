@@ -752,6 +752,8 @@ def _lower_shifts(qs: np.ndarray, sig: np.ndarray, h: float, direction: str) -> 
     The mean loss lost, measured on a window of the bulk, is minimised by scanning c.
     """
     rows = qs.size
+    if h > _MAX_EXP_STEP:  # no mass is kept on such a grid (see _discretise): nothing to gain
+        return np.zeros(rows)
     # the window: W grid steps from the end of the loss range where the bulk sits (the low
     # end for remove, log(1 - q) there; the high end for add)
     llo, _ = _loss_limits(qs, sig)
