@@ -793,7 +793,7 @@ def _gaussian_pmfs(groups: Groups, h: float, direction: str,
     llo, _ = _loss_limits(qs, sig, z)
     with np.errstate(divide="ignore"):
         half = -special.ndtri(tail / 2.0)
-        z_hi = (np.maximum(-special.ndtri(tail / (2.0 * qs)), half - 1.0 / sig)
+        z_hi = (np.maximum(-special.ndtri(np.minimum(tail / (2.0 * qs), 0.5)), half - 1.0 / sig)
                 if direction == "remove" else -special.ndtri(tail) - 1.0 / sig)
     _, lhi = _loss_limits(qs, sig, np.clip(z_hi, 0.0, z))
     if direction == "add":
