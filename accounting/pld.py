@@ -443,19 +443,23 @@ def _padded(pmfs: list[_PMF], rows: np.ndarray) -> np.ndarray:
 
 def _log_mgf(pmfs: list[_PMF], means: np.ndarray, lambdas: np.ndarray) -> np.ndarray:
     """log E[e^(lambda (K - m))] of each PMF's bin index K (centred at its mean m): shape
-    (len(pmfs), len(lambdas)); matrix products over blocks of bins short enough that no
-    e^(lambda k) within a block over- or underflows, the blocks then summed in log space."""
+    (len(pmfs), len(lambdas)). Matrix products over blocks of bins, each scaled by its largest
+    mass and centred so that |lambda (k - middle)| <= 300: every block's sum is at least
+    e^-300 (no term that matters under- or overflows), the blocks then summed in log space."""
     out = np.empty((len(pmfs), lambdas.size))
     span = max(1, int(600.0 / max(float(np.abs(lambdas).max()), 1e-300)))
     for rows in np.array_split(np.arange(len(pmfs)), max(1, len(pmfs) // 64)):
         block = _padded(pmfs, rows)
         width = block.shape[1]
-        span_exp = np.exp(np.outer(np.arange(min(span, width), dtype=float), lambdas))
         parts = []
         for b0 in range(0, width, span):
             seg = block[:, b0 : b0 + span]
+            mid = (seg.shape[1] - 1) / 2.0
+            top = seg.max(axis=1, keepdims=True)
+            scaled = seg / np.where(top > 0, top, 1.0)
+            kernel = np.exp(np.outer(np.arange(seg.shape[1]) - mid, lambdas))
             with np.errstate(divide="ignore"):
-                parts.append(np.log(seg @ span_exp[: seg.shape[1]]) + b0 * lambdas)
+                parts.append(np.log(scaled @ kernel) + np.log(top) + (b0 + mid) * lambdas)
         out[rows] = special.logsumexp(np.stack(parts), axis=0) - np.outer(means[rows], lambdas)
     return out
 
