@@ -29,11 +29,11 @@ plain rounding down drifts by T h / 2 (dp-accounting's optimistic PLD gives 0.10
 truth is 0.60 for q = 0.01, sigma = 6, 10,000 steps). The O(h^2) needs mass on both sides
 of a grid point: at q << 1 most of a step's loss lies within ~q of log(1 - q), narrower
 than h, and the merge rounds that bulk down by up to ~h/6 per step (q = 0.001, sigma 0.6:
-lower end 2.27 where eps is ~2.73 over 10,000 steps). So the lower side of each group is discretised on an
-offset lattice {k h + c} (any c is as valid: the merge is post-processing on every grid; the
-offsets add up in a composition), c chosen by scanning the mean loss the merge loses on the
-bulk (a dominated pair's KL divergence can only be smaller: the closer, the tighter), which
-brings that loss to ~1 % of it. Tails below the grid are rounded up
+a lower end of 2.27 where eps is ~2.73 over 10,000 steps). So the lower side of each group
+is discretised on an offset lattice {k h + c} (any c is as valid: the merge is
+post-processing on every grid; the offsets add up in a composition), c chosen by scanning
+the mean loss the merge loses on the bulk (a dominated pair's KL divergence can only be
+smaller: the closer, the tighter), which brings that loss to ~1 % of it. Tails below the grid are rounded up
 (upper) or dropped (lower); P-mass above it becomes the +inf atom (upper) or is dropped
 (lower): all valid. Steps are grouped by distinct (q, sigma) (:mod:`accounting._grid`),
 composed at once in the Fourier domain (each spectrum raised to its count), the mass the
