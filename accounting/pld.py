@@ -33,9 +33,9 @@ a lower end of 2.27 where eps is ~2.73 over 10,000 steps). So the lower side of 
 is discretised on an offset lattice {k h + c} (any c is as valid: the merge is
 post-processing on every grid; the offsets add up in a composition), c chosen by scanning
 the mean loss the merge loses on the bulk (a dominated pair's KL divergence can only be
-smaller: the closer, the tighter), which brings that loss to ~1 % of it. Tails below the grid are rounded up
-(upper) or dropped (lower); P-mass above it becomes the +inf atom (upper) or is dropped
-(lower): all valid. Steps are grouped by distinct (q, sigma) (:mod:`accounting._grid`),
+smaller: the closer, the tighter), which brings that loss to ~1 % of it. Tails below the
+grid are rounded up (upper) or dropped (lower); P-mass above it becomes the +inf atom
+(upper) or is dropped (lower): all valid. Steps are grouped by distinct (q, sigma) (:mod:`accounting._grid`),
 composed at once in the Fourier domain (each spectrum raised to its count), the mass the
 transform length folds bounded by Chernoff and counted in the allowance. With many distinct
 sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP for the lower.
