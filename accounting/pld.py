@@ -35,9 +35,10 @@ post-processing on every grid; the offsets add up in a composition), c chosen by
 the mean loss the merge loses on the bulk (a dominated pair's KL divergence can only be
 smaller: the closer, the tighter), which brings that loss to ~1 % of it. Tails below the
 grid are rounded up (upper) or dropped (lower); P-mass above it becomes the +inf atom
-(upper) or is dropped (lower): all valid. Steps are grouped by distinct (q, sigma) (:mod:`accounting._grid`),
-composed at once in the Fourier domain (each spectrum raised to its count), the mass the
-transform length folds bounded by Chernoff and counted in the allowance. With many distinct
+(upper) or is dropped (lower): all valid. Steps are grouped by distinct (q, sigma)
+(:mod:`accounting._grid`), composed at once in the Fourier domain (each spectrum raised to
+its count), the mass the transform length folds bounded by Chernoff and counted in the
+allowance. With many distinct
 sigmas, sigmas are rounded onto a geometric grid: DOWN for the upper bound, UP for the lower.
 
 Relations and samplings (:mod:`accounting.relations`): every Gaussian step enters as the
