@@ -738,6 +738,10 @@ def _z_and_tail(tol: float) -> tuple[float, float]:
 #: scans around the best), and the most grid steps of the window they are compared on.
 _SHIFT_SCAN = (16,) + (6,) * 8
 _SHIFT_WINDOW = 32
+#: Offsets of the first probe, and the spread of their kept mean loss (in units of h^2)
+#: below which no finer scan is made.
+_SHIFT_PROBE = 4
+_SHIFT_FLAT = 64.0
 
 
 def _window_means(qs: np.ndarray, sig: np.ndarray, edges: np.ndarray, h: float,
@@ -775,16 +779,26 @@ def _lower_shifts(qs: np.ndarray, sig: np.ndarray, h: float, direction: str) -> 
         start = np.floor(llo / h) - 1.0
     else:  # the mirror image: the bulk at the top, -log(1 - q)
         start = np.ceil(-llo / h) + 1.0 - width
-    w = int(width.max())
-    j = np.arange(w + 1, dtype=float)
-    best = np.zeros(rows)
-    span = 1.0  # fraction of h scanned around ``best``
-    for n in _SHIFT_SCAN:
-        fr = (best[:, None] + span * (np.arange(n) / n - (0.0 if span == 1.0 else 0.5))) % 1.0
+    j = np.arange(int(width.max()) + 1, dtype=float)
+
+    def gains(sel: np.ndarray, fr: np.ndarray) -> np.ndarray:
+        """the window's mean loss kept by rows ``sel`` at offsets fr * h: shape fr.shape."""
+        n = fr.shape[1]
         c = (fr * h).ravel()
-        edges = (np.repeat(start, n)[:, None] + j[None, :]) * h + c[:, None]
-        gain = _window_means(np.repeat(qs, n), np.repeat(sig, n), edges, h, direction)
-        best = fr[np.arange(rows), np.argmax(gain.reshape(rows, n), axis=1)]
+        edges = (np.repeat(start[sel], n)[:, None] + j[None, :]) * h + c[:, None]
+        return _window_means(np.repeat(qs[sel], n), np.repeat(sig[sel], n), edges, h,
+                             direction).reshape(fr.shape)
+
+    # a probe of _SHIFT_PROBE offsets: where they differ by less than _SHIFT_FLAT h^2 the
+    # loss is spread over many grid steps (the O(h^2) regime): the best probe is kept
+    probe = np.tile(np.arange(_SHIFT_PROBE) / _SHIFT_PROBE, (rows, 1))
+    kept = gains(np.arange(rows), probe)
+    best = probe[np.arange(rows), np.argmax(kept, axis=1)]
+    sel = np.flatnonzero(kept.max(axis=1) - kept.min(axis=1) > _SHIFT_FLAT * h * h)
+    span = 1.0  # fraction of h scanned around ``best``
+    for n in _SHIFT_SCAN if sel.size else ():
+        fr = (best[sel, None] + span * (np.arange(n) / n - (0.0 if span == 1.0 else 0.5))) % 1.0
+        best[sel] = fr[np.arange(sel.size), np.argmax(gains(sel, fr), axis=1)]
         span = 2.0 * span / n
     return best * h
 
