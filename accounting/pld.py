@@ -738,10 +738,8 @@ def _z_and_tail(tol: float) -> tuple[float, float]:
 #: scans around the best), and the most grid steps of the window they are compared on.
 _SHIFT_SCAN = (16,) + (6,) * 8
 _SHIFT_WINDOW = 32
-#: Offsets of the first probe, and the spread of their kept mean loss (in units of h^2)
-#: below which no finer scan is made.
-_SHIFT_PROBE = 4
-_SHIFT_FLAT = 64.0
+#: Rows with less P-mass than this within 2 h of the end of their loss range keep offset 0.
+_SHIFT_EDGE = 0.05
 
 
 def _window_means(qs: np.ndarray, sig: np.ndarray, edges: np.ndarray, h: float,
@@ -789,12 +787,13 @@ def _lower_shifts(qs: np.ndarray, sig: np.ndarray, h: float, direction: str) -> 
         return _window_means(np.repeat(qs[sel], n), np.repeat(sig[sel], n), edges, h,
                              direction).reshape(fr.shape)
 
-    # a probe of _SHIFT_PROBE offsets: where they differ by less than _SHIFT_FLAT h^2 the
-    # loss is spread over many grid steps (the O(h^2) regime): the best probe is kept
-    probe = np.tile(np.arange(_SHIFT_PROBE) / _SHIFT_PROBE, (rows, 1))
-    kept = gains(np.arange(rows), probe)
-    best = probe[np.arange(rows), np.argmax(kept, axis=1)]
-    sel = np.flatnonzero(kept.max(axis=1) - kept.min(axis=1) > _SHIFT_FLAT * h * h)
+    # only rows whose bulk is narrower than h need it: the P-mass of a loss within 2 h of
+    # the end log(1 - q) (both directions: the q-free part, x ~ N(0, sigma^2), where
+    # L - log(1 - q) ~ q exp((2x - 1) / (2 sigma^2))); elsewhere the offset is 0, as before
+    with np.errstate(divide="ignore"):
+        edge = special.ndtr(sig * np.log(2.0 * h / qs) + 0.5 / sig)
+    sel = np.flatnonzero((edge > _SHIFT_EDGE) & (qs < 1.0))
+    best = np.zeros(rows)
     span = 1.0  # fraction of h scanned around ``best``
     for n in _SHIFT_SCAN if sel.size else ():
         fr = (best[sel, None] + span * (np.arange(n) / n - (0.0 if span == 1.0 else 0.5))) % 1.0
