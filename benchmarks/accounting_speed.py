@@ -564,9 +564,10 @@ def section_pld(rep: Report, prof: Profile) -> None:
         rep.line(ratio_2000)
         rep.line()
     rep.line("Both of our ends are certified (upper: connect-the-dots, lower: mass merged "
-             "across the points of a grid offset per sigma group so that the bulk of the "
-             "loss is not rounded down, then sigmas rounded down / up onto a geometric grid, "
-             "0.5 %, 0.1 % where the first pass is wider than 1 %); "
+             "across grid points, on a grid offset per sigma group where most of a step's "
+             "loss lies within a grid step of log(1 - q), so that it is not rounded down; "
+             "sigmas rounded down / up onto a geometric grid, 0.5 %, 0.1 % where the first "
+             "pass is wider than 1 %); "
              "dp-accounting's number is an upper bound on its own grid. Its optimistic "
              "estimate (privacy buckets) is not a usable lower bound over many steps: "
              "rounding every loss down drifts by half a grid step per step.")
