@@ -15,8 +15,10 @@ Five sections, printed as Markdown:
 4. One-step RDP at fractional orders from ours, Opacus and dp-accounting against a
    40-digit mpmath evaluation of the defining integral.
 5. The certified PLD bracket (``method="pld"``) against dp-accounting's PLD composing every
-   event: the 2,000- and 10,000-step exponential schedules and constant sigma 6, q = 0.01,
-   with times (wall and CPU) and speed-ups from the same run.
+   event: the 2,000- and 10,000-step exponential schedules, constant sigma 6, q = 0.01, and
+   q = 0.001 with 10,000 distinct sigmas uniform in [0.55, 0.65] (dp-accounting on its first
+   steps only, extrapolated), with times (wall and CPU), bracket widths and speed-ups from the
+   same run, and the speed-up at 2,000 distinct sigmas on its own line.
 
 Usage::
 
@@ -56,6 +58,10 @@ DELTA = 1e-5
 STEPS = 10_000
 SIGMA0 = 15.0
 SIGMA_END = 4.85
+#: Section 5's small-q schedule (issue 25 item 5): a new sigma every step, uniform in this
+#: range (seed 0), at this sampling rate: eps is ~3x as sensitive to sigma as at sigma 5.
+SMALL_Q = 0.001
+SMALL_Q_SIGMAS = (0.55, 0.65)
 #: The Rényi orders every RDP accountant uses in section 1 (ours, passed to the peers too).
 ORDERS: np.ndarray = A.DEFAULT_ORDERS.copy()
 #: Opacus's RDPAccountant.DEFAULT_ALPHAS: ours without 64, 128 and 256.
@@ -85,17 +91,20 @@ class Profile:
     distinct: int  # distinct sigmas of the large schedule and of the steps grid
     pld_short: int  # section 5: the short schedule dp-accounting's PLD always runs
     pld_peer_all: bool  # section 5: dp-accounting's PLD on the whole schedule too
+    pld_small_peer: int = 0  # section 5: steps of the q = 0.001 schedule dp-accounting runs
 
 
 PROFILES: dict[str, Profile] = {
     "quick": Profile(steps=STEPS, peer_steps=200, repeats=5, prv=True, big=1_000_000,
                      step_grid=(10_000, 100_000, 1_000_000),
                      distinct_grid=(10, 100, 1_000, 10_000), distinct_steps=100_000,
-                     distinct=1_000, pld_short=2_000, pld_peer_all=False),
+                     distinct=1_000, pld_short=2_000, pld_peer_all=False,
+                     pld_small_peer=5),
     "full": Profile(steps=STEPS, peer_steps=None, repeats=5, prv=True, big=1_000_000,
                     step_grid=(10_000, 100_000, 1_000_000),
                     distinct_grid=(10, 100, 1_000, 10_000), distinct_steps=100_000,
-                    distinct=1_000, pld_short=2_000, pld_peer_all=True),
+                    distinct=1_000, pld_short=2_000, pld_peer_all=True,
+                    pld_small_peer=50),
     "tiny": Profile(steps=1_000, peer_steps=3, repeats=1, prv=False, big=20_000,
                     step_grid=(1_000, 10_000), distinct_grid=(10, 100), distinct_steps=10_000,
                     distinct=100, pld_short=20, pld_peer_all=False),
@@ -512,11 +521,15 @@ def section_pld(rep: Report, prof: Profile) -> None:
                 "by `--profile full` only (about a minute)."))
     rep.line()
     exp = A.schedules.exponential(SIGMA0, SIGMA_END, prof.steps)
+    small_q = np.random.default_rng(0).uniform(SMALL_Q_SIGMAS[0], SMALL_Q_SIGMAS[1], prof.steps)
     cases = [("exponential 15 -> 4.85, q = 1/120",
               A.schedules.exponential(SIGMA0, SIGMA_END, prof.pld_short), Q, True),
              ("exponential 15 -> 4.85, q = 1/120", exp, Q, prof.pld_peer_all),
-             ("constant sigma 6, q = 0.01", np.full(prof.steps, 6.0), 0.01, True)]
+             ("constant sigma 6, q = 0.01", np.full(prof.steps, 6.0), 0.01, True),
+             (f"uniform sigma in [{SMALL_Q_SIGMAS[0]:g}, {SMALL_Q_SIGMAS[1]:g}] (seed 0), "
+              f"q = {SMALL_Q:g}", small_q, SMALL_Q, False)]
     rows = []
+    ratio_2000 = ""
     for what, sig, q, run_peer in cases:
         timed = best_of(lambda sig=sig, q=q: ours_pld(sig, q), repeats)
         wall, cpu, b = timed.best, timed.cpu, timed.result
@@ -527,6 +540,19 @@ def section_pld(rep: Report, prof: Profile) -> None:
             peer = f"{ref:.4f} in {fmt_s(t_ref)} (CPU {fmt_s(c_ref)})"
             diff = rel(b.upper, ref)
             speed = f"{t_ref / wall:.0f}x (CPU {c_ref / cpu:.0f}x)"
+            if sig.size == prof.pld_short and np.unique(sig).size == sig.size:
+                ratio_2000 = (f"PLD speed-up at {sig.size:,} distinct sigmas (dp-accounting / "
+                              f"ours, this run): {speed}.")
+        elif q == SMALL_Q and prof.pld_small_peer:
+            # dp-accounting on a prefix only (each distinct sigma is a ~10^5-bin PLD at this
+            # q and sigma): its time extrapolated linearly (its composed PLD widens as it
+            # composes, so the full run costs more than that)
+            n = prof.pld_small_peer
+            peer_t = best_of(lambda head=sig[:n], q=q: dp_accounting_pld_eps(head, q), 1)
+            per = peer_t.cpu / n
+            peer = (f"first {n} steps: CPU {fmt_s(peer_t.cpu)} (x {sig.size / n:,.0f}: "
+                    f">= {fmt_s(per * sig.size)})")
+            diff, speed = "-", f">= {per * sig.size / cpu:.0f}x (CPU, extrapolated)"
         else:
             peer, diff, speed = "not run (this profile)", "-", "-"
         rows.append([what, f"{sig.size:,}", f"{b.lower:.4f} / {b.upper:.4f}", f"{width:.2%}",
@@ -534,8 +560,14 @@ def section_pld(rep: Report, prof: Profile) -> None:
     rep.table(["schedule", "steps", "ours: lower / upper", "bracket width", "ours: time (s)",
                "dp-accounting PLD: eps, time", "ours upper - dp-accounting (rel.)",
                "speed-up (dp-accounting / ours)"], rows)
+    if ratio_2000:
+        rep.line(ratio_2000)
+        rep.line()
     rep.line("Both of our ends are certified (upper: connect-the-dots, lower: mass merged "
-             "across grid points, then sigmas rounded down / up onto a 0.5% geometric grid); "
+             "across grid points, on a grid offset per sigma group where most of a step's "
+             "loss lies within a grid step of log(1 - q), so that it is not rounded down; "
+             "sigmas rounded down / up onto a geometric grid, 0.5 %, 0.1 % where the first "
+             "pass is wider than 1 %); "
              "dp-accounting's number is an upper bound on its own grid. Its optimistic "
              "estimate (privacy buckets) is not a usable lower bound over many steps: "
              "rounding every loss down drifts by half a grid step per step.")
