@@ -287,41 +287,23 @@ def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: i
     return pld._eps_of(pmf, delta - allowance, h)
 
 
-def _x_of_loss_pm(loss: np.ndarray, gamma: float, sigma: float) -> np.ndarray:
-    """x with L(x) = loss for the +-1 pair's loss L(x) = log((a + b u) / (a + b / u)),
-    a = 1 - gamma, b = gamma e^(-1/(2 sigma^2)), u = e^(x / sigma^2) (increasing in x):
-    the root of b u^2 + a (1 - e^l) u - b e^l = 0, in the form without cancellation."""
-    a = 1.0 - gamma
-    log_b = math.log(gamma) - 0.5 / sigma**2
-    with np.errstate(over="ignore", invalid="ignore"):
-        el = np.exp(loss)
-        b = math.exp(log_b)
-        root = np.sqrt((a * np.expm1(loss)) ** 2 + 4.0 * b * b * el)
-        pos = np.log(a * np.expm1(loss) + root) - math.log(2.0) - log_b
-        neg = math.log(2.0) + log_b + loss - np.log(root - a * np.expm1(loss))
-    log_u = np.where(loss >= 0, pos, neg)
-    return sigma**2 * log_u
-
-
 def _lower_pmf(gamma: float, sigma: float, h: float):
-    """LOWER discrete PLD of one step's realised +-1 pair on {k h} (merge-down), or None
-    when its loss range would need more than 2,000,000 grid points."""
+    """LOWER discrete PLD of one step's realised +-1 pair on {k h} (merge-down): the
+    replace-one Poisson pair of :func:`accounting.pld.replace_pmfs` at q = gamma (the same
+    pair; gamma = 1: the Gaussian pair at distance 2), or None when its loss range would
+    need more than 2,000,000 grid points."""
     from . import pld
 
-    z = 8.5
-    u = np.array([-1.0 - z * sigma, 1.0 + z * sigma]) / sigma**2
-    a, lb = 1.0 - gamma, math.log(gamma) - 0.5 / sigma**2
-    log_a = math.log(a) if a > 0 else -math.inf
-    lim = np.logaddexp(log_a, lb + u) - np.logaddexp(log_a, lb - u)
-    k0, k1 = int(math.floor(lim[0] / h)) - 1, int(math.ceil(lim[1] / h)) + 1
-    if k1 - k0 > 2_000_000:
+    qs, ss = np.array([gamma]), np.array([sigma])
+    if gamma >= 1.0:
+        llo, lhi = pld._loss_limits(qs, ss / 2.0)
+    else:
+        llo, lhi = pld._replace_loss_limits(qs, ss)
+    if (float(lhi[0]) - float(llo[0])) / h > 2_000_000:
         return None
-    edges = np.arange(k0, k1 + 1, dtype=float) * h
-    x = _x_of_loss_pm(edges, gamma, sigma)
-    gq, gs = np.array([[gamma]]), np.array([[sigma]])
-    pm, below, above = pld._masses(x[None, :], gq, gs)
-    qm_rev, _, _ = pld._masses(-x[None, ::-1], gq, gs)  # Q: the mirror image of P
-    return pld._discretise(pm, qm_rev[:, ::-1], below, above, k0, h, False)[0]
+    if gamma >= 1.0:
+        return pld.gaussian_step_pmf(1.0, sigma / 2.0, h, "remove", False)
+    return pld.replace_pmfs(qs, ss, np.array([1]), h, False)[0][0]
 
 
 def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: int,
