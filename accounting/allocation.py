@@ -346,6 +346,7 @@ def _exact_ok(sigma: float, t: int) -> bool:
 def clear_cache() -> None:
     """Forget the cached per-sigma laws (for timings from scratch)."""
     _laws.cache_clear()
+    _epoch.cache_clear()
     _binned_pair.cache_clear()
 
 
@@ -425,6 +426,429 @@ def _small_sum_tail(mass0: float, hy: float, sigma: float, t: int,
         return None, mass0
     scale = mass0 / total  # the convolved bin 0 (round-off aside) is F(hy)^t: rescale
     return (ks.astype(float), masses * scale), tail * scale
+
+
+# ---------------------------------------------------------------- mean-preserving laws (k = 1)
+_U = float(np.finfo(float).eps)
+
+
+class _Part(NamedTuple):
+    """One part of the law of T (values j h, index n: absorbed): Q-masses ``q``, first
+    moments ``m`` (m_j = E_Q[S; T = j], the index n unused) and bounds on their computed
+    errors: e1 / f1 in L1, e2 / f2 in L2 (so on every bin)."""
+
+    h: float
+    q: np.ndarray
+    m: np.ndarray
+    e1: float
+    e2: float
+    f1: float
+    f2: float
+    ei: float = 0.0
+    fi: float = 0.0
+
+
+def _ndiff(zl: np.ndarray, zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(zl < Z <= zh), a bound on its rounding error), from the tail that is smaller."""
+    up = zl > 0
+    a = np.where(up, special.ndtr(-zl), special.ndtr(zh))
+    b = np.where(up, special.ndtr(-zh), special.ndtr(zl))
+    d = np.maximum(a - b, 0.0)
+    return d, 4.0 * _U * (a + b)
+
+
+def _kfac(m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """K(m, d) = (1 / 2d) int_{-d}^{d} exp(-m x - x^2 / 2) dx = sum_k He_2k(m) d^2k / (2k+1)!
+    (Hermite generating function), to d^8: for (|m| + 4) d <= 0.05 the rest (He_10 d^10 /
+    11!) is below 1e-20 relative; so P(|Z - m| <= d) = 2 d phi(m) K(m, d) with no cancellation."""
+    m2, d2 = m * m, d * d
+    he2 = m2 - 1.0
+    he4 = (m2 - 6.0) * m2 + 3.0
+    he6 = ((m2 - 15.0) * m2 + 45.0) * m2 - 15.0
+    he8 = (((m2 - 28.0) * m2 + 210.0) * m2 - 420.0) * m2 + 105.0
+    return 1.0 + d2 * (he2 / 6.0 + d2 * (he4 / 120.0 + d2 * (he6 / 5040.0 + d2 * he8 / 362880.0)))
+
+
+def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
+    """Y 1{a <= Y < b}, log Y ~ N(0, s^2), rounded at random onto {j h} keeping its mean
+    (Y in [j h, (j+1) h] goes to j + 1 with probability Y / h - j): Q-masses q_j, moments
+    m_j = E[Y; T = j], Y > (n - 1) h absorbed (index n).
+
+    Per interval I_j: its mass and E[Y; I_j], E[Y^2; I_j], from the local series of
+    :func:`_kfac` in z = log Y / s (an interval of half-width d around mid has mass 2 d
+    phi(mid) K(mid, d) and E[Y^r | .] = e^(r s mid) K(mid - r s, d) / K(mid, d)), wide
+    intervals cut into pieces with (|mid| + 2 s + 4) d <= 0.05: a few ulps each, where CDF
+    differences lose everything to cancellation on fine grids. The interval from 0 (z =
+    -inf) uses the normal CDF (a tail: accurate). Rounding errors bounded per bin (e1: L1
+    of q, f1: of m)."""
+    x = np.minimum(np.maximum(np.arange(n, dtype=float) * h, a), b)
+    with np.errstate(divide="ignore"):
+        z = np.log(x) / s
+    zl, zh = z[:-1], z[1:]
+    j = np.arange(n - 1, dtype=float)
+    mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
+    err, ferr = np.zeros(n - 1), np.zeros(n - 1)
+    fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl)
+    if fin.any():
+        idx = np.flatnonzero(fin)
+        lo, hi = zl[idx], zh[idx]
+        half = 0.5 * (hi - lo)
+        pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
+                                       / 0.05)).astype(np.int64)
+        owner = np.repeat(np.arange(idx.size), pieces)
+        first = np.cumsum(pieces) - pieces
+        k = np.arange(owner.size) - first[owner]
+        dd = half[owner] / pieces[owner]
+        mm = lo[owner] + (2.0 * k + 1.0) * dd
+        k0 = _kfac(mm, dd)
+        ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * k0
+        y1 = np.exp(s * mm) * _kfac(mm - s, dd) / k0
+        y2 = np.exp(2.0 * s * mm) * _kfac(mm - 2.0 * s, dd) / k0
+        mass[idx] = np.bincount(owner, ms, idx.size)
+        g[idx] = np.bincount(owner, ms * y1, idx.size)
+        g2[idx] = np.bincount(owner, ms * y1 * y2 / y1, idx.size)
+        err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
+                                                      / h + 1.0)
+        ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
+                                                    / h + 1.0)
+    rest = ~fin & (zh > zl)
+    if rest.any():  # the interval from Y = 0: tails of the normal CDF
+        m0, e0 = _ndiff(zl[rest], zh[rest])
+        a1, e_1 = _ndiff(zl[rest] - s, zh[rest] - s)
+        a2, e_2 = _ndiff(zl[rest] - 2.0 * s, zh[rest] - 2.0 * s)
+        mu, mu2 = math.exp(s * s / 2.0), math.exp(2.0 * s * s)
+        jj = j[rest]
+        mass[rest], g[rest], g2[rest] = m0, a1 * mu, a2 * mu2
+        err[rest] = e0 + 2.0 * (e_1 * mu / h + jj * e0) + 8.0 * _U * (a1 * mu / h + jj * m0)
+        ferr[rest] = (e_1 * mu + 2.0 * (e_2 * mu2 / h + jj * e_1 * mu)
+                      + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ey = np.where(mass > 0, g / (h * mass) - j, 0.0)  # E[Y | I_j] / h - j in [0, 1]
+        ey2 = np.where(g > 0, g2 / (h * g) - j, 0.0)
+    up = mass * np.clip(ey, 0.0, 1.0)  # the mass sent up to j + 1
+    mup = g * np.clip(ey2, 0.0, 1.0)
+    q = np.zeros(n + 1)
+    m = np.zeros(n + 1)
+    q[:-2] += mass - up
+    q[1:-1] += up
+    m[:-2] += g - mup
+    m[1:-1] += mup
+    top_lo = max(a, (n - 1) * h)
+    if b > top_lo:
+        zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
+        zb = math.log(b) / s if math.isfinite(b) else math.inf
+        q[n] = float(_ndiff(np.array([zt]), np.array([zb]))[0][0])
+    e1 = float(err.sum()) + 8.0 * _U
+    f1 = float(ferr.sum())
+    return _Part(h, q, m, e1, e1, f1, f1, e1, f1)
+
+
+def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
+    """``p`` moved onto {j h_new} (n_new + 1 bins) keeping every value's mean: the mass at
+    x goes to floor(x / h_new) and the next point in proportion; x > (n_new - 1) h_new and
+    the old absorbed bin are absorbed. Moments split with the masses."""
+    n_old = p.q.size - 1
+    x = np.arange(n_old, dtype=float) * (p.h / h_new)
+    keep = x <= n_new - 1
+    lo = np.floor(x[keep]).astype(np.int64)
+    w = x[keep] - lo
+    q, m = p.q[:n_old][keep], p.m[:n_old][keep]
+    nq = (np.bincount(lo, q * (1.0 - w), n_new + 1) + np.bincount(lo + 1, q * w, n_new + 1))
+    nm = (np.bincount(lo, m * (1.0 - w), n_new + 1) + np.bincount(lo + 1, m * w, n_new + 1))
+    nq = nq[: n_new + 1]
+    nm = nm[: n_new + 1]
+    nq[n_new] = p.q[n_old] + float(p.q[:n_old][~keep].sum())
+    nm[n_new] = 0.0
+    # a bin's error gathers those of the old bins sent to it (row sums of the split)
+    rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
+    r = max(1.0, float(rows.max()) if rows.size else 1.0)
+    return _Part(h_new, nq, nm, p.e1, p.e2 * math.sqrt(r), p.f1, p.f2 * math.sqrt(r),
+                 p.ei * r, p.fi * r)
+
+
+class _Norms(NamedTuple):
+    q1: float
+    q2: float
+    qi: float
+    m1: float
+    m2: float
+    mi: float
+
+
+def _norms(p: _Part, n: int) -> _Norms:
+    """L1, L2 and sup norms of q and m below the absorbed bin."""
+    q, m = p.q[:n], p.m[:n]
+    return _Norms(float(q.sum()), float(np.sqrt(np.dot(q, q))), float(q.max()),
+                  float(m.sum()), float(np.sqrt(np.dot(m, m))), float(m.max()))
+
+
+def _young2(e1: float, e2: float, b1: float, b2: float) -> float:
+    """Bound on |e * b|_2 from |e|_1, |e|_2 and |b|_1, |b|_2 (Young's inequality)."""
+    return min(e2 * b1, e1 * b2)
+
+
+def _youngi(e1: float, e2: float, ei: float, b1: float, b2: float, bi: float) -> float:
+    """Bound on |e * b|_inf (Young's / Hoelder's inequality)."""
+    return min(ei * b1, e2 * b2, e1 * bi)
+
+
+def _fft_terms(pairs: list[tuple[np.ndarray, np.ndarray]], nfft: int,
+               size: int) -> tuple[np.ndarray, float]:
+    """sum_i x_i * y_i (the first ``size`` entries) by one FFT of length nfft, and the L2
+    bound on its round-off: a few ulps x log2(nfft) x sum_i (|x_i|_2 |y_i|_1 + |x_i|_1
+    |y_i|_2) (forward transforms, products, inverse)."""
+    spec = 0
+    bound = 0.0
+    cache: dict[int, np.ndarray] = {}
+
+    def tr(v: np.ndarray) -> np.ndarray:
+        key = id(v)
+        if key not in cache:
+            cache[key] = sfft.rfft(v, nfft)
+        return cache[key]
+
+    for x, y in pairs:
+        spec = spec + tr(x) * tr(y)
+        bound += (float(np.sqrt(np.dot(x, x))) * float(np.abs(y).sum())
+                  + float(np.abs(x).sum()) * float(np.sqrt(np.dot(y, y))))
+    out = sfft.irfft(spec, nfft)
+    return out[:size], 8.0 * _U * math.log2(nfft) * bound, out
+
+
+def _mp_conv(a: _Part, b: _Part) -> _Part:
+    """The law of A + B (same grid, absorbing top) and its moments m = m_A * q_B + q_A *
+    m_B, by FFT, with the error bounds propagated (Young's inequality) and the round-off
+    added (L2 per FFT, times sqrt(length) in L1).
+
+    Early partial sums sit in a few bins of a long grid (the cap allows one term up to c):
+    each law is split into its bulk (the first w bins, all but 1e-6 of the mass) and the
+    rest; bulk * bulk goes through a short FFT and the products with a rest through the long
+    one, whose round-off scales with the rests' small norms."""
+    n = a.q.size - 1
+    tail_a = np.cumsum(a.q[:n][::-1])[::-1]
+    tail_b = np.cumsum(b.q[:n][::-1])[::-1]
+    lim = 1e-6 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
+    w = max(int(np.searchsorted(-tail_a, -lim)), int(np.searchsorted(-tail_b, -lim)), 1)
+    nfft = sfft.next_fast_len(2 * n, real=True)
+    if w > n // 8:
+        cq, r2q, full = _fft_terms([(a.q[:n], b.q[:n])], nfft, n)
+        cm, r2m, _ = _fft_terms([(a.m[:n], b.q[:n]), (a.q[:n], b.m[:n])], nfft, n)
+        top = float(full[n:].sum())
+        r1q, r1m = math.sqrt(nfft) * r2q, math.sqrt(nfft) * r2m
+    else:
+        ns = sfft.next_fast_len(2 * w, real=True)
+        qa, qb, ma, mb = a.q[:n], b.q[:n], a.m[:n], b.m[:n]
+        bqa, bqb, bma, bmb = qa[:w], qb[:w], ma[:w], mb[:w]
+        tqa, tqb, tma, tmb = (np.concatenate([np.zeros(w), v[w:]]) for v in (qa, qb, ma, mb))
+        sq, s2q, _ = _fft_terms([(bqa, bqb)], ns, min(ns, n))
+        sm, s2m, _ = _fft_terms([(bma, bqb), (bqa, bmb)], ns, min(ns, n))
+        lq, l2q, full = _fft_terms([(qa, tqb), (tqa, np.concatenate([bqb, np.zeros(n - w)]))],
+                                   nfft, n)
+        bqb_full = np.concatenate([bqb, np.zeros(n - w)])
+        bmb_full = np.concatenate([bmb, np.zeros(n - w)])
+        lm, l2m, _ = _fft_terms([(ma, tqb), (tma, bqb_full), (qa, tmb), (tqa, bmb_full)],
+                                nfft, n)
+        cq, cm = lq.copy(), lm.copy()
+        cq[: sq.size] += sq
+        cm[: sm.size] += sm
+        # mass at or above n: all but what fell below n (total mass is a product)
+        top = max(0.0, float(qa.sum()) * float(qb.sum()) - float(cq.sum()))
+        r2q, r2m = s2q + l2q, s2m + l2m
+        r1q = math.sqrt(ns) * s2q + math.sqrt(nfft) * l2q
+        r1m = math.sqrt(ns) * s2m + math.sqrt(nfft) * l2m
+        del full
+    q = np.empty(n + 1)
+    q[:n] = np.maximum(cq, 0.0)
+    q[n] = max(top, 0.0) + a.q[n] + b.q[n] - a.q[n] * b.q[n]
+    m = np.zeros(n + 1)
+    m[:n] = np.maximum(cm, 0.0)
+    na, nb = _norms(a, n), _norms(b, n)
+    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q
+    e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
+    ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.q1, na.q2, na.qi) + a.ei * b.e1 + r2q)
+    # m = m_A * q_B + q_A * m_B: four products, each with its own error terms
+    f1 = (a.f1 * (nb.q1 + b.e1) + na.m1 * b.e1 + a.e1 * (nb.m1 + b.f1) + na.q1 * b.f1 + r1m)
+    f2 = (_young2(a.f1, a.f2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.m1, na.m2)
+          + _young2(a.e1, a.e2, nb.m1, nb.m2) + _young2(b.f1, b.f2, na.q1, na.q2)
+          + a.f2 * b.e1 + a.e2 * b.f1 + r2m)
+    fi = (_youngi(a.f1, a.f2, a.fi, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.m1, na.m2, na.mi)
+          + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
+          + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
+    return _Part(a.h, q, m, e1, e2, f1, f2, ei, fi)
+
+
+def _small_leaf(s: float, c: float, bins: int) -> _Part:
+    """The leaf Y 1{Y <= c} on a grid of step sd(Y) / 100 (rounding noise <= 1/40,000 of
+    Var Y), within [c / 2^21, c / 64]."""
+    sd = math.exp(s * s / 2.0) * math.sqrt(math.expm1(s * s))
+    h = min(max(sd / 100.0, c / 2**21), c / 64.0)
+    n = int(math.ceil(c / h)) + 1
+    return _leaf(s, c / (n - 1), n, 0.0, c)
+
+
+def _mp_point(h: float, n: int) -> _Part:
+    """The point mass at 0 (a sum of no terms)."""
+    q = np.zeros(n + 1)
+    q[0] = 1.0
+    return _Part(h, q, np.zeros(n + 1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _threshold(s: float, t: int, tail: float) -> float:
+    """log c: the smallest (bisection) with P'(N >= 2) <= tail, N = #{i: Y_i > c}, P' the
+    law dP = (S / (t mu)) dQ (the remove pair's P): the tilted term above c and another one,
+    or two plain ones, (t - 1) p p' + (t - 1)^2 p^2 / 2 with p = Q(Y > c), p' = P(Y_1 > c)."""
+    if t == 1:
+        return 0.0
+
+    def excess(lam: float) -> float:
+        p = special.ndtr(-lam / s)
+        pt = special.ndtr((s * s - lam) / s)
+        return (t - 1) * p * pt + 0.5 * ((t - 1) * p) ** 2 - tail
+
+    lo, hi = 0.0, s * s + 40.0 * s
+    if excess(lo) <= 0:
+        return lo
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+class _Epoch(NamedTuple):
+    """One epoch of the k = 1 pair: the law of T in two parts (N = 0: every term <= c, on
+    a fine grid; N = 1: one term above c, on a coarse one), X = S / scale (scale = t mu)."""
+
+    parts: tuple[_Part, ...]
+    scale: float
+
+
+@functools.lru_cache(maxsize=32)
+def _epoch(sigma: float, t: int, bins: int = _BINS, tail: float = 1e-10) -> _Epoch:
+    """The Q-law of the mean-preserving rounded sum T of S = sum_i Y_i (module doc), split
+    by N = #{i: Y_i > c}: N = 0 (t small terms, fine grid), N = 1 (t x one big term plus t -
+    1 small ones, coarse grid); N >= 2 (P'-mass <= tail / 10) is left out (absorbed)."""
+    s = 1.0 / sigma
+    mu = math.exp(s * s / 2.0)
+    sd = mu * math.sqrt(math.expm1(s * s))
+    lam = _threshold(s, t, tail / 10.0)
+    c = math.exp(lam)
+
+    def cap0(count: int) -> float:
+        return min(count * c, count * mu + 12.0 * sd * math.sqrt(count) + 2.0 * c)
+
+    def size(count: int) -> int:
+        return bins
+
+    leaf = _small_leaf(s, c, bins)
+    # R: the sum of t - 1 small terms, by repeated squaring on per-count grids
+    m_left, base, c_b = t - 1, leaf, 1
+    rest: _Part | None = None
+    c_r = 0
+    while m_left:
+        if m_left & 1:
+            if rest is None:
+                rest, c_r = base, c_b
+            else:
+                c_r += c_b
+                hn, nn = cap0(c_r) / size(c_r), size(c_r)
+                rest = _mp_conv(_mp_rebin(rest, hn, nn), _mp_rebin(base, hn, nn))
+        m_left >>= 1
+        if m_left:
+            c_b *= 2
+            hn, nn = cap0(c_b) / size(c_b), size(c_b)
+            b2 = _mp_rebin(base, hn, nn)
+            base = _mp_conv(b2, b2)
+    if rest is None:
+        rest = _mp_point(leaf.h, bins)
+    h0 = cap0(t) / bins
+    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins))
+    if t == 1:
+        part0 = _mp_rebin(leaf, h0, bins)
+    z = max(_Z_TAIL, -float(special.ndtri(tail)))
+    cap1 = max(2.0 * c, cap0(max(t - 1, 1)) + math.exp(s * s + z * s))
+    h1 = cap1 / bins
+    big = _leaf(s, h1, bins, c, math.inf)
+    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big)
+    part1 = _Part(h1, part1.q * t, part1.m * t, *(t * e for e in part1[3:]))
+    return _Epoch((part0, part1), t * mu)
+
+
+#: losses are moved by this much on the safe side (float error in log and in the values)
+_ETA = 1e-9
+
+
+def _epoch_pairs(ep: _Epoch, direction: str, upper: bool, err_scale: bool = True):
+    """Atoms (P-mass, Q-mass, loss) of the one-epoch pair in ``direction``, and the mass at
+    +inf and L1 allowance (upper), from the parts of :func:`_epoch` (module doc).
+
+    Upper (dominating: Ũ = T h / (t mu) is a mean-preserving spread of X = dP/dQ under Q,
+    Blackwell): Q-mass q_j at X' = v_j / (t mu), P-mass q_j X'; the rest of P (absorbed,
+    N >= 2) at +inf. add: the two swapped (its Q-mass with no P-mass at +inf). Lower (a
+    garbling of the realised pair: T and N are a randomised function of the output): P-mass
+    m_j / (t mu), Q-mass q_j, lowered / raised by the bound on each bin's error."""
+    ps, qs = [], []
+    inf, allow = 0.0, 0.0
+    for part in ep.parts:
+        n = part.q.size - 1
+        v = np.arange(n, dtype=float) * part.h / ep.scale
+        q = part.q[:n]
+        if upper:
+            p = q * v
+            allow += part.e1 * (1.0 + (n - 1) * part.h / ep.scale)
+            qm = q
+        else:
+            if direction == "remove":
+                p = np.maximum(part.m[:n] - part.fi, 0.0) / ep.scale
+                qm = q + part.ei
+            else:
+                p = np.maximum(part.m[:n] + part.fi, 0.0) / ep.scale
+                qm = np.maximum(q - part.ei, 0.0)
+        keep = (p > 0) & (qm > 0)
+        ps.append(p[keep])
+        qs.append(qm[keep])
+    p = np.concatenate(ps)
+    q = np.concatenate(qs)
+    if direction == "add":
+        p, q = q, p
+    loss = np.log(p) - np.log(q)
+    if upper:
+        total = float(p.sum())
+        inf = max(0.0, 1.0 - total)
+        loss = loss + _ETA
+    else:
+        loss = loss - _ETA
+    return p, loss, inf, allow
+
+
+def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool):
+    """Discrete PLD (``accounting.pld._PMF``) of one epoch on {k h}: the atoms of
+    :func:`_epoch_pairs` bucketed into loss intervals [k h, (k+1) h) and discretised as
+    :mod:`accounting.pld` does for its pairs (connect-the-dots upper, merge-down lower);
+    returns (pmf, allowance)."""
+    from . import pld
+
+    p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
+    # P-mass below 1e-18 of the total at the low end: rounded up onto the grid (upper) or
+    # dropped (lower)
+    k = np.floor(loss / h).astype(np.int64)
+    order = np.argsort(k, kind="stable")
+    cum = np.cumsum(p[order])
+    cut = int(np.searchsorted(cum, 1e-18 * max(float(cum[-1]), 1e-300), side="right"))
+    k0 = int(k[order[min(cut, k.size - 1)]])
+    below = float(cum[cut - 1]) if cut > 0 else 0.0
+    sel = k >= k0
+    idx = k[sel] - k0
+    width = int(idx.max()) + 1
+    pm = np.bincount(idx, p[sel], width)
+    qm = np.bincount(idx, p[sel] * np.exp(-loss[sel]), width)
+    pmf = pld._discretise(pm[None], qm[None], np.array([below if upper else 0.0]),
+                          np.array([inf if upper else 0.0]), k0, h, upper)[0]
+    return pmf, allow
 
 
 # ---------------------------------------------------------------- the event
@@ -530,19 +954,15 @@ class RandomAllocation(Event):
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        laws = _laws(self.sigma, m, _BINS, self._tail)
-        n = laws.p_dn.size - 1
-        j = np.arange(1, n + 1, dtype=float)
-        loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
-        w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
+        ep = _epoch(self.sigma, m, _BINS, self._tail)
+        p, loss, _, _ = _epoch_pairs(ep, "remove", True)
+        w = p / max(float(p.sum()), 1e-300)
         mean = float((w * loss).sum())
         return float(self.selected * (w * (loss - mean) ** 2).sum())
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
         """Discrete PLDs (``accounting.pld._PMF``, count) of this event on the loss grid
         {k h} for one direction ("remove"/"add") and side, and its round-off allowance."""
-        from . import pld
-
         t, k, m = self.steps_per_epoch, self.selected, self.groups_of
         if not upper:
             kind = self.lower_kind
@@ -553,14 +973,9 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        laws = _laws(self.sigma, m, _BINS, self._tail)
-        if direction == "remove":
-            law = laws.p_up if upper else laws.p_dn
-        else:
-            law = laws.q_dn if upper else laws.q_up
-        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, m, h, direction, upper)
-        pmf = pld._trim(pld._PMF(lo, p, inf), upper)
-        return [(pmf, self.count)], self.count * laws.err
+        ep = _epoch(self.sigma, m, _BINS, self._tail)
+        pmf, allow = _epoch_pmf(ep, h, direction, upper)
+        return [(pmf, self.count)], self.count * allow
 
 
 def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
