@@ -99,6 +99,9 @@ _BINS = 2**18
 _FINE = 8
 #: Masses of a law of S below this are FFT round-off level (see _loss_pmf).
 _FLOOR = 1e-16
+#: Bins of the grids of the mean-preserving sums (k = 1, :func:`_epoch`): their rounding
+#: noise is second order, so fewer than the old one-sided rounding needed.
+_MP_BINS = 2**16
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -446,6 +449,7 @@ class _Part(NamedTuple):
     f2: float
     ei: float = 0.0
     fi: float = 0.0
+    ev: float = 0.0  # L1 bound of the error of q weighted by the values j h (j < n)
 
 
 def _ndiff(zl: np.ndarray, zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -540,7 +544,8 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
         q[n] = float(_ndiff(np.array([zt]), np.array([zb]))[0][0])
     e1 = float(err.sum()) + 8.0 * _U
     f1 = float(ferr.sum())
-    return _Part(h, q, m, e1, e1, f1, f1, e1, f1)
+    ev = float((err * (j + 1.0)).sum()) * h
+    return _Part(h, q, m, e1, e1, f1, f1, e1, f1, ev)
 
 
 def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
@@ -563,7 +568,7 @@ def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
     rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
     r = max(1.0, float(rows.max()) if rows.size else 1.0)
     return _Part(h_new, nq, nm, p.e1, p.e2 * math.sqrt(r), p.f1, p.f2 * math.sqrt(r),
-                 p.ei * r, p.fi * r)
+                 p.ei * r, p.fi * r, p.ev + h_new * p.e1)
 
 
 class _Norms(NamedTuple):
@@ -573,13 +578,16 @@ class _Norms(NamedTuple):
     m1: float
     m2: float
     mi: float
+    v: float  # sum_j q_j j h
 
 
 def _norms(p: _Part, n: int) -> _Norms:
-    """L1, L2 and sup norms of q and m below the absorbed bin."""
+    """L1, L2 and sup norms of q and m below the absorbed bin, and the first moment of q
+    on the grid (q, m >= 0: their sums are their L1 norms)."""
     q, m = p.q[:n], p.m[:n]
-    return _Norms(float(q.sum()), float(np.sqrt(np.dot(q, q))), float(q.max()),
-                  float(m.sum()), float(np.sqrt(np.dot(m, m))), float(m.max()))
+    return _Norms(float(q.sum()), math.sqrt(float(np.dot(q, q))), float(q.max()),
+                  float(m.sum()), math.sqrt(float(np.dot(m, m))), float(m.max()),
+                  float(np.dot(q, np.arange(n, dtype=float))) * p.h)
 
 
 def _young2(e1: float, e2: float, b1: float, b2: float) -> float:
@@ -592,27 +600,22 @@ def _youngi(e1: float, e2: float, ei: float, b1: float, b2: float, bi: float) ->
     return min(ei * b1, e2 * b2, e1 * bi)
 
 
-def _fft_terms(pairs: list[tuple[np.ndarray, np.ndarray]], nfft: int,
-               size: int) -> tuple[np.ndarray, float]:
-    """sum_i x_i * y_i (the first ``size`` entries) by one FFT of length nfft, and the L2
-    bound on its round-off: a few ulps x log2(nfft) x sum_i (|x_i|_2 |y_i|_1 + |x_i|_1
-    |y_i|_2) (forward transforms, products, inverse)."""
-    spec = 0
-    bound = 0.0
-    cache: dict[int, np.ndarray] = {}
+def _split(v: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bulk, rest): the first w entries, and v with them zeroed."""
+    rest = v.copy()
+    rest[:w] = 0.0
+    return v[:w], rest
 
-    def tr(v: np.ndarray) -> np.ndarray:
-        key = id(v)
-        if key not in cache:
-            cache[key] = sfft.rfft(v, nfft)
-        return cache[key]
 
-    for x, y in pairs:
-        spec = spec + tr(x) * tr(y)
-        bound += (float(np.sqrt(np.dot(x, x))) * float(np.abs(y).sum())
-                  + float(np.abs(x).sum()) * float(np.sqrt(np.dot(y, y))))
-    out = sfft.irfft(spec, nfft)
-    return out[:size], 8.0 * _U * math.log2(nfft) * bound, out
+def _nrm(v: np.ndarray) -> tuple[float, float]:
+    """(L1, L2) norms."""
+    return float(np.abs(v).sum()), float(np.sqrt(np.dot(v, v)))
+
+
+def _rho(x: tuple[float, float], y: tuple[float, float]) -> float:
+    """|x|_2 |y|_1 + |x|_1 |y|_2: the round-off of an FFT product x * y is a few ulps x
+    log2(length) x this in L2 (forward transforms, product, inverse)."""
+    return x[1] * y[0] + x[0] * y[1]
 
 
 def _mp_conv(a: _Part, b: _Part) -> _Part:
@@ -621,48 +624,76 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
     added (L2 per FFT, times sqrt(length) in L1).
 
     Early partial sums sit in a few bins of a long grid (the cap allows one term up to c):
-    each law is split into its bulk (the first w bins, all but 1e-6 of the mass) and the
-    rest; bulk * bulk goes through a short FFT and the products with a rest through the long
-    one, whose round-off scales with the rests' small norms."""
+    each law is split into its bulk (the first w bins, all but 1e-3 of the mass) and the
+    rest r; bulk * bulk goes through a short FFT, and a * b - bulk * bulk = a * r_b + r_a *
+    bulk_b (every product with a rest factor, whose small norms bound the round-off)
+    through the long one."""
     n = a.q.size - 1
-    tail_a = np.cumsum(a.q[:n][::-1])[::-1]
-    tail_b = np.cumsum(b.q[:n][::-1])[::-1]
-    lim = 1e-6 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
+    same = b is a
+    qa, qb, ma, mb = a.q[:n], b.q[:n], a.m[:n], b.m[:n]
+    tail_a = np.cumsum(qa[::-1])[::-1]
+    tail_b = tail_a if same else np.cumsum(qb[::-1])[::-1]
+    lim = 1e-3 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
     w = max(int(np.searchsorted(-tail_a, -lim)), int(np.searchsorted(-tail_b, -lim)), 1)
     nfft = sfft.next_fast_len(2 * n, real=True)
-    if w > n // 8:
-        cq, r2q, full = _fft_terms([(a.q[:n], b.q[:n])], nfft, n)
-        cm, r2m, _ = _fft_terms([(a.m[:n], b.q[:n]), (a.q[:n], b.m[:n])], nfft, n)
+    c_l = 8.0 * _U * math.log2(nfft)
+    na, nb = _norms(a, n), _norms(b, n)
+    if w > n // 8:  # spread out: one long FFT
+        fqa, fma = sfft.rfft(qa, nfft), sfft.rfft(ma, nfft)
+        fqb, fmb = (fqa, fma) if same else (sfft.rfft(qb, nfft), sfft.rfft(mb, nfft))
+        full = sfft.irfft(fqa * fqb, nfft)
+        cq, cm = full[:n], sfft.irfft(fma * fqb + fqa * fmb, nfft)[:n]
         top = float(full[n:].sum())
+        r2q = c_l * _rho((na.q1, na.q2), (nb.q1, nb.q2))
+        r2m = c_l * (_rho((na.m1, na.m2), (nb.q1, nb.q2)) + _rho((na.q1, na.q2), (nb.m1, nb.m2)))
         r1q, r1m = math.sqrt(nfft) * r2q, math.sqrt(nfft) * r2m
+        rv = n * a.h * r1q
     else:
         ns = sfft.next_fast_len(2 * w, real=True)
-        qa, qb, ma, mb = a.q[:n], b.q[:n], a.m[:n], b.m[:n]
-        bqa, bqb, bma, bmb = qa[:w], qb[:w], ma[:w], mb[:w]
-        tqa, tqb, tma, tmb = (np.concatenate([np.zeros(w), v[w:]]) for v in (qa, qb, ma, mb))
-        sq, s2q, _ = _fft_terms([(bqa, bqb)], ns, min(ns, n))
-        sm, s2m, _ = _fft_terms([(bma, bqb), (bqa, bmb)], ns, min(ns, n))
-        lq, l2q, full = _fft_terms([(qa, tqb), (tqa, np.concatenate([bqb, np.zeros(n - w)]))],
-                                   nfft, n)
-        bqb_full = np.concatenate([bqb, np.zeros(n - w)])
-        bmb_full = np.concatenate([bmb, np.zeros(n - w)])
-        lm, l2m, _ = _fft_terms([(ma, tqb), (tma, bqb_full), (qa, tmb), (tqa, bmb_full)],
-                                nfft, n)
-        cq, cm = lq.copy(), lm.copy()
+        c_s = 8.0 * _U * math.log2(ns)
+        bqa, tqa = _split(qa, w)
+        bma, tma = _split(ma, w)
+        bqb, tqb = (bqa, tqa) if same else _split(qb, w)
+        bmb, tmb = (bma, tma) if same else _split(mb, w)
+        # short FFT: bulk * bulk
+        fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
+        fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
+        sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
+        sm = sfft.irfft(fbma * fbqb + fbqa * fbmb, ns)[: min(ns, n)]
+        nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
+        s2q = c_s * _rho(nbqa, nbqb)
+        s2m = c_s * (_rho(nbma, nbqb) + _rho(nbqa, nbmb))
+        # long FFT: a * r_b + r_a * bulk_b (F(bulk) = F(all) - F(rest): exact algebra, and
+        # its round-off enters only multiplied by a rest)
+        fqa, fta, fma, ftma = (sfft.rfft(v, nfft) for v in (qa, tqa, ma, tma))
+        if same:
+            fqb, ftb, fmb, ftmb = fqa, fta, fma, ftma
+        else:
+            fqb, ftb, fmb, ftmb = (sfft.rfft(v, nfft) for v in (qb, tqb, mb, tmb))
+        fbb, fbmb_l = fqb - ftb, fmb - ftmb
+        lq = sfft.irfft(fqa * ftb + fta * fbb, nfft)[:n]
+        lm = sfft.irfft(fma * ftb + ftma * fbb + fqa * ftmb + fta * fbmb_l, nfft)[:n]
+        nqa, nqb, nma, nmb = (na.q1, na.q2), (nb.q1, nb.q2), (na.m1, na.m2), (nb.m1, nb.m2)
+        ntqa, ntqb, ntma, ntmb = _nrm(tqa), _nrm(tqb), _nrm(tma), _nrm(tmb)
+        # bulk_b as F(b) - F(r_b): norms of b plus r_b
+        nbb = (nqb[0] + ntqb[0], nqb[1] + ntqb[1])
+        nbmb_l = (nmb[0] + ntmb[0], nmb[1] + ntmb[1])
+        l2q = c_l * (_rho(nqa, ntqb) + _rho(ntqa, nbb))
+        l2m = c_l * (_rho(nma, ntqb) + _rho(ntma, nbb) + _rho(nqa, ntmb) + _rho(ntqa, nbmb_l))
+        cq, cm = lq, lm
         cq[: sq.size] += sq
         cm[: sm.size] += sm
         # mass at or above n: all but what fell below n (total mass is a product)
-        top = max(0.0, float(qa.sum()) * float(qb.sum()) - float(cq.sum()))
+        top = max(0.0, na.q1 * nb.q1 - float(cq.sum()))
         r2q, r2m = s2q + l2q, s2m + l2m
         r1q = math.sqrt(ns) * s2q + math.sqrt(nfft) * l2q
         r1m = math.sqrt(ns) * s2m + math.sqrt(nfft) * l2m
-        del full
+        rv = min(ns, n) * a.h * math.sqrt(ns) * s2q + n * a.h * math.sqrt(nfft) * l2q
     q = np.empty(n + 1)
     q[:n] = np.maximum(cq, 0.0)
     q[n] = max(top, 0.0) + a.q[n] + b.q[n] - a.q[n] * b.q[n]
     m = np.zeros(n + 1)
     m[:n] = np.maximum(cm, 0.0)
-    na, nb = _norms(a, n), _norms(b, n)
     e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q
     e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
     ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
@@ -676,7 +707,8 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
           + _youngi(b.e1, b.e2, b.ei, na.m1, na.m2, na.mi)
           + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
           + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
-    return _Part(a.h, q, m, e1, e2, f1, f2, ei, fi)
+    ev = (a.ev * (nb.q1 + b.e1) + a.e1 * (nb.v + b.ev) + b.ev * na.q1 + b.e1 * na.v + 2.0 * rv)
+    return _Part(a.h, q, m, e1, e2, f1, f2, ei, fi, ev)
 
 
 def _small_leaf(s: float, c: float, bins: int) -> _Part:
@@ -692,7 +724,7 @@ def _mp_point(h: float, n: int) -> _Part:
     """The point mass at 0 (a sum of no terms)."""
     q = np.zeros(n + 1)
     q[0] = 1.0
-    return _Part(h, q, np.zeros(n + 1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    return _Part(h, q, np.zeros(n + 1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def _threshold(s: float, t: int, tail: float) -> float:
@@ -728,7 +760,7 @@ class _Epoch(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _epoch(sigma: float, t: int, bins: int = _BINS, tail: float = 1e-10) -> _Epoch:
+def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _Epoch:
     """The Q-law of the mean-preserving rounded sum T of S = sum_i Y_i (module doc), split
     by N = #{i: Y_i > c}: N = 0 (t small terms, fine grid), N = 1 (t x one big term plus t -
     1 small ones, coarse grid); N >= 2 (P'-mass <= tail / 10) is left out (absorbed)."""
@@ -797,9 +829,9 @@ def _epoch_pairs(ep: _Epoch, direction: str, upper: bool, err_scale: bool = True
         n = part.q.size - 1
         v = np.arange(n, dtype=float) * part.h / ep.scale
         q = part.q[:n]
-        if upper:
+        if upper:  # the atoms' and the +inf mass's errors (L1 of the P-role law)
             p = q * v
-            allow += part.e1 * (1.0 + (n - 1) * part.h / ep.scale)
+            allow += 2.0 * (part.ev / ep.scale if direction == "remove" else part.e1)
             qm = q
         else:
             if direction == "remove":
@@ -954,7 +986,7 @@ class RandomAllocation(Event):
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        ep = _epoch(self.sigma, m, _BINS, self._tail)
+        ep = _epoch(self.sigma, m, _MP_BINS, self._tail)
         p, loss, _, _ = _epoch_pairs(ep, "remove", True)
         w = p / max(float(p.sum()), 1e-300)
         mean = float((w * loss).sum())
@@ -973,7 +1005,7 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        ep = _epoch(self.sigma, m, _BINS, self._tail)
+        ep = _epoch(self.sigma, m, _MP_BINS, self._tail)
         pmf, allow = _epoch_pmf(ep, h, direction, upper)
         return [(pmf, self.count)], self.count * allow
 
