@@ -102,6 +102,8 @@ _FLOOR = 1e-16
 #: Bins of the grids of the mean-preserving sums (k = 1, :func:`_epoch`): their rounding
 #: noise is second order, so fewer than the old one-sided rounding needed.
 _MP_BINS = 2**16
+#: Bulks of at most this many bins are convolved directly (exact sums, error w ulps)
+_DIRECT = 3000
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -542,10 +544,13 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
         zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
         zb = math.log(b) / s if math.isfinite(b) else math.inf
         q[n] = float(_ndiff(np.array([zt]), np.array([zb]))[0][0])
-    e1 = float(err.sum()) + 8.0 * _U
-    f1 = float(ferr.sum())
-    ev = float((err * (j + 1.0)).sum()) * h
-    return _Part(h, q, m, e1, e1, f1, f1, e1, f1, ev)
+    # err_j bounds the error of what bin j sends to j and to j + 1: a bin gathers <= two
+    e1 = 2.0 * float(err.sum())
+    f1 = 2.0 * float(ferr.sum())
+    e2, f2 = 2.0 * float(np.sqrt(np.dot(err, err))), 2.0 * float(np.sqrt(np.dot(ferr, ferr)))
+    ei, fi = 2.0 * float(err.max(initial=0.0)), 2.0 * float(ferr.max(initial=0.0))
+    ev = 2.0 * float((err * (j + 1.0)).sum()) * h
+    return _Part(h, q, m, e1, e2, f1, f2, ei, fi, ev)
 
 
 def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
@@ -567,8 +572,10 @@ def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
     # a bin's error gathers those of the old bins sent to it (row sums of the split)
     rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
     r = max(1.0, float(rows.max()) if rows.size else 1.0)
-    return _Part(h_new, nq, nm, p.e1, p.e2 * math.sqrt(r), p.f1, p.f2 * math.sqrt(r),
-                 p.ei * r, p.fi * r, p.ev + h_new * p.e1)
+    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder)
+    return _Part(h_new, nq, nm, p.e1, min(p.e2 * math.sqrt(r), p.e1), p.f1,
+                 min(p.f2 * math.sqrt(r), p.f1), min(p.ei * r, p.e2 * math.sqrt(r), p.e1),
+                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1), p.ev + h_new * p.e1)
 
 
 class _Norms(NamedTuple):
@@ -624,16 +631,16 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
     added (L2 per FFT, times sqrt(length) in L1).
 
     Early partial sums sit in a few bins of a long grid (the cap allows one term up to c):
-    each law is split into its bulk (the first w bins, all but 1e-3 of the mass) and the
-    rest r; bulk * bulk goes through a short FFT, and a * b - bulk * bulk = a * r_b + r_a *
-    bulk_b (every product with a rest factor, whose small norms bound the round-off)
-    through the long one."""
+    each law is split into its bulk (the first w bins, all but 1e-5 of the mass) and the
+    rest r; bulk * bulk is summed directly (a short FFT for w > _DIRECT), and a * b - bulk
+    * bulk = a * r_b + r_a * bulk_b (every product with a rest factor, whose small norms
+    bound the round-off) goes through the long FFT."""
     n = a.q.size - 1
     same = b is a
     qa, qb, ma, mb = a.q[:n], b.q[:n], a.m[:n], b.m[:n]
     tail_a = np.cumsum(qa[::-1])[::-1]
     tail_b = tail_a if same else np.cumsum(qb[::-1])[::-1]
-    lim = 1e-3 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
+    lim = 1e-5 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
     w = max(int(np.searchsorted(-tail_a, -lim)), int(np.searchsorted(-tail_b, -lim)), 1)
     nfft = sfft.next_fast_len(2 * n, real=True)
     c_l = 8.0 * _U * math.log2(nfft)
@@ -655,14 +662,22 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         bma, tma = _split(ma, w)
         bqb, tqb = (bqa, tqa) if same else _split(qb, w)
         bmb, tmb = (bma, tma) if same else _split(mb, w)
-        # short FFT: bulk * bulk
-        fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
-        fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
-        sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
-        sm = sfft.irfft(fbma * fbqb + fbqa * fbmb, ns)[: min(ns, n)]
         nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
-        s2q = c_s * _rho(nbqa, nbqb)
-        s2m = c_s * (_rho(nbma, nbqb) + _rho(nbqa, nbmb))
+        if w <= _DIRECT:  # bulk * bulk summed directly: error <= w u |a| * |b| per entry
+            sq = np.convolve(bqa, bqb)
+            sm = np.convolve(bma, bqb) + np.convolve(bqa, bmb)
+            g = 1.01 * w * _U
+            s2q = g * nbqa[0] * nbqb[0]  # (L1 bound, used as L2 and sup too)
+            s2m = g * (nbma[0] * nbqb[0] + nbqa[0] * nbmb[0]) + _U * float(sm.max())
+            s1q, s1m = s2q, s2m
+        else:  # short FFT
+            fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
+            fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
+            sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
+            sm = sfft.irfft(fbma * fbqb + fbqa * fbmb, ns)[: min(ns, n)]
+            s2q = c_s * _rho(nbqa, nbqb)
+            s2m = c_s * (_rho(nbma, nbqb) + _rho(nbqa, nbmb))
+            s1q, s1m = math.sqrt(ns) * s2q, math.sqrt(ns) * s2m
         # long FFT: a * r_b + r_a * bulk_b (F(bulk) = F(all) - F(rest): exact algebra, and
         # its round-off enters only multiplied by a rest)
         fqa, fta, fma, ftma = (sfft.rfft(v, nfft) for v in (qa, tqa, ma, tma))
@@ -671,7 +686,8 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         else:
             fqb, ftb, fmb, ftmb = (sfft.rfft(v, nfft) for v in (qb, tqb, mb, tmb))
         fbb, fbmb_l = fqb - ftb, fmb - ftmb
-        lq = sfft.irfft(fqa * ftb + fta * fbb, nfft)[:n]
+        lfull = sfft.irfft(fqa * ftb + fta * fbb, nfft)
+        lq = lfull[:n]
         lm = sfft.irfft(fma * ftb + ftma * fbb + fqa * ftmb + fta * fbmb_l, nfft)[:n]
         nqa, nqb, nma, nmb = (na.q1, na.q2), (nb.q1, nb.q2), (na.m1, na.m2), (nb.m1, nb.m2)
         ntqa, ntqb, ntma, ntmb = _nrm(tqa), _nrm(tqb), _nrm(tma), _nrm(tmb)
@@ -683,18 +699,18 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         cq, cm = lq, lm
         cq[: sq.size] += sq
         cm[: sm.size] += sm
-        # mass at or above n: all but what fell below n (total mass is a product)
-        top = max(0.0, na.q1 * nb.q1 - float(cq.sum()))
+        # mass at or above n: bulk * bulk ends below 2 w <= n, so only the long part's
+        top = float(lfull[n:].sum())
         r2q, r2m = s2q + l2q, s2m + l2m
-        r1q = math.sqrt(ns) * s2q + math.sqrt(nfft) * l2q
-        r1m = math.sqrt(ns) * s2m + math.sqrt(nfft) * l2m
-        rv = min(ns, n) * a.h * math.sqrt(ns) * s2q + n * a.h * math.sqrt(nfft) * l2q
+        r1q = s1q + math.sqrt(nfft) * l2q
+        r1m = s1m + math.sqrt(nfft) * l2m
+        rv = 2 * w * a.h * s1q + n * a.h * math.sqrt(nfft) * l2q
     q = np.empty(n + 1)
     q[:n] = np.maximum(cq, 0.0)
     q[n] = max(top, 0.0) + a.q[n] + b.q[n] - a.q[n] * b.q[n]
     m = np.zeros(n + 1)
     m[:n] = np.maximum(cm, 0.0)
-    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q
+    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q  # (top too)
     e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
     ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
           + _youngi(b.e1, b.e2, b.ei, na.q1, na.q2, na.qi) + a.ei * b.e1 + r2q)
