@@ -826,6 +826,26 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
     return _Epoch((part0, part1), t * mu)
 
 
+def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
+    """:func:`_epoch`, or None where its grid of the N = 0 part (set by the threshold c of
+    the largest term) is too coarse for the bulk of S: T = 0 (X' = 0, an add loss of +inf)
+    keeps Q-mass above ``tail`` (heavy tails, sigma below ~0.5 at small t). There the
+    one-sided rounding of :func:`_laws` (one epoch: the tail sets eps) is used."""
+    s = 1.0 / sigma
+    c = math.exp(_threshold(s, t, tail / 10.0))
+    mu = math.exp(s * s / 2.0)
+    sd = mu * math.sqrt(math.expm1(s * s))
+    h0 = min(t * c, t * mu + 12.0 * sd * math.sqrt(t) + 2.0 * c) / _MP_BINS
+    # Q(T = 0) <= Q(S < h0) <= Q(every Y_i < h0): no need to build the laws to know
+    if t * float(special.log_ndtr(math.log(h0) / s)) < math.log(tail * 1e-3):
+        return _epoch(sigma, t, _MP_BINS, tail)
+    if h0 > 0.05 * t * mu:  # a twentieth of E[S] or more: T = 0 holds far more than tail
+        return None
+    ep = _epoch(sigma, t, _MP_BINS, tail)
+    at_zero = 1.0 - sum(float(p.q[1:-1].sum()) for p in ep.parts)
+    return ep if at_zero <= tail else None
+
+
 #: losses are moved by this much on the safe side (float error in log and in the values)
 _ETA = 1e-9
 
@@ -1002,15 +1022,24 @@ class RandomAllocation(Event):
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        ep = _epoch(self.sigma, m, _MP_BINS, self._tail)
-        p, loss, _, _ = _epoch_pairs(ep, "remove", True)
-        w = p / max(float(p.sum()), 1e-300)
+        ep = _mean_preserving(self.sigma, m, self._tail)
+        if ep is not None:
+            p, loss, _, _ = _epoch_pairs(ep, "remove", True)
+            w = p / max(float(p.sum()), 1e-300)
+        else:
+            laws = _laws(self.sigma, m, _BINS, self._tail)
+            n = laws.p_dn.size - 1
+            j = np.arange(1, n + 1, dtype=float)
+            loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
+            w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
         mean = float((w * loss).sum())
         return float(self.selected * (w * (loss - mean) ** 2).sum())
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
         """Discrete PLDs (``accounting.pld._PMF``, count) of this event on the loss grid
         {k h} for one direction ("remove"/"add") and side, and its round-off allowance."""
+        from . import pld
+
         t, k, m = self.steps_per_epoch, self.selected, self.groups_of
         if not upper:
             kind = self.lower_kind
@@ -1021,9 +1050,19 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        ep = _epoch(self.sigma, m, _MP_BINS, self._tail)
-        pmf, allow = _epoch_pmf(ep, h, direction, upper)
-        return [(pmf, self.count)], self.count * allow
+        ep = _mean_preserving(self.sigma, m, self._tail)
+        if ep is not None:
+            pmf, allow = _epoch_pmf(ep, h, direction, upper)
+            return [(pmf, self.count)], self.count * allow
+        # heavy tails (the grid of S below c too coarse for the bulk): one-sided rounding
+        laws = _laws(self.sigma, m, _BINS, self._tail)
+        if direction == "remove":
+            law = laws.p_up if upper else laws.p_dn
+        else:
+            law = laws.q_dn if upper else laws.q_up
+        lo, p, inf = _loss_pmf(law, laws.hy, self.sigma, m, h, direction, upper)
+        pmf = pld._trim(pld._PMF(lo, p, inf), upper)
+        return [(pmf, self.count)], self.count * laws.err
 
 
 def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
