@@ -494,7 +494,8 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     j = np.arange(n - 1, dtype=float)
     mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
     err, ferr = np.zeros(n - 1), np.zeros(n - 1)
-    fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl)
+    # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
+    fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
     if fin.any():
         idx = np.flatnonzero(fin)
         lo, hi = zl[idx], zh[idx]
@@ -517,7 +518,7 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
                                                       / h + 1.0)
         ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
                                                     / h + 1.0)
-    rest = ~fin & (zh > zl)
+    rest = ~fin & (zh > zl) & ~(np.isfinite(zl) & (zh <= -37.5))
     if rest.any():  # the interval from Y = 0: tails of the normal CDF
         m0, e0 = _ndiff(zl[rest], zh[rest])
         a1, e_1 = _ndiff(zl[rest] - s, zh[rest] - s)
@@ -528,9 +529,15 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
         err[rest] = e0 + 2.0 * (e_1 * mu / h + jj * e0) + 8.0 * _U * (a1 * mu / h + jj * m0)
         ferr[rest] = (e_1 * mu + 2.0 * (e_2 * mu2 / h + jj * e_1 * mu)
                       + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ey = np.where(mass > 0, g / (h * mass) - j, 0.0)  # E[Y | I_j] / h - j in [0, 1]
-        ey2 = np.where(g > 0, g2 / (h * g) - j, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ey = np.where(mass > 1e-290, (g / mass) / h - j, 0.5)  # E[Y | I_j] / h - j, [0, 1]
+        ey2 = np.where(g > 1e-290, (g2 / g) / h - j, 0.5)
+    ey, ey2 = np.nan_to_num(ey, nan=0.5), np.nan_to_num(ey2, nan=0.5)
+    tiny = zh <= -37.5
+    err[tiny] += 2.0 * special.ndtr(zh[tiny])
+    ferr[tiny] += 2.0 * special.ndtr(zh[tiny] - s) * math.exp(s * s / 2.0)
+    err += np.where(mass <= 1e-290, 2.0 * mass, 0.0)
+    ferr += np.where(g <= 1e-290, 2.0 * g, 0.0)
     up = mass * np.clip(ey, 0.0, 1.0)  # the mass sent up to j + 1
     mup = g * np.clip(ey2, 0.0, 1.0)
     q = np.zeros(n + 1)
