@@ -102,8 +102,8 @@ _FLOOR = 1e-16
 #: Bins of the grids of the mean-preserving sums (k = 1, :func:`_epoch`): their rounding
 #: noise is second order, so fewer than the old one-sided rounding needed.
 _MP_BINS = 2**16
-#: Bulks of at most this many bins are convolved directly (exact sums, error w ulps)
-_DIRECT = 3000
+#: Bulks of at most this many bins are convolved directly, in extended precision
+_DIRECT = 1000
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -435,6 +435,8 @@ def _small_sum_tail(mass0: float, hy: float, sigma: float, t: int,
 
 # ---------------------------------------------------------------- mean-preserving laws (k = 1)
 _U = float(np.finfo(float).eps)
+#: unit round-off of np.longdouble (x87 extended on x86-64: 2^-64; double elsewhere)
+_U_LD = float(np.finfo(np.longdouble).eps)
 
 
 class _Part(NamedTuple):
@@ -494,12 +496,19 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     j = np.arange(n - 1, dtype=float)
     mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
     err, ferr = np.zeros(n - 1), np.zeros(n - 1)
+    exact_ey, exact_ey2 = np.full(n - 1, np.nan), np.full(n - 1, np.nan)
     # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
     fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
     if fin.any():
         idx = np.flatnonzero(fin)
-        lo, hi = zl[idx], zh[idx]
-        half = 0.5 * (hi - lo)
+        ji = j[idx]
+        # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
+        # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
+        whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
+        with np.errstate(divide="ignore"):
+            half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
+                            np.log(x[idx + 1] / x[idx])) / (2.0 * s)
+        lo = zl[idx]
         pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
                                        / 0.05)).astype(np.int64)
         owner = np.repeat(np.arange(idx.size), pieces)
@@ -507,17 +516,49 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
         k = np.arange(owner.size) - first[owner]
         dd = half[owner] / pieces[owner]
         mm = lo[owner] + (2.0 * k + 1.0) * dd
-        k0 = _kfac(mm, dd)
-        ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * k0
-        y1 = np.exp(s * mm) * _kfac(mm - s, dd) / k0
-        y2 = np.exp(2.0 * s * mm) * _kfac(mm - 2.0 * s, dd) / k0
+        c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
+        ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
+        r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
+        r2m1 = (c2 - c1) / (1.0 + c1)
+        y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
+        y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
         mass[idx] = np.bincount(owner, ms, idx.size)
         g[idx] = np.bincount(owner, ms * y1, idx.size)
-        g2[idx] = np.bincount(owner, ms * y1 * y2 / y1, idx.size)
+        g2[idx] = np.bincount(owner, ms * y2, idx.size)
         err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
                                                       / h + 1.0)
         ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
                                                     / h + 1.0)
+        # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
+        err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+        ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+        # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
+        # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
+        if whole.any():
+            wp = whole[owner]
+            jp = j[idx][owner][wp]
+            u = s * (2.0 * k[wp] + 1.0) * dd[wp]
+            eu = np.exp(u)
+            f1 = jp * (np.expm1(u) + eu * r1m1[wp])  # E[Y | piece] / h - j
+            f2 = jp * (np.expm1(u) + eu * r2m1[wp])  # E[Y^2 | piece] / (h E[Y | piece]) - j
+            wm = ms[wp]
+            wg = wm * y1[wp]
+            sel = idx[whole]
+            cnt = np.flatnonzero(whole).size
+            own = np.searchsorted(np.flatnonzero(whole), owner[wp])
+            tot_m = np.bincount(own, wm, cnt)
+            tot_g = np.bincount(own, wg, cnt)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ey_w = np.bincount(own, wm * f1, cnt) / tot_m
+                ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
+            ok = (tot_m > 1e-290) & (tot_g > 1e-290)
+            exact_ey[sel[ok]] = ey_w[ok]
+            exact_ey2[sel[ok]] = ey2_w[ok]
+            g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
+            g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
+            pw = pieces[whole][ok]
+            err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
+            ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
     rest = ~fin & (zh > zl) & ~(np.isfinite(zl) & (zh <= -37.5))
     if rest.any():  # the interval from Y = 0: tails of the normal CDF
         m0, e0 = _ndiff(zl[rest], zh[rest])
@@ -532,7 +573,8 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ey = np.where(mass > 1e-290, (g / mass) / h - j, 0.5)  # E[Y | I_j] / h - j, [0, 1]
         ey2 = np.where(g > 1e-290, (g2 / g) / h - j, 0.5)
-    ey, ey2 = np.nan_to_num(ey, nan=0.5), np.nan_to_num(ey2, nan=0.5)
+    ey = np.where(np.isnan(exact_ey), np.nan_to_num(ey, nan=0.5), exact_ey)
+    ey2 = np.where(np.isnan(exact_ey2), np.nan_to_num(ey2, nan=0.5), exact_ey2)
     tiny = zh <= -37.5
     err[tiny] += 2.0 * special.ndtr(zh[tiny])
     ferr[tiny] += 2.0 * special.ndtr(zh[tiny] - s) * math.exp(s * s / 2.0)
@@ -670,13 +712,16 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         bqb, tqb = (bqa, tqa) if same else _split(qb, w)
         bmb, tmb = (bma, tma) if same else _split(mb, w)
         nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
-        if w <= _DIRECT:  # bulk * bulk summed directly: error <= w u |a| * |b| per entry
-            sq = np.convolve(bqa, bqb)
-            sm = np.convolve(bma, bqb) + np.convolve(bqa, bmb)
-            g = 1.01 * w * _U
-            s2q = g * nbqa[0] * nbqb[0]  # (L1 bound, used as L2 and sup too)
-            s2m = g * (nbma[0] * nbqb[0] + nbqa[0] * nbmb[0]) + _U * float(sm.max())
-            s1q, s1m = s2q, s2m
+        if w <= _DIRECT:  # bulk * bulk summed directly in extended precision
+            ld = np.longdouble
+            sq = np.convolve(bqa.astype(ld), bqb.astype(ld)).astype(float)
+            sm = (np.convolve(bma.astype(ld), bqb.astype(ld))
+                  + np.convolve(bqa.astype(ld), bmb.astype(ld))).astype(float)
+            # every entry is a sum of <= 2w nonnegative products: off by <= (2w + 2) ulps of
+            # the extended type, then one rounding to double: a relative error per entry
+            g = 1.01 * ((2 * w + 2) * _U_LD + _U)
+            s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
+            s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
         else:  # short FFT
             fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
             fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
@@ -853,6 +898,8 @@ def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
     return ep if at_zero <= tail else None
 
 
+#: P-mass at the lowest losses of one epoch rounded up (upper) or dropped (lower)
+_LOW_CUT = 1e-14
 #: losses are moved by this much on the safe side (float error in log and in the values)
 _ETA = 1e-9
 
@@ -908,12 +955,13 @@ def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool):
     from . import pld
 
     p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
-    # P-mass below 1e-18 of the total at the low end: rounded up onto the grid (upper) or
-    # dropped (lower)
+    # the lowest losses, _LOW_CUT of P-mass in all (FFT round-off far below the bulk, which
+    # would stretch the grid over millions of points): rounded up onto the grid (upper) or
+    # dropped (lower: the composed delta loses at most that mass per composition)
     k = np.floor(loss / h).astype(np.int64)
     order = np.argsort(k, kind="stable")
     cum = np.cumsum(p[order])
-    cut = int(np.searchsorted(cum, 1e-18 * max(float(cum[-1]), 1e-300), side="right"))
+    cut = int(np.searchsorted(cum, _LOW_CUT, side="right"))
     k0 = int(k[order[min(cut, k.size - 1)]])
     below = float(cum[cut - 1]) if cut > 0 else 0.0
     sel = k >= k0
