@@ -643,7 +643,30 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     e2, f2 = 2.0 * float(np.sqrt(np.dot(err, err))), 2.0 * float(np.sqrt(np.dot(ferr, ferr)))
     ei, fi = 2.0 * float(err.max(initial=0.0)), 2.0 * float(ferr.max(initial=0.0))
     ev = 2.0 * float((err * (j + 1.0)).sum()) * h
-    return _Part(h, q, m, e1, e2, f1, f2, ei, fi, ev)
+    return _flushed(_Part(h, q, m, e1, e2, f1, f2, ei, fi, ev))
+
+
+#: masses and moments below this are set to 0 (their sum joins the error bounds): their
+#: squares are subnormal, which slows every dot product by orders of magnitude
+_TINY = 1e-150
+
+
+def _flushed(p: _Part) -> _Part:
+    """``p`` with entries of q and m below _TINY zeroed, the removed amounts added to the
+    error bounds (L1, L2, sup, value-weighted)."""
+    n = p.q.size - 1
+    small_q = p.q[:n] < _TINY
+    small_m = p.m[:n] < _TINY
+    if not (small_q.any() or small_m.any()):
+        return p
+    q, m = p.q.copy(), p.m.copy()
+    dq = float(q[:n][small_q].sum())
+    dm = float(m[:n][small_m].sum())
+    dv = float((q[:n][small_q] * np.flatnonzero(small_q)).sum()) * p.h
+    q[:n][small_q] = 0.0
+    m[:n][small_m] = 0.0
+    return _Part(p.h, q, m, p.e1 + dq, p.e2 + dq, p.f1 + dm, p.f2 + dm, p.ei + _TINY,
+                 p.fi + _TINY, p.ev + dv)
 
 
 def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
@@ -685,9 +708,9 @@ def _norms(p: _Part, n: int) -> _Norms:
     """L1, L2 and sup norms of q and m below the absorbed bin, and the first moment of q
     on the grid (q, m >= 0: their sums are their L1 norms)."""
     q, m = p.q[:n], p.m[:n]
-    return _Norms(float(q.sum()), math.sqrt(float(np.dot(q, q))), float(q.max()),
-                  float(m.sum()), math.sqrt(float(np.dot(m, m))), float(m.max()),
-                  float(np.dot(q, np.arange(n, dtype=float))) * p.h)
+    return _Norms(float(q.sum()), math.sqrt(float(np.einsum("i,i->", q, q))), float(q.max()),
+                  float(m.sum()), math.sqrt(float(np.einsum("i,i->", m, m))), float(m.max()),
+                  float(np.einsum("i,i->", q, np.arange(n, dtype=float))) * p.h)
 
 
 def _young2(e1: float, e2: float, b1: float, b2: float) -> float:
@@ -709,7 +732,7 @@ def _split(v: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _nrm(v: np.ndarray) -> tuple[float, float]:
     """(L1, L2) norms."""
-    return float(np.abs(v).sum()), float(np.sqrt(np.dot(v, v)))
+    return float(np.abs(v).sum()), math.sqrt(float(np.einsum("i,i->", v, v)))
 
 
 def _rho(x: tuple[float, float], y: tuple[float, float]) -> float:
@@ -820,7 +843,7 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
           + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
           + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
     ev = (a.ev * (nb.q1 + b.e1) + a.e1 * (nb.v + b.ev) + b.ev * na.q1 + b.e1 * na.v + 2.0 * rv)
-    return _Part(a.h, q, m, e1, e2, f1, f2, ei, fi, ev)
+    return _flushed(_Part(a.h, q, m, e1, e2, f1, f2, ei, fi, ev))
 
 
 def _small_leaf(s: float, c: float, bins: int) -> _Part:
