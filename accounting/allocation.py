@@ -981,13 +981,13 @@ def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
     return None
 
 
-#: P-mass at the lowest losses of one epoch rounded up (upper) or dropped (lower)
-_LOW_CUT = 1e-14
+#: P-mass at each end of the losses of one epoch moved validly (see _epoch_pmf)
+_TAIL_CUT = 1e-13
 #: losses are moved by this much on the safe side (float error in log and in the values)
 _ETA = 1e-9
 
 
-def _epoch_pairs(ep: _Epoch, direction: str, upper: bool, err_scale: bool = True):
+def _epoch_pairs(ep: _Epoch, direction: str, upper: bool):
     """Atoms (P-mass, Q-mass, loss) of the one-epoch pair in ``direction``, and the mass at
     +inf and L1 allowance (upper), from the parts of :func:`_epoch` (module doc).
 
@@ -1030,30 +1030,45 @@ def _epoch_pairs(ep: _Epoch, direction: str, upper: bool, err_scale: bool = True
     return p, loss, inf, allow
 
 
-def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool):
+def _cut_range(k: np.ndarray, p: np.ndarray, low: float,
+               high: float) -> tuple[int, int, float, float]:
+    """(k_lo, k_hi, P-mass below k_lo, P-mass above k_hi): the loss intervals that hold all
+    but ``low`` / ``high`` of the P-mass at each end."""
+    order = np.argsort(k, kind="stable")
+    ks, cum = k[order], np.cumsum(p[order])
+    lo = int(np.searchsorted(cum, low, side="right"))
+    hi = int(np.searchsorted(cum, cum[-1] - high, side="left"))
+    lo, hi = min(lo, ks.size - 1), max(min(hi, ks.size - 1), min(lo, ks.size - 1))
+    k_lo, k_hi = int(ks[lo]), int(ks[hi])
+    below = float(p[k < k_lo].sum())
+    above = float(p[k > k_hi].sum())
+    return k_lo, k_hi, below, above
+
+
+def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool, tail: float = 1e-10):
     """Discrete PLD (``accounting.pld._PMF``) of one epoch on {k h}: the atoms of
     :func:`_epoch_pairs` bucketed into loss intervals [k h, (k+1) h) and discretised as
     :mod:`accounting.pld` does for its pairs (connect-the-dots upper, merge-down lower);
-    returns (pmf, allowance)."""
+    returns (pmf, allowance).
+
+    The extreme losses, _TAIL_CUT of P-mass at each end (FFT round-off far from the bulk,
+    which would stretch the grid over millions of points), are moved validly: upper, the
+    low end rounded up onto the grid and the high end to +inf; lower, both dropped (the
+    composed delta loses at most that mass per composition), and at the low end up to 10
+    ``tail`` (bins whose error bounds crush their loss far below the bulk: t ~ 10^5)."""
     from . import pld
 
     p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
-    # the lowest losses, _LOW_CUT of P-mass in all (FFT round-off far below the bulk, which
-    # would stretch the grid over millions of points): rounded up onto the grid (upper) or
-    # dropped (lower: the composed delta loses at most that mass per composition)
     k = np.floor(loss / h).astype(np.int64)
-    order = np.argsort(k, kind="stable")
-    cum = np.cumsum(p[order])
-    cut = int(np.searchsorted(cum, _LOW_CUT, side="right"))
-    k0 = int(k[order[min(cut, k.size - 1)]])
-    below = float(cum[cut - 1]) if cut > 0 else 0.0
-    sel = k >= k0
+    k0, k1, below, above = _cut_range(k, p, _TAIL_CUT if upper else max(_TAIL_CUT,
+                                                                       10.0 * tail), _TAIL_CUT)
+    sel = (k >= k0) & (k <= k1)
     idx = k[sel] - k0
-    width = int(idx.max()) + 1
+    width = k1 - k0 + 1
     pm = np.bincount(idx, p[sel], width)
     qm = np.bincount(idx, p[sel] * np.exp(-loss[sel]), width)
     pmf = pld._discretise(pm[None], qm[None], np.array([below if upper else 0.0]),
-                          np.array([inf if upper else 0.0]), k0, h, upper)[0]
+                          np.array([inf + above if upper else 0.0]), k0, h, upper)[0]
     return pmf, allow
 
 
@@ -1190,7 +1205,7 @@ class RandomAllocation(Event):
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
         ep = _mean_preserving(self.sigma, m, self._tail)
         if ep is not None:
-            pmf, allow = _epoch_pmf(ep, h, direction, upper)
+            pmf, allow = _epoch_pmf(ep, h, direction, upper, self._tail)
             return [(pmf, self.count)], self.count * allow
         # heavy tails (the grid of S below c too coarse for the bulk): one-sided rounding
         laws = _laws(self.sigma, m, _BINS, self._tail)
