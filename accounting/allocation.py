@@ -524,6 +524,92 @@ def _kfac(m: np.ndarray, d: np.ndarray) -> np.ndarray:
     return 1.0 + d2 * (he2 / 6.0 + d2 * (he4 / 120.0 + d2 * (he6 / 5040.0 + d2 * he8 / 362880.0)))
 
 
+def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.ndarray,
+                    out: tuple[np.ndarray, ...]) -> None:
+    """Intervals ``idx`` of :func:`_leaf` with finite ends: their mass, E[Y; I], E[Y^2; I],
+    the error bounds and (whole intervals) the accurate E[Y | I] / h - j, written into
+    ``out`` = (mass, g, g2, err, ferr, exact_ey, exact_ey2)."""
+    mass, g, g2, err, ferr, exact_ey, exact_ey2 = out
+    zl = z[:-1]
+    j = np.arange(z.size - 1, dtype=float)
+    ji = j[idx]
+    # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
+    # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
+    whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
+    with np.errstate(divide="ignore"):
+        half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
+                        np.log(x[idx + 1] / x[idx])) / (2.0 * s)
+    lo = zl[idx]
+    pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
+                                   / 0.05)).astype(np.int64)
+    owner = np.repeat(np.arange(idx.size), pieces)
+    first = np.cumsum(pieces) - pieces
+    k = np.arange(owner.size) - first[owner]
+    dd = half[owner] / pieces[owner]
+    mm = lo[owner] + (2.0 * k + 1.0) * dd
+    c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
+    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
+    r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
+    r2m1 = (c2 - c1) / (1.0 + c1)
+    y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
+    y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
+    mass[idx] = np.bincount(owner, ms, idx.size)
+    g[idx] = np.bincount(owner, ms * y1, idx.size)
+    g2[idx] = np.bincount(owner, ms * y2, idx.size)
+    err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
+                                                  / h + 1.0)
+    ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
+                                                / h + 1.0)
+    # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
+    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
+    # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
+    if whole.any():
+        wp = whole[owner]
+        jp = j[idx][owner][wp]
+        u = s * (2.0 * k[wp] + 1.0) * dd[wp]
+        eu = np.exp(u)
+        f1 = jp * (np.expm1(u) + eu * r1m1[wp])  # E[Y | piece] / h - j
+        f2 = jp * (np.expm1(u) + eu * r2m1[wp])  # E[Y^2 | piece] / (h E[Y | piece]) - j
+        wm = ms[wp]
+        wg = wm * y1[wp]
+        sel = idx[whole]
+        cnt = np.flatnonzero(whole).size
+        own = np.searchsorted(np.flatnonzero(whole), owner[wp])
+        tot_m = np.bincount(own, wm, cnt)
+        tot_g = np.bincount(own, wg, cnt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ey_w = np.bincount(own, wm * f1, cnt) / tot_m
+            ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
+        ok = (tot_m > 1e-290) & (tot_g > 1e-290)
+        exact_ey[sel[ok]] = ey_w[ok]
+        exact_ey2[sel[ok]] = ey2_w[ok]
+        g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
+        g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
+        pw = pieces[whole][ok]
+        err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
+        ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
+
+
+def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
+                   out: tuple[np.ndarray, ...]) -> None:
+    """The interval of :func:`_leaf` from Y = 0 (z = -inf): tails of the normal CDF
+    (accurate there), with their error bounds, written into ``out``."""
+    mass, g, g2, err, ferr = out[:5]
+    zl, zh = z[:-1], z[1:]
+    j = np.arange(z.size - 1, dtype=float)
+    m0, e0 = _ndiff(zl[rest], zh[rest])
+    a1, e_1 = _ndiff(zl[rest] - s, zh[rest] - s)
+    a2, e_2 = _ndiff(zl[rest] - 2.0 * s, zh[rest] - 2.0 * s)
+    mu, mu2 = math.exp(s * s / 2.0), math.exp(2.0 * s * s)
+    jj = j[rest]
+    mass[rest], g[rest], g2[rest] = m0, a1 * mu, a2 * mu2
+    err[rest] = e0 + 2.0 * (e_1 * mu / h + jj * e0) + 8.0 * _U * (a1 * mu / h + jj * m0)
+    ferr[rest] = (e_1 * mu + 2.0 * (e_2 * mu2 / h + jj * e_1 * mu)
+                  + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
+
+
 def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     """Y 1{a <= Y < b}, log Y ~ N(0, s^2), rounded at random onto {j h} keeping its mean
     (Y in [j h, (j+1) h] goes to j + 1 with probability Y / h - j): Q-masses q_j, moments
@@ -546,77 +632,12 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     exact_ey, exact_ey2 = np.full(n - 1, np.nan), np.full(n - 1, np.nan)
     # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
     fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
+    out = (mass, g, g2, err, ferr, exact_ey, exact_ey2)
     if fin.any():
-        idx = np.flatnonzero(fin)
-        ji = j[idx]
-        # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
-        # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
-        whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
-        with np.errstate(divide="ignore"):
-            half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
-                            np.log(x[idx + 1] / x[idx])) / (2.0 * s)
-        lo = zl[idx]
-        pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
-                                       / 0.05)).astype(np.int64)
-        owner = np.repeat(np.arange(idx.size), pieces)
-        first = np.cumsum(pieces) - pieces
-        k = np.arange(owner.size) - first[owner]
-        dd = half[owner] / pieces[owner]
-        mm = lo[owner] + (2.0 * k + 1.0) * dd
-        c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
-        ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
-        r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
-        r2m1 = (c2 - c1) / (1.0 + c1)
-        y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
-        y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
-        mass[idx] = np.bincount(owner, ms, idx.size)
-        g[idx] = np.bincount(owner, ms * y1, idx.size)
-        g2[idx] = np.bincount(owner, ms * y2, idx.size)
-        err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
-                                                      / h + 1.0)
-        ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
-                                                    / h + 1.0)
-        # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
-        err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
-        ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
-        # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
-        # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
-        if whole.any():
-            wp = whole[owner]
-            jp = j[idx][owner][wp]
-            u = s * (2.0 * k[wp] + 1.0) * dd[wp]
-            eu = np.exp(u)
-            f1 = jp * (np.expm1(u) + eu * r1m1[wp])  # E[Y | piece] / h - j
-            f2 = jp * (np.expm1(u) + eu * r2m1[wp])  # E[Y^2 | piece] / (h E[Y | piece]) - j
-            wm = ms[wp]
-            wg = wm * y1[wp]
-            sel = idx[whole]
-            cnt = np.flatnonzero(whole).size
-            own = np.searchsorted(np.flatnonzero(whole), owner[wp])
-            tot_m = np.bincount(own, wm, cnt)
-            tot_g = np.bincount(own, wg, cnt)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ey_w = np.bincount(own, wm * f1, cnt) / tot_m
-                ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
-            ok = (tot_m > 1e-290) & (tot_g > 1e-290)
-            exact_ey[sel[ok]] = ey_w[ok]
-            exact_ey2[sel[ok]] = ey2_w[ok]
-            g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
-            g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
-            pw = pieces[whole][ok]
-            err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
-            ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
+        _pieces_moments(s, h, x, z, np.flatnonzero(fin), out)
     rest = ~fin & (zh > zl) & ~(np.isfinite(zl) & (zh <= -37.5))
-    if rest.any():  # the interval from Y = 0: tails of the normal CDF
-        m0, e0 = _ndiff(zl[rest], zh[rest])
-        a1, e_1 = _ndiff(zl[rest] - s, zh[rest] - s)
-        a2, e_2 = _ndiff(zl[rest] - 2.0 * s, zh[rest] - 2.0 * s)
-        mu, mu2 = math.exp(s * s / 2.0), math.exp(2.0 * s * s)
-        jj = j[rest]
-        mass[rest], g[rest], g2[rest] = m0, a1 * mu, a2 * mu2
-        err[rest] = e0 + 2.0 * (e_1 * mu / h + jj * e0) + 8.0 * _U * (a1 * mu / h + jj * m0)
-        ferr[rest] = (e_1 * mu + 2.0 * (e_2 * mu2 / h + jj * e_1 * mu)
-                      + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
+    if rest.any():
+        _zero_interval(s, h, z, rest, out)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ey = np.where(mass > 1e-290, (g / mass) / h - j, 0.5)  # E[Y | I_j] / h - j, [0, 1]
         ey2 = np.where(g > 1e-290, (g2 / g) / h - j, 0.5)
@@ -639,9 +660,12 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     if b > top_lo:
         zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
         zb = math.log(b) / s if math.isfinite(b) else math.inf
-        q[n] = float(_ndiff(np.array([zt]), np.array([zb]))[0][0])
+        top, top_err = _ndiff(np.array([zt]), np.array([zb]))
+        q[n] = float(top[0])
+    else:
+        top_err = np.zeros(1)
     # err_j bounds the error of what bin j sends to j and to j + 1: a bin gathers <= two
-    e1 = 2.0 * float(err.sum())
+    e1 = 2.0 * float(err.sum()) + float(top_err[0])
     f1 = 2.0 * float(ferr.sum())
     e2, f2 = 2.0 * float(np.sqrt(np.dot(err, err))), 2.0 * float(np.sqrt(np.dot(ferr, ferr)))
     ei, fi = 2.0 * float(err.max(initial=0.0)), 2.0 * float(ferr.max(initial=0.0))
@@ -744,6 +768,30 @@ def _rho(x: tuple[float, float], y: tuple[float, float]) -> float:
     return x[1] * y[0] + x[0] * y[1]
 
 
+def _conv_errors(a: _Part, b: _Part, na: _Norms, nb: _Norms,
+                 r: tuple[float, ...]) -> tuple[float, ...]:
+    """Error bounds (e1, e2, f1, f2, ei, fi, ev) of the convolution of ``a`` and ``b``:
+    theirs propagated by Young's / Hoelder's inequalities (e * b: |e|_p |b|_1, |e|_1 |b|_p,
+    ...) plus the round-off r = (L1, L2 of q; L1, L2 of m; value-weighted L1 of q)."""
+    r1q, r2q, r1m, r2m, rv = r
+    n = a.q.size - 1
+    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q  # (top too)
+    e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
+    ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.q1, na.q2, na.qi) + a.ei * b.e1 + r2q)
+    # m = m_A * q_B + q_A * m_B: four products, each with its own error terms
+    f1 = (a.f1 * (nb.q1 + b.e1) + na.m1 * b.e1 + a.e1 * (nb.m1 + b.f1) + na.q1 * b.f1 + r1m)
+    f2 = (_young2(a.f1, a.f2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.m1, na.m2)
+          + _young2(a.e1, a.e2, nb.m1, nb.m2) + _young2(b.f1, b.f2, na.q1, na.q2)
+          + a.f2 * b.e1 + a.e2 * b.f1 + r2m)
+    fi = (_youngi(a.f1, a.f2, a.fi, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.m1, na.m2, na.mi)
+          + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
+          + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
+    ev = (a.ev * (nb.q1 + b.e1) + a.e1 * (nb.v + b.ev) + b.ev * na.q1 + b.e1 * na.v + 2.0 * rv)
+    return e1, e2, f1, f2, ei, fi, ev
+
+
 def _mp_conv(a: _Part, b: _Part) -> _Part:
     """The law of A + B (same grid, absorbing top) and its moments m = m_A * q_B + q_A *
     m_B, by FFT, with the error bounds propagated (Young's inequality) and the round-off
@@ -832,21 +880,8 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
     q[n] = max(top, 0.0) + a.q[n] + b.q[n] - a.q[n] * b.q[n]
     m = np.zeros(n + 1)
     m[:n] = np.maximum(cm, 0.0)
-    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q  # (top too)
-    e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
-    ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
-          + _youngi(b.e1, b.e2, b.ei, na.q1, na.q2, na.qi) + a.ei * b.e1 + r2q)
-    # m = m_A * q_B + q_A * m_B: four products, each with its own error terms
-    f1 = (a.f1 * (nb.q1 + b.e1) + na.m1 * b.e1 + a.e1 * (nb.m1 + b.f1) + na.q1 * b.f1 + r1m)
-    f2 = (_young2(a.f1, a.f2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.m1, na.m2)
-          + _young2(a.e1, a.e2, nb.m1, nb.m2) + _young2(b.f1, b.f2, na.q1, na.q2)
-          + a.f2 * b.e1 + a.e2 * b.f1 + r2m)
-    fi = (_youngi(a.f1, a.f2, a.fi, nb.q1, nb.q2, nb.qi)
-          + _youngi(b.e1, b.e2, b.ei, na.m1, na.m2, na.mi)
-          + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
-          + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
-    ev = (a.ev * (nb.q1 + b.e1) + a.e1 * (nb.v + b.ev) + b.ev * na.q1 + b.e1 * na.v + 2.0 * rv)
-    return _flushed(_Part(a.h, q, m, e1, e2, f1, f2, ei, fi, ev))
+    errs = _conv_errors(a, b, na, nb, (r1q, r2q, r1m, r2m, rv))
+    return _flushed(_Part(a.h, q, m, *errs))
 
 
 def _small_leaf(s: float, c: float, bins: int) -> _Part:
