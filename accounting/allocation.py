@@ -946,11 +946,9 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
     def cap0(count: int) -> float:
         return min(count * c, count * mu + 12.0 * sd * math.sqrt(count) + 2.0 * c)
 
-    def size(count: int) -> int:
-        return bins
-
     leaf = _small_leaf(s, c, bins)
-    # R: the sum of t - 1 small terms, by repeated squaring on per-count grids
+    # R: the sum of t - 1 small terms, by repeated squaring, each partial sum of `count`
+    # terms on its own grid cap0(count) / bins
     m_left, base, c_b = t - 1, leaf, 1
     rest: _Part | None = None
     c_r = 0
@@ -960,13 +958,12 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
                 rest, c_r = base, c_b
             else:
                 c_r += c_b
-                hn, nn = cap0(c_r) / size(c_r), size(c_r)
-                rest = _mp_conv(_mp_rebin(rest, hn, nn), _mp_rebin(base, hn, nn))
+                hn = cap0(c_r) / bins
+                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins))
         m_left >>= 1
         if m_left:
             c_b *= 2
-            hn, nn = cap0(c_b) / size(c_b), size(c_b)
-            b2 = _mp_rebin(base, hn, nn)
+            b2 = _mp_rebin(base, cap0(c_b) / bins, bins)
             base = _mp_conv(b2, b2)
     if rest is None:
         rest = _mp_point(leaf.h, bins)
