@@ -15,7 +15,48 @@ Q = N(0, sigma^2 I_t); add: the two swapped. The pair is realised by the mechani
 
 is an increasing function of the sum S of t independent log-normal terms: under Q every
 log Y_i ~ N(0, 1/sigma^2); under P the first one is the tilted log Y_1 ~ N(1/sigma^2,
-1/sigma^2). Its law is computed on a linear grid {j hy} of S, with certified rounding:
+1/sigma^2). Equivalently dP/dQ = X = S / (t mu), mu = E_Q[Y] = e^(1/(2 sigma^2)): the pair
+is fixed by the Q-law of S alone, and (Blackwell; Zhu, Dong, Wang 2022 for composition) a
+pair whose likelihood ratio X' has a Q-law larger in convex order dominates it, a pair
+obtained by post-processing (garbling) is dominated by it, in both directions, also
+composed. Construction (:func:`_epoch`):
+
+* Mean-preserving rounding. S is summed on linear grids {j h} (a balanced tree of FFT
+  convolutions, repeated squaring), every value rounded AT RANDOM to one of its two grid
+  neighbours with the probabilities that keep its mean (x -> j + 1 with probability x / h
+  - j). The computed T is a randomised function of the output: T h = S + a martingale
+  noise, so T h / (t mu) is a mean-preserving spread of X. Rounding errors are second
+  order (noise variance <= h^2 / 4 per rounding) where one-sided rounding (floor / ceil)
+  drifts by one grid step per level: what made ten epochs 10-44% wide.
+* UPPER: Q'-mass q_j at X' = j h / (t mu) and P'-mass q_j X'; the P-mass not represented
+  (absorbed tops, N >= 2 below) at loss +inf; the add pair is the same pair swapped.
+  LOWER: the pair (P(T = j), Q(T = j)) itself, a garbling of the realised pair; P(T = j)
+  = E_Q[X; T = j] = m_j / (t mu) with m_j = E_Q[S; T = j], carried through the tree
+  (m_{A+B} = m_A * q_B + q_A * m_B). Both go onto the PLD loss grid by connect-the-dots
+  (upper) and merge-down (lower) of :mod:`accounting.pld`: O(h^2) per epoch.
+* Two parts by N = #{i: Y_i > c}: the heavy tail of exp(x / sigma^2) would set one grid
+  far too coarse for the bulk. c is the smallest threshold with P'(N >= 2) <= tail / 10
+  (union bound: the tilted term and another, or two others); N = 0 (t terms Y 1{Y <= c},
+  grid up to t mu + 12 sd sqrt(t) + 2c) and N = 1 (t x one term above c plus t - 1 small
+  ones, a coarse grid: there S > c) are computed, N >= 2 is absorbed. Revealing N is a
+  post-processing, so the lower pair stays a garbling.
+* Leaves: the mass, E[Y; I] and E[Y^2; I] of each grid interval I from the local series
+  P(|Z - m| <= d) = 2 d phi(m) K(m, d) (:func:`_kfac`), half-widths by log1p and
+  conditional means relative to the interval's left end (no cancellation: CDF differences
+  lose ~1e-12 per fine bin); error bounds per bin.
+* Certified arithmetic: every law carries L1, L2, sup and value-weighted L1 bounds on its
+  error, propagated by Young's / Hoelder's inequalities. Early partial sums occupy a few
+  bins of a long grid: each is split into its bulk (all but 1e-5 of the mass, summed
+  directly in extended precision, error (2w + 2) ulps of long double per entry) and its
+  rest (long FFT, whose round-off scales with the rest's small norms). The upper
+  allowance is the value-weighted L1 bound (remove) or the L1 bound (add), x2 (the atoms
+  and the +inf mass); the lower pair is lowered (P) / raised (Q) by the sup bound, bin by
+  bin.
+
+Heavy tails (sigma below ~0.5 at small t): where c is so far above E[S] that the N = 0
+grid holds more than ``tail`` of Q-mass at T = 0 (X' = 0: an add loss of +inf), the
+one-sided rounding of :func:`_laws` (one epoch there is set by the tail, where its grid is
+fine enough) is used instead, on ONE linear grid {j hy} of S:
 
 * T_up = sum_i ceil_hy(Y_i) >= S and T_dn = sum_i floor_hy(Y_i) <= S pointwise, so the laws
   of L(T_up) and L(T_dn) bracket the law of L(S) stochastically (under P and under Q);
@@ -34,10 +75,15 @@ largest term's 1e-10 quantile); each doubling rounds once onto a grid twice as c
 (monotone rebinning), so T_up - T_dn is about log2(t) final grid steps, not t. FFT
 round-off masses (~1e-18 a bin) go to +inf (upper) or are dropped (lower).
 
-Measured (2 busy cores, delta 1e-5, from scratch, 3-4 s a case): t = 120: 0.11-0.3% wide at
-sigma 0.6-1; t = 1,000: 0.5% (sigma 0.5), 1.5% (sigma 1); ten epochs at t = 1,000: 10%
-(sigma 0.8), 44% (sigma 0.5: the linear grid of S is coarse against the heavy tail of
-exp(x / sigma^2), whose 1e-10 quantile sets the cap); t = 1,000 at delta 1e-8: 5%.
+Measured (2 busy shared cores, load ~4, delta 1e-5, from scratch; width, CPU s, before ->
+after): one epoch, t = 12 / 120 / 1,000 at sigma 1: 0.06% / 0.28% / 1.46%, 1.3-2.3 s ->
+0.003% / 0.003% / 0.007%, 0.2-0.5 s; t = 1,000: 0.51% -> 0.16% (sigma 0.5), 1.14% -> 0.13%
+(0.6), 0.59% -> 0.01% (2); ten epochs: t = 120, sigma 0.8: 2.8% -> 0.01%; t = 1,000: 10.4%
+-> 0.03% (sigma 0.8), 44% -> 0.12% (sigma 0.5, 0.6 s); t = 10,000, sigma 1: 0.08%. Over 60
+settings (sigma 0.5-2, t 12-1,000, 1 and 10 epochs, delta 1e-5 and 1e-3) every new bracket
+lies inside the old one. Still wide: sigma <= 0.45 at t = 12 with ten epochs (one-sided
+rounding: sigma 0.5 [21.4, 26.9]), delta <= 1e-10 at t = 1,000 (the error allowance,
+~1e-9, reaches delta: the no-amplification bound).
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -66,12 +112,13 @@ Per-step sigma schedules (k = 1, :func:`allocation_schedule_bounds`): the same r
 on a balanced tree of pairwise sums of non-identical log-normal terms; only the Q-law is
 computed and the P-law follows from dP/dQ = S / t (see :func:`_schedule_pmfs`).
 
-FFT round-off: each convolution's L1 error is bounded by a few ulps x log2(n) sqrt(n) x the
-larger L2 norm of its operands (:func:`_conv`). The top bin of every capped partial sum
-(overflow, a union over the tree) goes to +inf on the upper side: its mass (~1e-10 t) is
-what limits small deltas; :func:`allocation_epsilon_bounds` then retries with caps whose
-overflow is below delta (a coarser grid) and, failing that, uses the closed-form
-no-amplification bound, never 0.
+FFT round-off (one-sided rounding, k > 1, schedules): each convolution's L1 error is
+bounded by a few ulps x log2(n) sqrt(n) x the larger L2 norm of its operands
+(:func:`_conv`). The top bin of every capped partial sum (overflow, a union over the tree)
+goes to +inf on the upper side: its mass (~1e-10 t) is what limits small deltas (in the
+mean-preserving construction: the allowance of the error bounds, ~1e-9);
+:func:`allocation_epsilon_bounds` then retries with caps whose overflow is below delta (a
+coarser grid) and, failing that, uses the closed-form no-amplification bound, never 0.
 """
 
 from __future__ import annotations
@@ -99,6 +146,11 @@ _BINS = 2**18
 _FINE = 8
 #: Masses of a law of S below this are FFT round-off level (see _loss_pmf).
 _FLOOR = 1e-16
+#: Bins of the grids of the mean-preserving sums (k = 1, :func:`_epoch`): their rounding
+#: noise is second order, so fewer than the old one-sided rounding needed.
+_MP_BINS = 2**16
+#: Bulks of at most this many bins are convolved directly, in extended precision
+_DIRECT = 1000
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -346,6 +398,7 @@ def _exact_ok(sigma: float, t: int) -> bool:
 def clear_cache() -> None:
     """Forget the cached per-sigma laws (for timings from scratch)."""
     _laws.cache_clear()
+    _epoch.cache_clear()
     _binned_pair.cache_clear()
 
 
@@ -425,6 +478,630 @@ def _small_sum_tail(mass0: float, hy: float, sigma: float, t: int,
         return None, mass0
     scale = mass0 / total  # the convolved bin 0 (round-off aside) is F(hy)^t: rescale
     return (ks.astype(float), masses * scale), tail * scale
+
+
+# ---------------------------------------------------------------- mean-preserving laws (k = 1)
+_U = float(np.finfo(float).eps)
+#: unit round-off of np.longdouble (x87 extended on x86-64: 2^-64; double elsewhere)
+_U_LD = float(np.finfo(np.longdouble).eps)
+
+
+class _Part(NamedTuple):
+    """One part of the law of T (values j h, index n: absorbed): Q-masses ``q``, first
+    moments ``m`` (m_j = E_Q[S; T = j], the index n unused) and bounds on their computed
+    errors: e1 / f1 in L1, e2 / f2 in L2 (so on every bin)."""
+
+    h: float
+    q: np.ndarray
+    m: np.ndarray
+    e1: float
+    e2: float
+    f1: float
+    f2: float
+    ei: float = 0.0
+    fi: float = 0.0
+    ev: float = 0.0  # L1 bound of the error of q weighted by the values j h (j < n)
+
+
+def _ndiff(zl: np.ndarray, zh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(zl < Z <= zh), a bound on its rounding error), from the tail that is smaller."""
+    up = zl > 0
+    a = np.where(up, special.ndtr(-zl), special.ndtr(zh))
+    b = np.where(up, special.ndtr(-zh), special.ndtr(zl))
+    d = np.maximum(a - b, 0.0)
+    return d, 4.0 * _U * (a + b)
+
+
+def _kfac(m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """K(m, d) = (1 / 2d) int_{-d}^{d} exp(-m x - x^2 / 2) dx = sum_k He_2k(m) d^2k / (2k+1)!
+    (Hermite generating function), to d^8: for (|m| + 4) d <= 0.05 the rest (He_10 d^10 /
+    11!) is below 1e-20 relative; so P(|Z - m| <= d) = 2 d phi(m) K(m, d) with no cancellation."""
+    m2, d2 = m * m, d * d
+    he2 = m2 - 1.0
+    he4 = (m2 - 6.0) * m2 + 3.0
+    he6 = ((m2 - 15.0) * m2 + 45.0) * m2 - 15.0
+    he8 = (((m2 - 28.0) * m2 + 210.0) * m2 - 420.0) * m2 + 105.0
+    return 1.0 + d2 * (he2 / 6.0 + d2 * (he4 / 120.0 + d2 * (he6 / 5040.0 + d2 * he8 / 362880.0)))
+
+
+def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.ndarray,
+                    out: tuple[np.ndarray, ...]) -> None:
+    """Intervals ``idx`` of :func:`_leaf` with finite ends: their mass, E[Y; I], E[Y^2; I],
+    the error bounds and (whole intervals) the accurate E[Y | I] / h - j, written into
+    ``out`` = (mass, g, g2, err, ferr, exact_ey, exact_ey2)."""
+    mass, g, g2, err, ferr, exact_ey, exact_ey2 = out
+    zl = z[:-1]
+    j = np.arange(z.size - 1, dtype=float)
+    ji = j[idx]
+    # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
+    # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
+    whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
+    with np.errstate(divide="ignore"):
+        half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
+                        np.log(x[idx + 1] / x[idx])) / (2.0 * s)
+    lo = zl[idx]
+    pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
+                                   / 0.05)).astype(np.int64)
+    owner = np.repeat(np.arange(idx.size), pieces)
+    first = np.cumsum(pieces) - pieces
+    k = np.arange(owner.size) - first[owner]
+    dd = half[owner] / pieces[owner]
+    mm = lo[owner] + (2.0 * k + 1.0) * dd
+    c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
+    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
+    r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
+    r2m1 = (c2 - c1) / (1.0 + c1)
+    y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
+    y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
+    mass[idx] = np.bincount(owner, ms, idx.size)
+    g[idx] = np.bincount(owner, ms * y1, idx.size)
+    g2[idx] = np.bincount(owner, ms * y2, idx.size)
+    err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
+                                                  / h + 1.0)
+    ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
+                                                / h + 1.0)
+    # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
+    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
+    # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
+    if whole.any():
+        wp = whole[owner]
+        jp = j[idx][owner][wp]
+        u = s * (2.0 * k[wp] + 1.0) * dd[wp]
+        eu = np.exp(u)
+        f1 = jp * (np.expm1(u) + eu * r1m1[wp])  # E[Y | piece] / h - j
+        f2 = jp * (np.expm1(u) + eu * r2m1[wp])  # E[Y^2 | piece] / (h E[Y | piece]) - j
+        wm = ms[wp]
+        wg = wm * y1[wp]
+        sel = idx[whole]
+        cnt = np.flatnonzero(whole).size
+        own = np.searchsorted(np.flatnonzero(whole), owner[wp])
+        tot_m = np.bincount(own, wm, cnt)
+        tot_g = np.bincount(own, wg, cnt)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ey_w = np.bincount(own, wm * f1, cnt) / tot_m
+            ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
+        ok = (tot_m > 1e-290) & (tot_g > 1e-290)
+        exact_ey[sel[ok]] = ey_w[ok]
+        exact_ey2[sel[ok]] = ey2_w[ok]
+        g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
+        g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
+        pw = pieces[whole][ok]
+        err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
+        ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
+
+
+def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
+                   out: tuple[np.ndarray, ...]) -> None:
+    """The interval of :func:`_leaf` from Y = 0 (z = -inf): tails of the normal CDF
+    (accurate there), with their error bounds, written into ``out``."""
+    mass, g, g2, err, ferr = out[:5]
+    zl, zh = z[:-1], z[1:]
+    j = np.arange(z.size - 1, dtype=float)
+    m0, e0 = _ndiff(zl[rest], zh[rest])
+    a1, e_1 = _ndiff(zl[rest] - s, zh[rest] - s)
+    a2, e_2 = _ndiff(zl[rest] - 2.0 * s, zh[rest] - 2.0 * s)
+    mu, mu2 = math.exp(s * s / 2.0), math.exp(2.0 * s * s)
+    jj = j[rest]
+    mass[rest], g[rest], g2[rest] = m0, a1 * mu, a2 * mu2
+    err[rest] = e0 + 2.0 * (e_1 * mu / h + jj * e0) + 8.0 * _U * (a1 * mu / h + jj * m0)
+    ferr[rest] = (e_1 * mu + 2.0 * (e_2 * mu2 / h + jj * e_1 * mu)
+                  + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
+
+
+def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
+    """Y 1{a <= Y < b}, log Y ~ N(0, s^2), rounded at random onto {j h} keeping its mean
+    (Y in [j h, (j+1) h] goes to j + 1 with probability Y / h - j): Q-masses q_j, moments
+    m_j = E[Y; T = j], Y > (n - 1) h absorbed (index n).
+
+    Per interval I_j: its mass and E[Y; I_j], E[Y^2; I_j], from the local series of
+    :func:`_kfac` in z = log Y / s (an interval of half-width d around mid has mass 2 d
+    phi(mid) K(mid, d) and E[Y^r | .] = e^(r s mid) K(mid - r s, d) / K(mid, d)), wide
+    intervals cut into pieces with (|mid| + 2 s + 4) d <= 0.05: a few ulps each, where CDF
+    differences lose everything to cancellation on fine grids. The interval from 0 (z =
+    -inf) uses the normal CDF (a tail: accurate). Rounding errors bounded per bin (e1: L1
+    of q, f1: of m)."""
+    x = np.minimum(np.maximum(np.arange(n, dtype=float) * h, a), b)
+    with np.errstate(divide="ignore"):
+        z = np.log(x) / s
+    zl, zh = z[:-1], z[1:]
+    j = np.arange(n - 1, dtype=float)
+    mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
+    err, ferr = np.zeros(n - 1), np.zeros(n - 1)
+    exact_ey, exact_ey2 = np.full(n - 1, np.nan), np.full(n - 1, np.nan)
+    # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
+    fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
+    out = (mass, g, g2, err, ferr, exact_ey, exact_ey2)
+    if fin.any():
+        _pieces_moments(s, h, x, z, np.flatnonzero(fin), out)
+    rest = ~fin & (zh > zl) & ~(np.isfinite(zl) & (zh <= -37.5))
+    if rest.any():
+        _zero_interval(s, h, z, rest, out)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ey = np.where(mass > 1e-290, (g / mass) / h - j, 0.5)  # E[Y | I_j] / h - j, [0, 1]
+        ey2 = np.where(g > 1e-290, (g2 / g) / h - j, 0.5)
+    ey = np.where(np.isnan(exact_ey), np.nan_to_num(ey, nan=0.5), exact_ey)
+    ey2 = np.where(np.isnan(exact_ey2), np.nan_to_num(ey2, nan=0.5), exact_ey2)
+    tiny = zh <= -37.5
+    err[tiny] += 2.0 * special.ndtr(zh[tiny])
+    ferr[tiny] += 2.0 * special.ndtr(zh[tiny] - s) * math.exp(s * s / 2.0)
+    err += np.where(mass <= 1e-290, 2.0 * mass, 0.0)
+    ferr += np.where(g <= 1e-290, 2.0 * g, 0.0)
+    up = mass * np.clip(ey, 0.0, 1.0)  # the mass sent up to j + 1
+    mup = g * np.clip(ey2, 0.0, 1.0)
+    q = np.zeros(n + 1)
+    m = np.zeros(n + 1)
+    q[:-2] += mass - up
+    q[1:-1] += up
+    m[:-2] += g - mup
+    m[1:-1] += mup
+    top_lo = max(a, (n - 1) * h)
+    if b > top_lo:
+        zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
+        zb = math.log(b) / s if math.isfinite(b) else math.inf
+        top, top_err = _ndiff(np.array([zt]), np.array([zb]))
+        q[n] = float(top[0])
+    else:
+        top_err = np.zeros(1)
+    # err_j bounds the error of what bin j sends to j and to j + 1: a bin gathers <= two
+    e1 = 2.0 * float(err.sum()) + float(top_err[0])
+    f1 = 2.0 * float(ferr.sum())
+    e2, f2 = 2.0 * float(np.sqrt(np.dot(err, err))), 2.0 * float(np.sqrt(np.dot(ferr, ferr)))
+    ei, fi = 2.0 * float(err.max(initial=0.0)), 2.0 * float(ferr.max(initial=0.0))
+    ev = 2.0 * float((err * (j + 1.0)).sum()) * h
+    return _flushed(_Part(h, q, m, e1, e2, f1, f2, ei, fi, ev))
+
+
+#: masses and moments below this are set to 0 (their sum joins the error bounds): their
+#: squares are subnormal, which slows every dot product by orders of magnitude
+_TINY = 1e-150
+
+
+def _flushed(p: _Part) -> _Part:
+    """``p`` with entries of q and m below _TINY zeroed, the removed amounts added to the
+    error bounds (L1, L2, sup, value-weighted)."""
+    n = p.q.size - 1
+    small_q = p.q[:n] < _TINY
+    small_m = p.m[:n] < _TINY
+    if not (small_q.any() or small_m.any()):
+        return p
+    q, m = p.q.copy(), p.m.copy()
+    dq = float(q[:n][small_q].sum())
+    dm = float(m[:n][small_m].sum())
+    dv = float((q[:n][small_q] * np.flatnonzero(small_q)).sum()) * p.h
+    q[:n][small_q] = 0.0
+    m[:n][small_m] = 0.0
+    return _Part(p.h, q, m, p.e1 + dq, p.e2 + dq, p.f1 + dm, p.f2 + dm, p.ei + _TINY,
+                 p.fi + _TINY, p.ev + dv)
+
+
+def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
+    """``p`` moved onto {j h_new} (n_new + 1 bins) keeping every value's mean: the mass at
+    x goes to floor(x / h_new) and the next point in proportion; x > (n_new - 1) h_new and
+    the old absorbed bin are absorbed. Moments split with the masses."""
+    n_old = p.q.size - 1
+    x = np.arange(n_old, dtype=float) * (p.h / h_new)
+    keep = x <= n_new - 1
+    lo = np.floor(x[keep]).astype(np.int64)
+    w = x[keep] - lo
+    q, m = p.q[:n_old][keep], p.m[:n_old][keep]
+    nq = (np.bincount(lo, q * (1.0 - w), n_new + 1) + np.bincount(lo + 1, q * w, n_new + 1))
+    nm = (np.bincount(lo, m * (1.0 - w), n_new + 1) + np.bincount(lo + 1, m * w, n_new + 1))
+    nq = nq[: n_new + 1]
+    nm = nm[: n_new + 1]
+    nq[n_new] = p.q[n_old] + float(p.q[:n_old][~keep].sum())
+    nm[n_new] = 0.0
+    # a bin's error gathers those of the old bins sent to it (row sums of the split)
+    rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
+    r = max(1.0, float(rows.max()) if rows.size else 1.0)
+    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder)
+    return _Part(h_new, nq, nm, p.e1, min(p.e2 * math.sqrt(r), p.e1), p.f1,
+                 min(p.f2 * math.sqrt(r), p.f1), min(p.ei * r, p.e2 * math.sqrt(r), p.e1),
+                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1), p.ev + h_new * p.e1)
+
+
+class _Norms(NamedTuple):
+    q1: float
+    q2: float
+    qi: float
+    m1: float
+    m2: float
+    mi: float
+    v: float  # sum_j q_j j h
+
+
+def _norms(p: _Part, n: int) -> _Norms:
+    """L1, L2 and sup norms of q and m below the absorbed bin, and the first moment of q
+    on the grid (q, m >= 0: their sums are their L1 norms)."""
+    q, m = p.q[:n], p.m[:n]
+    return _Norms(float(q.sum()), math.sqrt(float(np.einsum("i,i->", q, q))), float(q.max()),
+                  float(m.sum()), math.sqrt(float(np.einsum("i,i->", m, m))), float(m.max()),
+                  float(np.einsum("i,i->", q, np.arange(n, dtype=float))) * p.h)
+
+
+def _young2(e1: float, e2: float, b1: float, b2: float) -> float:
+    """Bound on |e * b|_2 from |e|_1, |e|_2 and |b|_1, |b|_2 (Young's inequality)."""
+    return min(e2 * b1, e1 * b2)
+
+
+def _youngi(e1: float, e2: float, ei: float, b1: float, b2: float, bi: float) -> float:
+    """Bound on |e * b|_inf (Young's / Hoelder's inequality)."""
+    return min(ei * b1, e2 * b2, e1 * bi)
+
+
+def _split(v: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bulk, rest): the first w entries, and v with them zeroed."""
+    rest = v.copy()
+    rest[:w] = 0.0
+    return v[:w], rest
+
+
+def _nrm(v: np.ndarray) -> tuple[float, float]:
+    """(L1, L2) norms."""
+    return float(np.abs(v).sum()), math.sqrt(float(np.einsum("i,i->", v, v)))
+
+
+def _rho(x: tuple[float, float], y: tuple[float, float]) -> float:
+    """|x|_2 |y|_1 + |x|_1 |y|_2: the round-off of an FFT product x * y is a few ulps x
+    log2(length) x this in L2 (forward transforms, product, inverse)."""
+    return x[1] * y[0] + x[0] * y[1]
+
+
+def _conv_errors(a: _Part, b: _Part, na: _Norms, nb: _Norms,
+                 r: tuple[float, ...]) -> tuple[float, ...]:
+    """Error bounds (e1, e2, f1, f2, ei, fi, ev) of the convolution of ``a`` and ``b``:
+    theirs propagated by Young's / Hoelder's inequalities (e * b: |e|_p |b|_1, |e|_1 |b|_p,
+    ...) plus the round-off r = (L1, L2 of q; L1, L2 of m; value-weighted L1 of q)."""
+    r1q, r2q, r1m, r2m, rv = r
+    n = a.q.size - 1
+    e1 = a.e1 * (nb.q1 + b.q[n] + b.e1) + (na.q1 + a.q[n]) * b.e1 + 2.0 * r1q  # (top too)
+    e2 = _young2(a.e1, a.e2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.q1, na.q2) + a.e2 * b.e1 + r2q
+    ei = (_youngi(a.e1, a.e2, a.ei, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.q1, na.q2, na.qi) + a.ei * b.e1 + r2q)
+    # m = m_A * q_B + q_A * m_B: four products, each with its own error terms
+    f1 = (a.f1 * (nb.q1 + b.e1) + na.m1 * b.e1 + a.e1 * (nb.m1 + b.f1) + na.q1 * b.f1 + r1m)
+    f2 = (_young2(a.f1, a.f2, nb.q1, nb.q2) + _young2(b.e1, b.e2, na.m1, na.m2)
+          + _young2(a.e1, a.e2, nb.m1, nb.m2) + _young2(b.f1, b.f2, na.q1, na.q2)
+          + a.f2 * b.e1 + a.e2 * b.f1 + r2m)
+    fi = (_youngi(a.f1, a.f2, a.fi, nb.q1, nb.q2, nb.qi)
+          + _youngi(b.e1, b.e2, b.ei, na.m1, na.m2, na.mi)
+          + _youngi(a.e1, a.e2, a.ei, nb.m1, nb.m2, nb.mi)
+          + _youngi(b.f1, b.f2, b.fi, na.q1, na.q2, na.qi) + a.fi * b.e1 + a.ei * b.f1 + r2m)
+    ev = (a.ev * (nb.q1 + b.e1) + a.e1 * (nb.v + b.ev) + b.ev * na.q1 + b.e1 * na.v + 2.0 * rv)
+    return e1, e2, f1, f2, ei, fi, ev
+
+
+def _mp_conv(a: _Part, b: _Part) -> _Part:
+    """The law of A + B (same grid, absorbing top) and its moments m = m_A * q_B + q_A *
+    m_B, by FFT, with the error bounds propagated (Young's inequality) and the round-off
+    added (L2 per FFT, times sqrt(length) in L1).
+
+    Early partial sums sit in a few bins of a long grid (the cap allows one term up to c):
+    each law is split into its bulk (the first w bins, all but 1e-5 of the mass) and the
+    rest r; bulk * bulk is summed directly (a short FFT for w > _DIRECT), and a * b - bulk
+    * bulk = a * r_b + r_a * bulk_b (every product with a rest factor, whose small norms
+    bound the round-off) goes through the long FFT."""
+    n = a.q.size - 1
+    same = b is a
+    qa, qb, ma, mb = a.q[:n], b.q[:n], a.m[:n], b.m[:n]
+    tail_a = np.cumsum(qa[::-1])[::-1]
+    tail_b = tail_a if same else np.cumsum(qb[::-1])[::-1]
+    lim = 1e-5 * max(float(tail_a[0]) + float(tail_b[0]), 1e-300)
+    w = max(int(np.searchsorted(-tail_a, -lim)), int(np.searchsorted(-tail_b, -lim)), 1)
+    nfft = sfft.next_fast_len(2 * n, real=True)
+    c_l = 8.0 * _U * math.log2(nfft)
+    na, nb = _norms(a, n), _norms(b, n)
+    if w > n // 8:  # spread out: one long FFT
+        fqa, fma = sfft.rfft(qa, nfft), sfft.rfft(ma, nfft)
+        fqb, fmb = (fqa, fma) if same else (sfft.rfft(qb, nfft), sfft.rfft(mb, nfft))
+        full = sfft.irfft(fqa * fqb, nfft)
+        cq, cm = full[:n], sfft.irfft(fma * fqb + fqa * fmb, nfft)[:n]
+        top = float(full[n:].sum())
+        r2q = c_l * _rho((na.q1, na.q2), (nb.q1, nb.q2))
+        r2m = c_l * (_rho((na.m1, na.m2), (nb.q1, nb.q2)) + _rho((na.q1, na.q2), (nb.m1, nb.m2)))
+        r1q, r1m = math.sqrt(nfft) * r2q, math.sqrt(nfft) * r2m
+        rv = n * a.h * r1q
+    else:
+        ns = sfft.next_fast_len(2 * w, real=True)
+        c_s = 8.0 * _U * math.log2(ns)
+        bqa, tqa = _split(qa, w)
+        bma, tma = _split(ma, w)
+        bqb, tqb = (bqa, tqa) if same else _split(qb, w)
+        bmb, tmb = (bma, tma) if same else _split(mb, w)
+        nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
+        if w <= _DIRECT:  # bulk * bulk summed directly in extended precision
+            ld = np.longdouble
+            sq = np.convolve(bqa.astype(ld), bqb.astype(ld)).astype(float)
+            sm = (np.convolve(bma.astype(ld), bqb.astype(ld))
+                  + np.convolve(bqa.astype(ld), bmb.astype(ld))).astype(float)
+            # every entry is a sum of <= 2w nonnegative products: off by <= (2w + 2) ulps of
+            # the extended type, then one rounding to double: a relative error per entry
+            g = 1.01 * ((2 * w + 2) * _U_LD + _U)
+            s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
+            s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
+        else:  # short FFT
+            fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
+            fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
+            sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
+            sm = sfft.irfft(fbma * fbqb + fbqa * fbmb, ns)[: min(ns, n)]
+            s2q = c_s * _rho(nbqa, nbqb)
+            s2m = c_s * (_rho(nbma, nbqb) + _rho(nbqa, nbmb))
+            s1q, s1m = math.sqrt(ns) * s2q, math.sqrt(ns) * s2m
+        # long FFT: a * r_b + r_a * bulk_b (F(bulk) = F(all) - F(rest): exact algebra, and
+        # its round-off enters only multiplied by a rest)
+        fqa, fta, fma, ftma = (sfft.rfft(v, nfft) for v in (qa, tqa, ma, tma))
+        if same:
+            fqb, ftb, fmb, ftmb = fqa, fta, fma, ftma
+        else:
+            fqb, ftb, fmb, ftmb = (sfft.rfft(v, nfft) for v in (qb, tqb, mb, tmb))
+        fbb, fbmb_l = fqb - ftb, fmb - ftmb
+        lfull = sfft.irfft(fqa * ftb + fta * fbb, nfft)
+        lq = lfull[:n]
+        lm = sfft.irfft(fma * ftb + ftma * fbb + fqa * ftmb + fta * fbmb_l, nfft)[:n]
+        nqa, nqb, nma, nmb = (na.q1, na.q2), (nb.q1, nb.q2), (na.m1, na.m2), (nb.m1, nb.m2)
+        ntqa, ntqb, ntma, ntmb = _nrm(tqa), _nrm(tqb), _nrm(tma), _nrm(tmb)
+        # bulk_b as F(b) - F(r_b): norms of b plus r_b
+        nbb = (nqb[0] + ntqb[0], nqb[1] + ntqb[1])
+        nbmb_l = (nmb[0] + ntmb[0], nmb[1] + ntmb[1])
+        l2q = c_l * (_rho(nqa, ntqb) + _rho(ntqa, nbb))
+        l2m = c_l * (_rho(nma, ntqb) + _rho(ntma, nbb) + _rho(nqa, ntmb) + _rho(ntqa, nbmb_l))
+        cq, cm = lq, lm
+        cq[: sq.size] += sq
+        cm[: sm.size] += sm
+        # mass at or above n: bulk * bulk ends below 2 w <= n, so only the long part's
+        top = float(lfull[n:].sum())
+        r2q, r2m = s2q + l2q, s2m + l2m
+        r1q = s1q + math.sqrt(nfft) * l2q
+        r1m = s1m + math.sqrt(nfft) * l2m
+        rv = 2 * w * a.h * s1q + n * a.h * math.sqrt(nfft) * l2q
+    q = np.empty(n + 1)
+    q[:n] = np.maximum(cq, 0.0)
+    q[n] = max(top, 0.0) + a.q[n] + b.q[n] - a.q[n] * b.q[n]
+    m = np.zeros(n + 1)
+    m[:n] = np.maximum(cm, 0.0)
+    errs = _conv_errors(a, b, na, nb, (r1q, r2q, r1m, r2m, rv))
+    return _flushed(_Part(a.h, q, m, *errs))
+
+
+def _small_leaf(s: float, c: float, bins: int) -> _Part:
+    """The leaf Y 1{Y <= c} on a grid of step sd(Y) / 100 (rounding noise <= 1/40,000 of
+    Var Y), within [c / 2^21, c / 64]."""
+    sd = math.exp(s * s / 2.0) * math.sqrt(math.expm1(s * s))
+    h = min(max(sd / 100.0, c / 2**21), c / 64.0)
+    n = int(math.ceil(c / h)) + 1
+    return _leaf(s, c / (n - 1), n, 0.0, c)
+
+
+def _mp_point(h: float, n: int) -> _Part:
+    """The point mass at 0 (a sum of no terms)."""
+    q = np.zeros(n + 1)
+    q[0] = 1.0
+    return _Part(h, q, np.zeros(n + 1), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def _threshold(s: float, t: int, tail: float) -> float:
+    """log c: the smallest (bisection) with P'(N >= 2) <= tail, N = #{i: Y_i > c}, P' the
+    law dP = (S / (t mu)) dQ (the remove pair's P): the tilted term above c and another one,
+    or two plain ones, (t - 1) p p' + (t - 1)^2 p^2 / 2 with p = Q(Y > c), p' = P(Y_1 > c)."""
+    if t == 1:
+        return 0.0
+
+    def excess(lam: float) -> float:
+        p = special.ndtr(-lam / s)
+        pt = special.ndtr((s * s - lam) / s)
+        return (t - 1) * p * pt + 0.5 * ((t - 1) * p) ** 2 - tail
+
+    lo, hi = 0.0, s * s + 40.0 * s
+    if excess(lo) <= 0:
+        return lo
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+class _Epoch(NamedTuple):
+    """One epoch of the k = 1 pair: the law of T in two parts (N = 0: every term <= c, on
+    a fine grid; N = 1: one term above c, on a coarse one), X = S / scale (scale = t mu)."""
+
+    parts: tuple[_Part, ...]
+    scale: float
+
+
+@functools.lru_cache(maxsize=32)
+def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _Epoch:
+    """The Q-law of the mean-preserving rounded sum T of S = sum_i Y_i (module doc), split
+    by N = #{i: Y_i > c}: N = 0 (t small terms, fine grid), N = 1 (t x one big term plus t -
+    1 small ones, coarse grid); N >= 2 (P'-mass <= tail / 10) is left out (absorbed)."""
+    s = 1.0 / sigma
+    mu = math.exp(s * s / 2.0)
+    sd = mu * math.sqrt(math.expm1(s * s))
+    lam = _threshold(s, t, tail / 10.0)
+    c = math.exp(lam)
+
+    def cap0(count: int) -> float:
+        return min(count * c, count * mu + 12.0 * sd * math.sqrt(count) + 2.0 * c)
+
+    leaf = _small_leaf(s, c, bins)
+    # R: the sum of t - 1 small terms, by repeated squaring, each partial sum of `count`
+    # terms on its own grid cap0(count) / bins
+    m_left, base, c_b = t - 1, leaf, 1
+    rest: _Part | None = None
+    c_r = 0
+    while m_left:
+        if m_left & 1:
+            if rest is None:
+                rest, c_r = base, c_b
+            else:
+                c_r += c_b
+                hn = cap0(c_r) / bins
+                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins))
+        m_left >>= 1
+        if m_left:
+            c_b *= 2
+            b2 = _mp_rebin(base, cap0(c_b) / bins, bins)
+            base = _mp_conv(b2, b2)
+    if rest is None:
+        rest = _mp_point(leaf.h, bins)
+    h0 = cap0(t) / bins
+    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins))
+    if t == 1:
+        part0 = _mp_rebin(leaf, h0, bins)
+    z = max(_Z_TAIL, -float(special.ndtri(tail)))
+    cap1 = max(2.0 * c, cap0(max(t - 1, 1)) + math.exp(s * s + z * s))
+    h1 = cap1 / bins
+    big = _leaf(s, h1, bins, c, math.inf)
+    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big)
+    part1 = _Part(h1, part1.q * t, part1.m * t, *(t * e for e in part1[3:]))
+    return _Epoch((part0, part1), t * mu)
+
+
+def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
+    """:func:`_epoch` on the coarsest grid (2^16 bins, up to 2^20 at small t: about 2^23 bin
+    x levels) whose N = 0 part keeps at most 100 ``tail`` of Q-mass at T = 0 (X' = 0, an
+    add loss of +inf; the threshold c of the largest term sets that grid, coarse against the
+    bulk of S for heavy tails), or None where none does (sigma below ~0.4): there the
+    one-sided rounding of :func:`_laws` (one epoch: the tail sets eps) is used."""
+    s = 1.0 / sigma
+    c = math.exp(_threshold(s, t, tail / 10.0))
+    mu = math.exp(s * s / 2.0)
+    sd = mu * math.sqrt(math.expm1(s * s))
+    cap = min(t * c, t * mu + 12.0 * sd * math.sqrt(t) + 2.0 * c)
+    levels = math.ceil(math.log2(max(t, 2))) + 3
+    for bins in (_MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS):
+        if bins > _MP_BINS and bins * levels > 2**23:
+            break
+        h0 = cap / bins
+        # Q(T = 0) <= Q(S < h0) <= Q(every Y_i < h0): no need to build the laws to know
+        log_all = t * float(special.log_ndtr(math.log(h0) / s))
+        if log_all < math.log(tail * 1e-3):
+            return _epoch(sigma, t, bins, tail)
+        if h0 > 0.05 * t * mu:  # a twentieth of E[S] or more: T = 0 holds more than tail
+            continue
+        ep = _epoch(sigma, t, bins, tail)
+        at_zero = 1.0 - sum(float(p.q[1:-1].sum()) for p in ep.parts)
+        if at_zero <= 100.0 * tail:  # (1e-8 a composition at the default tail)
+            return ep
+        # (a speed heuristic only) Q(T = 0) ~ E[(1 - Y / h)_+]^t: a 4x finer grid gains
+        # orders of magnitude at large t, little at small t
+        if at_zero > 1e-3 or (t < 50 and at_zero > 1000.0 * tail):
+            return None
+    return None
+
+
+#: P-mass at each end of the losses of one epoch moved validly (see _epoch_pmf)
+_TAIL_CUT = 1e-13
+#: losses are moved by this much on the safe side (float error in log and in the values)
+_ETA = 1e-9
+
+
+def _epoch_pairs(ep: _Epoch, direction: str, upper: bool):
+    """Atoms (P-mass, Q-mass, loss) of the one-epoch pair in ``direction``, and the mass at
+    +inf and L1 allowance (upper), from the parts of :func:`_epoch` (module doc).
+
+    Upper (dominating: Ũ = T h / (t mu) is a mean-preserving spread of X = dP/dQ under Q,
+    Blackwell): Q-mass q_j at X' = v_j / (t mu), P-mass q_j X'; the rest of P (absorbed,
+    N >= 2) at +inf. add: the two swapped (its Q-mass with no P-mass at +inf). Lower (a
+    garbling of the realised pair: T and N are a randomised function of the output): P-mass
+    m_j / (t mu), Q-mass q_j, lowered / raised by the bound on each bin's error."""
+    ps, qs = [], []
+    inf, allow = 0.0, 0.0
+    for part in ep.parts:
+        n = part.q.size - 1
+        v = np.arange(n, dtype=float) * part.h / ep.scale
+        q = part.q[:n]
+        if upper:  # the atoms' and the +inf mass's errors (L1 of the P-role law)
+            p = q * v
+            allow += 2.0 * (part.ev / ep.scale if direction == "remove" else part.e1)
+            qm = q
+        else:
+            if direction == "remove":
+                p = np.maximum(part.m[:n] - part.fi, 0.0) / ep.scale
+                qm = q + part.ei
+            else:
+                p = np.maximum(part.m[:n] + part.fi, 0.0) / ep.scale
+                qm = np.maximum(q - part.ei, 0.0)
+        keep = (p > 0) & (qm > 0)
+        ps.append(p[keep])
+        qs.append(qm[keep])
+    p = np.concatenate(ps)
+    q = np.concatenate(qs)
+    if direction == "add":
+        p, q = q, p
+    loss = np.log(p) - np.log(q)
+    if upper:
+        total = float(p.sum())
+        inf = max(0.0, 1.0 - total)
+        loss = loss + _ETA
+    else:
+        loss = loss - _ETA
+    return p, loss, inf, allow
+
+
+def _cut_range(k: np.ndarray, p: np.ndarray, low: float,
+               high: float) -> tuple[int, int, float, float]:
+    """(k_lo, k_hi, P-mass below k_lo, P-mass above k_hi): the loss intervals that hold all
+    but ``low`` / ``high`` of the P-mass at each end."""
+    order = np.argsort(k, kind="stable")
+    ks, cum = k[order], np.cumsum(p[order])
+    lo = int(np.searchsorted(cum, low, side="right"))
+    hi = int(np.searchsorted(cum, cum[-1] - high, side="left"))
+    lo, hi = min(lo, ks.size - 1), max(min(hi, ks.size - 1), min(lo, ks.size - 1))
+    k_lo, k_hi = int(ks[lo]), int(ks[hi])
+    below = float(p[k < k_lo].sum())
+    above = float(p[k > k_hi].sum())
+    return k_lo, k_hi, below, above
+
+
+def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool, tail: float = 1e-10):
+    """Discrete PLD (``accounting.pld._PMF``) of one epoch on {k h}: the atoms of
+    :func:`_epoch_pairs` bucketed into loss intervals [k h, (k+1) h) and discretised as
+    :mod:`accounting.pld` does for its pairs (connect-the-dots upper, merge-down lower);
+    returns (pmf, allowance).
+
+    The extreme losses, _TAIL_CUT of P-mass at each end (FFT round-off far from the bulk,
+    which would stretch the grid over millions of points), are moved validly: upper, the
+    low end rounded up onto the grid and the high end to +inf; lower, both dropped (the
+    composed delta loses at most that mass per composition), and at the low end up to 10
+    ``tail`` (bins whose error bounds crush their loss far below the bulk: t ~ 10^5)."""
+    from . import pld
+
+    p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
+    k = np.floor(loss / h).astype(np.int64)
+    k0, k1, below, above = _cut_range(k, p, _TAIL_CUT if upper else max(_TAIL_CUT,
+                                                                       10.0 * tail), _TAIL_CUT)
+    sel = (k >= k0) & (k <= k1)
+    idx = k[sel] - k0
+    width = k1 - k0 + 1
+    pm = np.bincount(idx, p[sel], width)
+    qm = np.bincount(idx, p[sel] * np.exp(-loss[sel]), width)
+    pmf = pld._discretise(pm[None], qm[None], np.array([below if upper else 0.0]),
+                          np.array([inf + above if upper else 0.0]), k0, h, upper)[0]
+    return pmf, allow
 
 
 # ---------------------------------------------------------------- the event
@@ -530,11 +1207,16 @@ class RandomAllocation(Event):
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        laws = _laws(self.sigma, m, _BINS, self._tail)
-        n = laws.p_dn.size - 1
-        j = np.arange(1, n + 1, dtype=float)
-        loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
-        w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
+        ep = _mean_preserving(self.sigma, m, self._tail)
+        if ep is not None:
+            p, loss, _, _ = _epoch_pairs(ep, "remove", True)
+            w = p / max(float(p.sum()), 1e-300)
+        else:
+            laws = _laws(self.sigma, m, _BINS, self._tail)
+            n = laws.p_dn.size - 1
+            j = np.arange(1, n + 1, dtype=float)
+            loss = np.log(j * laws.hy / m) - 0.5 / self.sigma**2
+            w = laws.p_dn[1:] / max(float(laws.p_dn[1:].sum()), 1e-300)
         mean = float((w * loss).sum())
         return float(self.selected * (w * (loss - mean) ** 2).sum())
 
@@ -553,6 +1235,11 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
+        ep = _mean_preserving(self.sigma, m, self._tail)
+        if ep is not None:
+            pmf, allow = _epoch_pmf(ep, h, direction, upper, self._tail)
+            return [(pmf, self.count)], self.count * allow
+        # heavy tails (the grid of S below c too coarse for the bulk): one-sided rounding
         laws = _laws(self.sigma, m, _BINS, self._tail)
         if direction == "remove":
             law = laws.p_up if upper else laws.p_dn
