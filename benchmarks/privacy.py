@@ -289,7 +289,8 @@ def sampling_table(rep: Report, rows: list[dict[str, Any]]) -> list[dict[str, An
 
 #: Cases (sigma, t, k, epochs) of the allocation table beside PLD-accounting 2.0 (the peer
 #: takes ~10 s a case at t = 120 and minutes at t = 1,000, so the quick profile runs one).
-PEER_CASES = ((1.0, 120, 1, 1), (1.0, 120, 2, 1), (1.0, 120, 1, 10))
+PEER_CASES = ((1.0, 120, 1, 1), (1.0, 120, 2, 1), (1.0, 120, 1, 10), (0.8, 1000, 1, 1),
+              (1.0, 1000, 4, 1))
 
 
 def allocation_peer_table(rep: Report, cases: Sequence[tuple[float, int, int, int]],
