@@ -151,6 +151,8 @@ _FLOOR = 1e-16
 _MP_BINS = 2**16
 #: Bulks of at most this many bins are convolved directly, in extended precision
 _DIRECT = 1000
+#: The same for small deltas (:meth:`RandomAllocation.for_delta`)
+_SMALL_DIRECT = 8192
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -792,7 +794,7 @@ def _conv_errors(a: _Part, b: _Part, na: _Norms, nb: _Norms,
     return e1, e2, f1, f2, ei, fi, ev
 
 
-def _mp_conv(a: _Part, b: _Part) -> _Part:
+def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
     """The law of A + B (same grid, absorbing top) and its moments m = m_A * q_B + q_A *
     m_B, by FFT, with the error bounds propagated (Young's inequality) and the round-off
     added (L2 per FFT, times sqrt(length) in L1).
@@ -830,7 +832,7 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         bqb, tqb = (bqa, tqa) if same else _split(qb, w)
         bmb, tmb = (bma, tma) if same else _split(mb, w)
         nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
-        if w <= _DIRECT:  # bulk * bulk summed directly in extended precision
+        if w <= direct:  # bulk * bulk summed directly in extended precision
             ld = np.longdouble
             sq = np.convolve(bqa.astype(ld), bqb.astype(ld)).astype(float)
             sm = (np.convolve(bma.astype(ld), bqb.astype(ld))
@@ -933,7 +935,8 @@ class _Epoch(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _Epoch:
+def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10,
+           direct: int = _DIRECT) -> _Epoch:
     """The Q-law of the mean-preserving rounded sum T of S = sum_i Y_i (module doc), split
     by N = #{i: Y_i > c}: N = 0 (t small terms, fine grid), N = 1 (t x one big term plus t -
     1 small ones, coarse grid); N >= 2 (P'-mass <= tail / 10) is left out (absorbed)."""
@@ -959,28 +962,29 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
             else:
                 c_r += c_b
                 hn = cap0(c_r) / bins
-                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins))
+                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins), direct)
         m_left >>= 1
         if m_left:
             c_b *= 2
             b2 = _mp_rebin(base, cap0(c_b) / bins, bins)
-            base = _mp_conv(b2, b2)
+            base = _mp_conv(b2, b2, direct)
     if rest is None:
         rest = _mp_point(leaf.h, bins)
     h0 = cap0(t) / bins
-    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins))
+    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins), direct)
     if t == 1:
         part0 = _mp_rebin(leaf, h0, bins)
     z = max(_Z_TAIL, -float(special.ndtri(tail)))
     cap1 = max(2.0 * c, cap0(max(t - 1, 1)) + math.exp(s * s + z * s))
     h1 = cap1 / bins
     big = _leaf(s, h1, bins, c, math.inf)
-    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big)
+    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big, direct)
     part1 = _Part(h1, part1.q * t, part1.m * t, *(t * e for e in part1[3:]))
     return _Epoch((part0, part1), t * mu)
 
 
-def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
+def _mean_preserving(sigma: float, t: int, tail: float,
+                     small: bool = False) -> _Epoch | None:
     """:func:`_epoch` on the coarsest grid (2^16 bins, up to 2^20 at small t: about 2^23 bin
     x levels) whose N = 0 part keeps at most 100 ``tail`` of Q-mass at T = 0 (X' = 0, an
     add loss of +inf; the threshold c of the largest term sets that grid, coarse against the
@@ -992,17 +996,23 @@ def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
     sd = mu * math.sqrt(math.expm1(s * s))
     cap = min(t * c, t * mu + 12.0 * sd * math.sqrt(t) + 2.0 * c)
     levels = math.ceil(math.log2(max(t, 2))) + 3
-    for bins in (_MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS):
-        if bins > _MP_BINS and bins * levels > 2**23:
+    # small deltas (``small``): a coarser first grid with every early partial sum convolved
+    # directly in extended precision (round-off relative per entry, where the FFT's is
+    # absolute and multiplied by t / count up the tree): the error bounds ~10x smaller
+    grids = (_MP_BINS // 4, _MP_BINS, 4 * _MP_BINS) if small else (
+        _MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS)
+    direct = _SMALL_DIRECT if small else _DIRECT
+    for bins in grids:
+        if bins > grids[0] and bins * levels > 2**23:
             break
         h0 = cap / bins
         # Q(T = 0) <= Q(S < h0) <= Q(every Y_i < h0): no need to build the laws to know
         log_all = t * float(special.log_ndtr(math.log(h0) / s))
         if log_all < math.log(tail * 1e-3):
-            return _epoch(sigma, t, bins, tail)
+            return _epoch(sigma, t, bins, tail, direct)
         if h0 > 0.05 * t * mu:  # a twentieth of E[S] or more: T = 0 holds more than tail
             continue
-        ep = _epoch(sigma, t, bins, tail)
+        ep = _epoch(sigma, t, bins, tail, direct)
         at_zero = 1.0 - sum(float(p.q[1:-1].sum()) for p in ep.parts)
         if at_zero <= 100.0 * tail:  # (1e-8 a composition at the default tail)
             return ep
@@ -1124,6 +1134,8 @@ class RandomAllocation(Event):
     kind: ClassVar[str] = "random_allocation"
     #: per-node tail probability of the capped sums (:func:`_laws`)
     _tail: ClassVar[float] = 1e-10
+    #: small-delta grids (:meth:`for_delta`)
+    _small: ClassVar[bool] = False
     #: how the batches are drawn (:mod:`accounting.relations`)
     sampling: ClassVar[str] = "random-allocation"
 
@@ -1202,12 +1214,23 @@ class RandomAllocation(Event):
                 "relation": self.relation}
 
     # ------------------------------------------------------------ PLD hooks
+    def for_delta(self, delta: float) -> RandomAllocation:
+        """The same event with its discrete PLD built for a target ``delta`` (the optional
+        PLDPart protocol method of :func:`accounting.pld.pld_epsilon`): per-node tails
+        delta 1e-3 / (2 t x compositions) (N >= 2, cap overflow: absorbed at +inf) and the
+        small-delta grids of :func:`_mean_preserving`; the same pair, so the same bounds
+        hold, only the allowances are smaller."""
+        tail = max(1e-300, min(self._tail, delta * 1e-3 / (2.0 * self.steps_per_epoch
+                                                            * self.count)))
+        return _variant(tail, True)(self.sigma, self.steps_per_epoch, self.selected,
+                                    self.epochs, self.note, self.relation)
+
     def pld_loss_variance(self) -> float:
         """Variance of the one-epoch privacy loss under P (sets the PLD grid step)."""
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        ep = _mean_preserving(self.sigma, m, self._tail)
+        ep = _mean_preserving(self.sigma, m, self._tail, self._small)
         if ep is not None:
             p, loss, _, _ = _epoch_pairs(ep, "remove", True)
             w = p / max(float(p.sum()), 1e-300)
@@ -1235,7 +1258,7 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        ep = _mean_preserving(self.sigma, m, self._tail)
+        ep = _mean_preserving(self.sigma, m, self._tail, self._small)
         if ep is not None:
             pmf, allow = _epoch_pmf(ep, h, direction, upper, self._tail)
             return [(pmf, self.count)], self.count * allow
@@ -1322,12 +1345,15 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
 
 def _small_tail_event(ev: RandomAllocation, delta: float) -> RandomAllocation:
     """The same event with per-node cap overflow ~ delta 1e-3 / (2 t x compositions)."""
-    tail = max(1e-300, delta * 1e-3 / (2.0 * ev.steps_per_epoch * ev.count))
+    return ev.for_delta(delta)
 
-    class _Tail(RandomAllocation):
-        _tail = tail
 
-    return _Tail(ev.sigma, ev.steps_per_epoch, ev.selected, ev.epochs)
+@functools.lru_cache(maxsize=64)
+def _variant(tail: float, small: bool) -> type:
+    """A subclass of :class:`RandomAllocation` with these tails / grids (one per value, so
+    that equal variants are of the same type)."""
+    return type("RandomAllocation", (RandomAllocation,), {"_tail": tail, "_small": small,
+                                                          "__module__": __name__})
 
 
 def _lower_only(sigma: float, steps: int, delta: float, selected: int, epochs: int,

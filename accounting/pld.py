@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -1149,6 +1150,15 @@ def pld_epsilon(
         upper = min(upper, pure)
     if lo_exact is not None:
         lower = max(lower, lo_exact * (1.0 - 1e-11))
+    if math.isinf(upper):
+        # events whose discrete PLD can be certified at a smaller delta (tails and round-off
+        # scaled to it: the PLDPart protocol's optional ``for_delta(delta)``) retry once
+        small = [replace(p, event=p.event.for_delta(delta))
+                 if isinstance(p, PLDPart) and hasattr(p.event, "for_delta") else p
+                 for p in others]
+        if any(a is not b for a, b in zip(small, others)):
+            upper = _bound(events, small, opts, True,
+                           lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
     if math.isinf(upper):
         # a finite eps may exist but the discretisation's allowance (or an atom at +inf of
         # the discretised loss) reached delta: the RDP accountant, which must itself support
