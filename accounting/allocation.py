@@ -532,15 +532,17 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     the error bounds and (whole intervals) the accurate E[Y | I] / h - j, written into
     ``out`` = (mass, g, g2, err, ferr, exact_ey, exact_ey2)."""
     mass, g, g2, err, ferr, exact_ey, exact_ey2 = out
+    ld = np.longdouble  # every step in extended precision: errors in its unit round-off
     zl = z[:-1]
-    j = np.arange(z.size - 1, dtype=float)
+    j = np.arange(z.size - 1, dtype=ld)
     ji = j[idx]
+    s = ld(s)
     # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
     # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
     whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
     with np.errstate(divide="ignore"):
         half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
-                        np.log(x[idx + 1] / x[idx])) / (2.0 * s)
+                        np.log(x[idx + 1].astype(ld) / x[idx])) / (2.0 * s)
     lo = zl[idx]
     pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
                                    / 0.05)).astype(np.int64)
@@ -550,21 +552,22 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     dd = half[owner] / pieces[owner]
     mm = lo[owner] + (2.0 * k + 1.0) * dd
     c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
-    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
+    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / _SQRT_2PI * (1.0 + c0)
     r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
     r2m1 = (c2 - c1) / (1.0 + c1)
     y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
     y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
-    mass[idx] = np.bincount(owner, ms, idx.size)
-    g[idx] = np.bincount(owner, ms * y1, idx.size)
-    g2[idx] = np.bincount(owner, ms * y2, idx.size)
-    err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
+    mass[idx] = _seg_sum(ms, first)
+    g[idx] = _seg_sum(ms * y1, first)
+    g2[idx] = _seg_sum(ms * y2, first)
+    u_ld = _U_LD
+    err[idx] = 16.0 * u_ld * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
                                                   / h + 1.0)
-    ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
+    ferr[idx] = 16.0 * u_ld * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
                                                 / h + 1.0)
     # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
-    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
-    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * u_ld / np.maximum(s * half, 1e-300))
+    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * u_ld / np.maximum(s * half, 1e-300))
     # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
     # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
     if whole.any():
@@ -578,20 +581,31 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
         wg = wm * y1[wp]
         sel = idx[whole]
         cnt = np.flatnonzero(whole).size
-        own = np.searchsorted(np.flatnonzero(whole), owner[wp])
-        tot_m = np.bincount(own, wm, cnt)
-        tot_g = np.bincount(own, wg, cnt)
+        starts = (np.cumsum(pieces[whole]) - pieces[whole])
+        assert starts.size == cnt
+        tot_m = _seg_sum(wm, starts)
+        tot_g = _seg_sum(wg, starts)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ey_w = np.bincount(own, wm * f1, cnt) / tot_m
-            ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
+            ey_w = _seg_sum(wm * f1, starts) / tot_m
+            ey2_w = _seg_sum(wg * f2, starts) / tot_g
         ok = (tot_m > 1e-290) & (tot_g > 1e-290)
         exact_ey[sel[ok]] = ey_w[ok]
         exact_ey2[sel[ok]] = ey2_w[ok]
         g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
         g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
         pw = pieces[whole][ok]
-        err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
-        ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
+        err[sel[ok]] = 4.0 * (pw + 8.0) * u_ld * mass[sel[ok]]
+        ferr[sel[ok]] = 4.0 * (pw + 8.0) * u_ld * g[sel[ok]]
+
+
+#: sqrt(2 pi) in extended precision
+_SQRT_2PI = np.sqrt(2.0 * np.arccos(np.longdouble(-1.0)))
+
+
+def _seg_sum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of the consecutive segments of ``v`` that begin at ``starts`` (each nonempty),
+    in v's precision (np.bincount would round to double)."""
+    return np.add.reduceat(v, starts) if v.size else v[:0]
 
 
 def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
@@ -599,6 +613,7 @@ def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
     """The interval of :func:`_leaf` from Y = 0 (z = -inf): tails of the normal CDF
     (accurate there), with their error bounds, written into ``out``."""
     mass, g, g2, err, ferr = out[:5]
+    z = z.astype(float)  # (scipy's ndtr is double only: tails, accurate there)
     zl, zh = z[:-1], z[1:]
     j = np.arange(z.size - 1, dtype=float)
     m0, e0 = _ndiff(zl[rest], zh[rest])
@@ -625,13 +640,14 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     -inf) uses the normal CDF (a tail: accurate). Rounding errors bounded per bin (e1: L1
     of q, f1: of m)."""
     x = np.minimum(np.maximum(np.arange(n, dtype=float) * h, a), b)
+    ld = np.longdouble
     with np.errstate(divide="ignore"):
-        z = np.log(x) / s
+        z = np.log(x.astype(ld)) / ld(s)
     zl, zh = z[:-1], z[1:]
-    j = np.arange(n - 1, dtype=float)
-    mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
-    err, ferr = np.zeros(n - 1), np.zeros(n - 1)
-    exact_ey, exact_ey2 = np.full(n - 1, np.nan), np.full(n - 1, np.nan)
+    j = np.arange(n - 1, dtype=ld)
+    mass, g, g2 = np.zeros(n - 1, ld), np.zeros(n - 1, ld), np.zeros(n - 1, ld)
+    err, ferr = np.zeros(n - 1, ld), np.zeros(n - 1, ld)
+    exact_ey, exact_ey2 = np.full(n - 1, np.nan, ld), np.full(n - 1, np.nan, ld)
     # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
     fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
     out = (mass, g, g2, err, ferr, exact_ey, exact_ey2)
@@ -646,18 +662,23 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     ey = np.where(np.isnan(exact_ey), np.nan_to_num(ey, nan=0.5), exact_ey)
     ey2 = np.where(np.isnan(exact_ey2), np.nan_to_num(ey2, nan=0.5), exact_ey2)
     tiny = zh <= -37.5
-    err[tiny] += 2.0 * special.ndtr(zh[tiny])
-    ferr[tiny] += 2.0 * special.ndtr(zh[tiny] - s) * math.exp(s * s / 2.0)
+    zt_ = zh[tiny].astype(float)
+    err[tiny] += 2.0 * special.ndtr(zt_)
+    ferr[tiny] += 2.0 * special.ndtr(zt_ - s) * math.exp(s * s / 2.0)
     err += np.where(mass <= 1e-290, 2.0 * mass, 0.0)
     ferr += np.where(g <= 1e-290, 2.0 * g, 0.0)
     up = mass * np.clip(ey, 0.0, 1.0)  # the mass sent up to j + 1
     mup = g * np.clip(ey2, 0.0, 1.0)
-    q = np.zeros(n + 1)
-    m = np.zeros(n + 1)
+    q = np.zeros(n + 1, ld)
+    m = np.zeros(n + 1, ld)
     q[:-2] += mass - up
     q[1:-1] += up
     m[:-2] += g - mup
     m[1:-1] += mup
+    q, m = q.astype(float), m.astype(float)
+    # the one rounding to double: half an ulp of each entry, <= (mass_j + mass_j-1) u / 2
+    err += _U * mass
+    ferr += _U * g
     top_lo = max(a, (n - 1) * h)
     if b > top_lo:
         zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
@@ -814,7 +835,7 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
     nfft = sfft.next_fast_len(2 * n, real=True)
     c_l = 8.0 * _U * math.log2(nfft)
     na, nb = _norms(a, n), _norms(b, n)
-    if w > n // 8:  # spread out: one long FFT
+    if w > n // 8 and w > direct:  # spread out: one long FFT
         fqa, fma = sfft.rfft(qa, nfft), sfft.rfft(ma, nfft)
         fqb, fmb = (fqa, fma) if same else (sfft.rfft(qb, nfft), sfft.rfft(mb, nfft))
         full = sfft.irfft(fqa * fqb, nfft)
@@ -842,7 +863,10 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
             g = 1.01 * ((2 * w + 2) * _U_LD + _U)
             s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
             s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
-        else:  # short FFT
+            over = float(sq[n:].sum())  # (w > n / 2: bulk sums at or above the top)
+            sq, sm = sq[:n], sm[:n]
+        else:  # short FFT (2 w <= n / 4: nothing at or above the top)
+            over = 0.0
             fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
             fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
             sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
@@ -871,8 +895,8 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
         cq, cm = lq, lm
         cq[: sq.size] += sq
         cm[: sm.size] += sm
-        # mass at or above n: bulk * bulk ends below 2 w <= n, so only the long part's
-        top = float(lfull[n:].sum())
+        # mass at or above n: the long part's, and the bulk's where 2 w > n
+        top = float(lfull[n:].sum()) + over
         r2q, r2m = s2q + l2q, s2m + l2m
         r1q = s1q + math.sqrt(nfft) * l2q
         r1m = s1m + math.sqrt(nfft) * l2m
@@ -999,7 +1023,7 @@ def _mean_preserving(sigma: float, t: int, tail: float,
     # small deltas (``small``): a coarser first grid with every early partial sum convolved
     # directly in extended precision (round-off relative per entry, where the FFT's is
     # absolute and multiplied by t / count up the tree): the error bounds ~10x smaller
-    grids = (_MP_BINS // 4, _MP_BINS, 4 * _MP_BINS) if small else (
+    grids = (_MP_BINS // 16, _MP_BINS // 4, _MP_BINS) if small else (
         _MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS)
     direct = _SMALL_DIRECT if small else _DIRECT
     for bins in grids:
@@ -1326,15 +1350,20 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
 
     g_lo, g_up = allocation_gaussian_bounds(sigma, steps, delta, selected=selected,
                                             epochs=epochs)
-    b = pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    b = pld_epsilon([ev], delta, **kwargs)
     lower, upper = b.lower, b.upper
-    if not (upper >= g_lo) or not (lower < upper) or upper >= g_up:
-        # the PLD gave up on the upper end (its allowance reached delta: the capped sums'
-        # top bins) and its fallback does not know this event: retry with caps whose
-        # overflow is far below delta (a coarser grid), then the closed form
-        ev = _small_tail_event(RandomAllocation(sigma, steps, selected, epochs), delta)
-        b = pld_epsilon([ev], delta, **kwargs)
-        lower, upper = b.lower, b.upper
+    if not (upper >= g_lo) or not (lower < upper) or upper - lower > 0.01 * upper:
+        # the allowances (tails, error bounds ~1e-9) are a sizeable part of delta: the
+        # variant built for this delta (:meth:`RandomAllocation.for_delta`; pld_epsilon
+        # itself retries with it only where its upper end is infinite). Both brackets are
+        # certified: keep the better end of each
+        b = pld_epsilon([ev.for_delta(delta)], delta, **kwargs)
+        if b.upper >= g_lo and b.lower < b.upper:
+            if not (upper >= g_lo) or not (lower < upper):
+                lower, upper = b.lower, b.upper
+            else:
+                lower, upper = max(lower, b.lower), min(upper, b.upper)
         if not (upper >= g_lo) or not (lower < upper):
             upper = g_up
             lower = _lower_only(sigma, steps, delta, selected, epochs, kwargs)
