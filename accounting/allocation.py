@@ -1026,6 +1026,9 @@ def _mean_preserving(sigma: float, t: int, tail: float,
     grids = (_MP_BINS // 16, _MP_BINS // 4, _MP_BINS) if small else (
         _MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS)
     direct = _SMALL_DIRECT if small else _DIRECT
+    # Q(T = 0) allowed: 100 tail a composition (1e-8 at the default tail); small-delta
+    # variants (tail = delta 1e-3 / (2 t x compositions)): delta / 200 over all compositions
+    limit = 10.0 * t * tail if small else 100.0 * tail
     for bins in grids:
         if bins > grids[0] and bins * levels > 2**23:
             break
@@ -1038,11 +1041,11 @@ def _mean_preserving(sigma: float, t: int, tail: float,
             continue
         ep = _epoch(sigma, t, bins, tail, direct)
         at_zero = 1.0 - sum(float(p.q[1:-1].sum()) for p in ep.parts)
-        if at_zero <= 100.0 * tail:  # (1e-8 a composition at the default tail)
+        if at_zero <= limit:
             return ep
         # (a speed heuristic only) Q(T = 0) ~ E[(1 - Y / h)_+]^t: a 4x finer grid gains
         # orders of magnitude at large t, little at small t
-        if at_zero > 1e-3 or (t < 50 and at_zero > 1000.0 * tail):
+        if at_zero > 1e-3 or (not small and t < 50 and at_zero > 10.0 * limit):
             return None
     return None
 
@@ -1126,8 +1129,8 @@ def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool, tail: float = 
 
     p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
     k = np.floor(loss / h).astype(np.int64)
-    k0, k1, below, above = _cut_range(k, p, _TAIL_CUT if upper else max(_TAIL_CUT,
-                                                                       10.0 * tail), _TAIL_CUT)
+    cut = min(_TAIL_CUT, 10.0 * tail)  # (small-delta variants: scaled with their tail)
+    k0, k1, below, above = _cut_range(k, p, cut if upper else max(cut, 10.0 * tail), cut)
     sel = (k >= k0) & (k <= k1)
     idx = k[sel] - k0
     width = k1 - k0 + 1
