@@ -82,8 +82,24 @@ after): one epoch, t = 12 / 120 / 1,000 at sigma 1: 0.06% / 0.28% / 1.46%, 1.3-2
 -> 0.03% (sigma 0.8), 44% -> 0.12% (sigma 0.5, 0.6 s); t = 10,000, sigma 1: 0.08%. Over 60
 settings (sigma 0.5-2, t 12-1,000, 1 and 10 epochs, delta 1e-5 and 1e-3) every new bracket
 lies inside the old one. Still wide: sigma <= 0.45 at t = 12 with ten epochs (one-sided
-rounding: sigma 0.5 [21.4, 26.9]), delta <= 1e-10 at t = 1,000 (the error allowance,
-~1e-9, reaches delta: the no-amplification bound).
+rounding: sigma 0.5 [21.4, 26.9]).
+
+Small deltas (:meth:`RandomAllocation.for_delta`, used by :func:`allocation_epsilon_bounds`
+and by :func:`accounting.pld.pld_epsilon` where its upper end is infinite). The default
+event's allowances (error bounds ~1e-9 at t = 1,000, tails 1e-10) reach delta near 1e-9;
+the variant scales every tail with delta (per node delta 1e-3 / (2 t x compositions); the
+N-split threshold, the caps, the cut loss range, the allowed Q(T = 0) with it) and lowers
+the round-off: leaves in extended precision (errors in its unit round-off, one rounding to
+double), grids from 2^12 bins so that every partial sum's bulk (up to 8,192 bins) is
+convolved directly in extended precision (relative round-off per entry) instead of by FFT
+(absolute, multiplied by t / count up the tree): e1 ~1e-12 at t = 1,000 (was ~5e-10).
+Measured (delta, sigma, t, epochs: width before -> after, wall s): 1e-10, 1, 1,000, 1:
+92% -> 0.51% (0.7 s); 1e-10, 0.8, 1,000: 80% -> 0.48%; 1e-10, 2, 1,000: 97% -> 0.33%;
+1e-10, 1, 120, 10 epochs: 89% -> 1.1%; 1e-8, 1, 1,000, 10 epochs: 97% -> 0.59%; 1e-12, 1,
+12: 34% -> 1.5%; 1e-12, 1, 120: 65% -> 5%. The floor is the rounding of every partial sum
+to double (~1e-16 relative an entry, times t in L1): delta 1e-12 stays at the
+no-amplification bound at t = 1,000 and with ten epochs at small t, and sigma 0.6 at 1e-12
+is 25-40% wide (one-sided rounding at t = 12; a value-weighted error at t = 120).
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -532,7 +548,8 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     the error bounds and (whole intervals) the accurate E[Y | I] / h - j, written into
     ``out`` = (mass, g, g2, err, ferr, exact_ey, exact_ey2)."""
     mass, g, g2, err, ferr, exact_ey, exact_ey2 = out
-    ld = np.longdouble  # every step in extended precision: errors in its unit round-off
+    ld = z.dtype.type  # (extended precision where z is: errors in its unit round-off)
+    u_ld = _U_LD if ld is np.longdouble else _U
     zl = z[:-1]
     j = np.arange(z.size - 1, dtype=ld)
     ji = j[idx]
@@ -552,7 +569,7 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     dd = half[owner] / pieces[owner]
     mm = lo[owner] + (2.0 * k + 1.0) * dd
     c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
-    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / _SQRT_2PI * (1.0 + c0)
+    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / np.sqrt(2.0 * np.arccos(ld(-1.0))) * (1.0 + c0)
     r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
     r2m1 = (c2 - c1) / (1.0 + c1)
     y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
@@ -560,7 +577,6 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     mass[idx] = _seg_sum(ms, first)
     g[idx] = _seg_sum(ms * y1, first)
     g2[idx] = _seg_sum(ms * y2, first)
-    u_ld = _U_LD
     err[idx] = 16.0 * u_ld * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
                                                   / h + 1.0)
     ferr[idx] = 16.0 * u_ld * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
@@ -598,9 +614,6 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
         ferr[sel[ok]] = 4.0 * (pw + 8.0) * u_ld * g[sel[ok]]
 
 
-#: sqrt(2 pi) in extended precision
-_SQRT_2PI = np.sqrt(2.0 * np.arccos(np.longdouble(-1.0)))
-
 
 def _seg_sum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Sums of the consecutive segments of ``v`` that begin at ``starts`` (each nonempty),
@@ -627,7 +640,7 @@ def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
                   + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
 
 
-def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
+def _leaf(s: float, h: float, n: int, a: float, b: float, ext: bool = False) -> _Part:
     """Y 1{a <= Y < b}, log Y ~ N(0, s^2), rounded at random onto {j h} keeping its mean
     (Y in [j h, (j+1) h] goes to j + 1 with probability Y / h - j): Q-masses q_j, moments
     m_j = E[Y; T = j], Y > (n - 1) h absorbed (index n).
@@ -640,7 +653,7 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     -inf) uses the normal CDF (a tail: accurate). Rounding errors bounded per bin (e1: L1
     of q, f1: of m)."""
     x = np.minimum(np.maximum(np.arange(n, dtype=float) * h, a), b)
-    ld = np.longdouble
+    ld = np.longdouble if ext else np.float64  # ext: in extended precision (small deltas)
     with np.errstate(divide="ignore"):
         z = np.log(x.astype(ld)) / ld(s)
     zl, zh = z[:-1], z[1:]
@@ -675,10 +688,11 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     q[1:-1] += up
     m[:-2] += g - mup
     m[1:-1] += mup
-    q, m = q.astype(float), m.astype(float)
-    # the one rounding to double: half an ulp of each entry, <= (mass_j + mass_j-1) u / 2
-    err += _U * mass
-    ferr += _U * g
+    if ext:
+        q, m = q.astype(float), m.astype(float)
+        # the one rounding to double: half an ulp of each entry, <= (mass_j + mass_j-1) u / 2
+        err += _U * mass
+        ferr += _U * g
     top_lo = max(a, (n - 1) * h)
     if b > top_lo:
         zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
@@ -719,7 +733,7 @@ def _flushed(p: _Part) -> _Part:
                  p.fi + _TINY, p.ev + dv)
 
 
-def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
+def _mp_rebin(p: _Part, h_new: float, n_new: int, ext: bool = False) -> _Part:
     """``p`` moved onto {j h_new} (n_new + 1 bins) keeping every value's mean: the mass at
     x goes to floor(x / h_new) and the next point in proportion; x > (n_new - 1) h_new and
     the old absorbed bin are absorbed. Moments split with the masses."""
@@ -729,19 +743,54 @@ def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
     lo = np.floor(x[keep]).astype(np.int64)
     w = x[keep] - lo
     q, m = p.q[:n_old][keep], p.m[:n_old][keep]
-    nq = (np.bincount(lo, q * (1.0 - w), n_new + 1) + np.bincount(lo + 1, q * w, n_new + 1))
-    nm = (np.bincount(lo, m * (1.0 - w), n_new + 1) + np.bincount(lo + 1, m * w, n_new + 1))
-    nq = nq[: n_new + 1]
-    nm = nm[: n_new + 1]
+    if ext:
+        nq, nm = _split_ld(q, lo, w, n_new), _split_ld(m, lo, w, n_new)
+    else:
+        nq = (np.bincount(lo, q * (1.0 - w), n_new + 1)
+              + np.bincount(lo + 1, q * w, n_new + 1))[: n_new + 1]
+        nm = (np.bincount(lo, m * (1.0 - w), n_new + 1)
+              + np.bincount(lo + 1, m * w, n_new + 1))[: n_new + 1]
     nq[n_new] = p.q[n_old] + float(p.q[:n_old][~keep].sum())
     nm[n_new] = 0.0
     # a bin's error gathers those of the old bins sent to it (row sums of the split)
     rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
     r = max(1.0, float(rows.max()) if rows.size else 1.0)
-    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder)
-    return _Part(h_new, nq, nm, p.e1, min(p.e2 * math.sqrt(r), p.e1), p.f1,
-                 min(p.f2 * math.sqrt(r), p.f1), min(p.ei * r, p.e2 * math.sqrt(r), p.e1),
-                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1), p.ev + h_new * p.e1)
+    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder); plus the
+    # rounding of the split itself (:func:`_split_ld`), relative per entry
+    terms = math.ceil(h_new / p.h) + 1.0 if h_new >= p.h else 2.0
+    # (in double: the same count of roundings, of the double's unit round-off _U / 2)
+    g = 1.01 * ((2.0 * terms + 6.0) * _U_LD + _U / 2.0) if ext else 1.01 * (
+        2.0 * terms + 6.0) * _U / 2.0
+    # the new entries' norms from the old ones (the split keeps mass and mean, a new entry
+    # gathers <= r times the largest old one; 1.01: their own rounding), not from the new
+    # arrays, whose subnormal entries would slow every product; |v|_2 <= sqrt(|v|_1 |v|_inf)
+    sq, sm = 1.01 * float(q.sum()), 1.01 * float(m.sum())
+    mq = 1.01 * r * float(q.max(initial=0.0))
+    mm = 1.01 * r * float(m.max(initial=0.0))
+    d1q, d1m = g * sq, g * sm
+    d2q, d2m = g * math.sqrt(sq * mq), g * math.sqrt(sm * mm)
+    dv = g * 1.01 * float(np.einsum("i,i->", q, x[keep])) * h_new
+    return _Part(h_new, nq, nm, p.e1 + d1q, min(p.e2 * math.sqrt(r), p.e1) + d2q, p.f1 + d1m,
+                 min(p.f2 * math.sqrt(r), p.f1) + d2m,
+                 min(p.ei * r, p.e2 * math.sqrt(r), p.e1) + g * mq,
+                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1) + g * mm,
+                 p.ev + h_new * p.e1 + dv)
+
+
+def _split_ld(v: np.ndarray, lo: np.ndarray, w: np.ndarray, n_new: int) -> np.ndarray:
+    """sum_i v_i (1 - w_i) at lo_i and v_i w_i at lo_i + 1 (lo nondecreasing), in extended
+    precision, rounded once to double. An entry gathers <= ``terms`` = ceil(h_new / h_old)
+    + 1 nonnegative products from each side (w = x - floor(x) is exact, 1 - w and each
+    product one rounding, the additions one each): <= 2 terms + 6 extended ulps of it,
+    then half an ulp of double."""
+    out = np.zeros(n_new + 2, np.longdouble)
+    if v.size:
+        ld = np.longdouble
+        vv, ww = v.astype(ld), w.astype(ld)
+        starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
+        out[lo[starts]] += np.add.reduceat(vv * (1 - ww), starts)
+        out[lo[starts] + 1] += np.add.reduceat(vv * ww, starts)
+    return out[: n_new + 1].astype(float)
 
 
 class _Norms(NamedTuple):
@@ -854,13 +903,13 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
         bmb, tmb = (bma, tma) if same else _split(mb, w)
         nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
         if w <= direct:  # bulk * bulk summed directly in extended precision
-            ld = np.longdouble
-            sq = np.convolve(bqa.astype(ld), bqb.astype(ld)).astype(float)
-            sm = (np.convolve(bma.astype(ld), bqb.astype(ld))
-                  + np.convolve(bqa.astype(ld), bmb.astype(ld))).astype(float)
-            # every entry is a sum of <= 2w nonnegative products: off by <= (2w + 2) ulps of
-            # the extended type, then one rounding to double: a relative error per entry
-            g = 1.01 * ((2 * w + 2) * _U_LD + _U)
+            sq, chain = _blocked_conv(bqa, bqb)
+            sm = _blocked_conv(bma, bqb)[0] + _blocked_conv(bqa, bmb)[0]
+            sq, sm = sq.astype(float), sm.astype(float)
+            # every entry is a sum of nonnegative products along chains of <= ``chain``
+            # roundings: off by <= (2 chain + 2) ulps of the extended type (twice the
+            # classical gamma bound), then one rounding to double: relative, per entry
+            g = 1.01 * ((2 * chain + 2) * _U_LD + _U)
             s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
             s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
             over = float(sq[n:].sum())  # (w > n / 2: bulk sums at or above the top)
@@ -910,13 +959,32 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
     return _flushed(_Part(a.h, q, m, *errs))
 
 
-def _small_leaf(s: float, c: float, bins: int) -> _Part:
+def _blocked_conv(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    """(a * b in extended precision, the longest chain of roundings behind an entry).
+
+    b is cut into blocks of ~sqrt(len b): each block's products are summed by np.convolve
+    (<= block terms), then the blocks' partial results are added (<= blocks terms), so an
+    entry's rounding error is <= (block + blocks) ulps of its exact value (nonnegative
+    terms; any summation order), where one convolution gives len(b) ulps."""
+    ld = np.longdouble
+    a, b = a.astype(ld), b.astype(ld)
+    size = max(1, math.isqrt(max(b.size, 1)))
+    out = np.zeros(a.size + b.size - 1, ld)
+    blocks = 0
+    for start in range(0, b.size, size):
+        part = np.convolve(a, b[start:start + size])
+        out[start:start + part.size] += part
+        blocks += 1
+    return out, size + blocks + 1
+
+
+def _small_leaf(s: float, c: float, bins: int, ext: bool = False) -> _Part:
     """The leaf Y 1{Y <= c} on a grid of step sd(Y) / 100 (rounding noise <= 1/40,000 of
     Var Y), within [c / 2^21, c / 64]."""
     sd = math.exp(s * s / 2.0) * math.sqrt(math.expm1(s * s))
     h = min(max(sd / 100.0, c / 2**21), c / 64.0)
     n = int(math.ceil(c / h)) + 1
-    return _leaf(s, c / (n - 1), n, 0.0, c)
+    return _leaf(s, c / (n - 1), n, 0.0, c, ext)
 
 
 def _mp_point(h: float, n: int) -> _Part:
@@ -973,7 +1041,8 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10,
     def cap0(count: int) -> float:
         return min(count * c, count * mu + 12.0 * sd * math.sqrt(count) + 2.0 * c)
 
-    leaf = _small_leaf(s, c, bins)
+    ext = direct > _DIRECT  # small-delta grids: leaves and rebinning in extended precision
+    leaf = _small_leaf(s, c, bins, ext)
     # R: the sum of t - 1 small terms, by repeated squaring, each partial sum of `count`
     # terms on its own grid cap0(count) / bins
     m_left, base, c_b = t - 1, leaf, 1
@@ -986,23 +1055,24 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10,
             else:
                 c_r += c_b
                 hn = cap0(c_r) / bins
-                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins), direct)
+                rest = _mp_conv(_mp_rebin(rest, hn, bins, ext), _mp_rebin(base, hn, bins, ext),
+                                direct)
         m_left >>= 1
         if m_left:
             c_b *= 2
-            b2 = _mp_rebin(base, cap0(c_b) / bins, bins)
+            b2 = _mp_rebin(base, cap0(c_b) / bins, bins, ext)
             base = _mp_conv(b2, b2, direct)
     if rest is None:
         rest = _mp_point(leaf.h, bins)
     h0 = cap0(t) / bins
-    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins), direct)
+    part0 = _mp_conv(_mp_rebin(rest, h0, bins, ext), _mp_rebin(leaf, h0, bins, ext), direct)
     if t == 1:
-        part0 = _mp_rebin(leaf, h0, bins)
+        part0 = _mp_rebin(leaf, h0, bins, ext)
     z = max(_Z_TAIL, -float(special.ndtri(tail)))
     cap1 = max(2.0 * c, cap0(max(t - 1, 1)) + math.exp(s * s + z * s))
     h1 = cap1 / bins
-    big = _leaf(s, h1, bins, c, math.inf)
-    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big, direct)
+    big = _leaf(s, h1, bins, c, math.inf, ext)
+    part1 = _mp_conv(_mp_rebin(rest, h1, bins, ext), big, direct)
     part1 = _Part(h1, part1.q * t, part1.m * t, *(t * e for e in part1[3:]))
     return _Epoch((part0, part1), t * mu)
 
