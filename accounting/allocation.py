@@ -908,8 +908,9 @@ def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
             sq, sm = sq.astype(float), sm.astype(float)
             # every entry is a sum of nonnegative products along chains of <= ``chain``
             # roundings: off by <= (2 chain + 2) ulps of the extended type (twice the
-            # classical gamma bound), then one rounding to double: relative, per entry
-            g = 1.01 * ((2 * chain + 2) * _U_LD + _U)
+            # classical gamma bound), then one rounding to nearest double (half an ulp,
+            # _U / 2): relative, per entry
+            g = 1.01 * ((2 * chain + 2) * _U_LD + _U / 2.0)
             s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
             s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
             over = float(sq[n:].sum())  # (w > n / 2: bulk sums at or above the top)
