@@ -89,17 +89,20 @@ and by :func:`accounting.pld.pld_epsilon` where its upper end is infinite). The 
 event's allowances (error bounds ~1e-9 at t = 1,000, tails 1e-10) reach delta near 1e-9;
 the variant scales every tail with delta (per node delta 1e-3 / (2 t x compositions); the
 N-split threshold, the caps, the cut loss range, the allowed Q(T = 0) with it) and lowers
-the round-off: leaves in extended precision (errors in its unit round-off, one rounding to
-double), grids from 2^12 bins so that every partial sum's bulk (up to 8,192 bins) is
-convolved directly in extended precision (relative round-off per entry) instead of by FFT
-(absolute, multiplied by t / count up the tree): e1 ~1e-12 at t = 1,000 (was ~5e-10).
-Measured (delta, sigma, t, epochs: width before -> after, wall s): 1e-10, 1, 1,000, 1:
-92% -> 0.51% (0.7 s); 1e-10, 0.8, 1,000: 80% -> 0.48%; 1e-10, 2, 1,000: 97% -> 0.33%;
+the round-off: leaves and rebinning in extended precision (errors in its unit round-off,
+one rounding to double), grids from 2^12 bins so that every partial sum's bulk (up to
+8,192 bins) is convolved directly in extended precision, in blocks of sqrt(w) (relative
+round-off per entry, (2 sqrt(w) + 2) extended ulps) instead of by FFT (absolute,
+multiplied by t / count up the tree): e1 ~1e-12 at t = 1,000 (was ~5e-10). Measured
+(delta, sigma, t, epochs: width before -> after, wall s, 2 busy cores): 1e-10, 1, 1,000, 1:
+92% -> 0.49% (0.7 s); 1e-10, 0.8, 1,000: 80% -> 0.49%; 1e-10, 2, 1,000: 97% -> 0.33%;
 1e-10, 1, 120, 10 epochs: 89% -> 1.1%; 1e-8, 1, 1,000, 10 epochs: 97% -> 0.59%; 1e-12, 1,
-12: 34% -> 1.5%; 1e-12, 1, 120: 65% -> 5%. The floor is the rounding of every partial sum
-to double (~1e-16 relative an entry, times t in L1): delta 1e-12 stays at the
-no-amplification bound at t = 1,000 and with ten epochs at small t, and sigma 0.6 at 1e-12
-is 25-40% wide (one-sided rounding at t = 12; a value-weighted error at t = 120).
+12: 34% -> 0.74%; 1e-12, 1, 120: 65% -> 4.3%; 1e-12, 2, 120: 2.4%. The floor is the
+rounding of every partial sum to double (~1e-16 relative an entry, times t in L1): delta
+1e-12 stays at the no-amplification bound at t = 1,000 and with ten epochs at t = 12, and
+sigma 0.6 is 2.2% wide at 1e-10 (t = 1,000, 3.5 s) and 25% at 1e-12 (t = 12: one-sided
+rounding). (The rebinning's own rounding was not in the error bounds before: ~1e-15 a
+rebin, immaterial above delta ~1e-9; it is now, in both precisions.)
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -1415,10 +1418,12 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
     The lower end is a lower bound on the eps of the k-of-t scheme that ran (for k > 1 a
     post-processing of its realised pair, :attr:`RandomAllocation.lower_kind`); the upper
     end for k > 1 is that of k concurrent 1-of-floor(t/k) allocations (module doc). Where
-    the discretisation cannot certify an amplified upper end at this delta (its round-off
-    allowance reaches delta: delta ~1e-8 and below at t = 1,000), the upper end is the
-    closed-form no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the
-    bracket is then wide, but true.
+    the default event's bracket is over 1% wide (its allowances, ~1e-9, near delta), the
+    variant built for this delta (:meth:`RandomAllocation.for_delta`) is tried too and the
+    better end of each side kept. Where neither certifies an amplified upper end (delta
+    1e-12 at t = 1,000: the round-off floor), the upper end is the closed-form
+    no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the bracket is
+    then wide, but true.
     """
     from .pld import PLDBounds, pld_epsilon
 
