@@ -82,8 +82,27 @@ after): one epoch, t = 12 / 120 / 1,000 at sigma 1: 0.06% / 0.28% / 1.46%, 1.3-2
 -> 0.03% (sigma 0.8), 44% -> 0.12% (sigma 0.5, 0.6 s); t = 10,000, sigma 1: 0.08%. Over 60
 settings (sigma 0.5-2, t 12-1,000, 1 and 10 epochs, delta 1e-5 and 1e-3) every new bracket
 lies inside the old one. Still wide: sigma <= 0.45 at t = 12 with ten epochs (one-sided
-rounding: sigma 0.5 [21.4, 26.9]), delta <= 1e-10 at t = 1,000 (the error allowance,
-~1e-9, reaches delta: the no-amplification bound).
+rounding: sigma 0.5 [21.4, 26.9]).
+
+Small deltas (:meth:`RandomAllocation.for_delta`, used by :func:`allocation_epsilon_bounds`
+and by :func:`accounting.pld.pld_epsilon` where its upper end is infinite). The default
+event's allowances (error bounds ~1e-9 at t = 1,000, tails 1e-10) reach delta near 1e-9;
+the variant scales every tail with delta (per node delta 1e-3 / (2 t x compositions); the
+N-split threshold, the caps, the cut loss range, the allowed Q(T = 0) with it) and lowers
+the round-off: leaves and rebinning in extended precision (errors in its unit round-off,
+one rounding to double), grids from 2^12 bins so that every partial sum's bulk (up to
+8,192 bins) is convolved directly in extended precision, in blocks of sqrt(w) (relative
+round-off per entry, (2 sqrt(w) + 2) extended ulps) instead of by FFT (absolute,
+multiplied by t / count up the tree): e1 ~1e-12 at t = 1,000 (was ~5e-10). Measured
+(delta, sigma, t, epochs: width before -> after, wall s, 2 busy cores): 1e-10, 1, 1,000, 1:
+92% -> 0.49% (0.7 s); 1e-10, 0.8, 1,000: 80% -> 0.49%; 1e-10, 2, 1,000: 97% -> 0.33%;
+1e-10, 1, 120, 10 epochs: 89% -> 1.1%; 1e-8, 1, 1,000, 10 epochs: 97% -> 0.59%; 1e-12, 1,
+12: 34% -> 0.74%; 1e-12, 1, 120: 65% -> 4.3%; 1e-12, 2, 120: 2.4%. The floor is the
+rounding of every partial sum to double (~1e-16 relative an entry, times t in L1): delta
+1e-12 stays at the no-amplification bound at t = 1,000 and with ten epochs at t = 12, and
+sigma 0.6 is 2.2% wide at 1e-10 (t = 1,000, 3.5 s) and 25% at 1e-12 (t = 12: one-sided
+rounding). (The rebinning's own rounding was not in the error bounds before: ~1e-15 a
+rebin, immaterial above delta ~1e-9; it is now, in both precisions.)
 
 The resulting discrete PLDs go through :mod:`accounting.pld`'s composition, so E epochs
 (E independent allocations) compose with every other event of a ledger.
@@ -151,6 +170,8 @@ _FLOOR = 1e-16
 _MP_BINS = 2**16
 #: Bulks of at most this many bins are convolved directly, in extended precision
 _DIRECT = 1000
+#: The same for small deltas (:meth:`RandomAllocation.for_delta`)
+_SMALL_DIRECT = 8192
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
 _Z_TAIL = 6.4
 
@@ -530,15 +551,18 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     the error bounds and (whole intervals) the accurate E[Y | I] / h - j, written into
     ``out`` = (mass, g, g2, err, ferr, exact_ey, exact_ey2)."""
     mass, g, g2, err, ferr, exact_ey, exact_ey2 = out
+    ld = z.dtype.type  # (extended precision where z is: errors in its unit round-off)
+    u_ld = _U_LD if ld is np.longdouble else _U
     zl = z[:-1]
-    j = np.arange(z.size - 1, dtype=float)
+    j = np.arange(z.size - 1, dtype=ld)
     ji = j[idx]
+    s = ld(s)
     # the half-width in z without cancellation: log1p(1 / j) / 2s on whole intervals
     # [j h, (j+1) h]; clipped ones (at a or b) from the ratio of their ends
     whole = (x[idx] == ji * h) & (x[idx + 1] == (ji + 1.0) * h) & (ji >= 1)
     with np.errstate(divide="ignore"):
         half = np.where(whole, np.log1p(1.0 / np.maximum(ji, 1.0)),
-                        np.log(x[idx + 1] / x[idx])) / (2.0 * s)
+                        np.log(x[idx + 1].astype(ld) / x[idx])) / (2.0 * s)
     lo = zl[idx]
     pieces = np.maximum(1, np.ceil((np.abs(lo + half) + half + 2.0 * s + 4.0) * half
                                    / 0.05)).astype(np.int64)
@@ -548,21 +572,21 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
     dd = half[owner] / pieces[owner]
     mm = lo[owner] + (2.0 * k + 1.0) * dd
     c0, c1, c2 = _kfac(mm, dd) - 1.0, _kfac(mm - s, dd) - 1.0, _kfac(mm - 2.0 * s, dd) - 1.0
-    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / math.sqrt(2.0 * math.pi) * (1.0 + c0)
+    ms = 2.0 * dd * np.exp(-0.5 * mm * mm) / np.sqrt(2.0 * np.arccos(ld(-1.0))) * (1.0 + c0)
     r1m1 = (c1 - c0) / (1.0 + c0)  # K(mid - s) / K(mid) - 1
     r2m1 = (c2 - c1) / (1.0 + c1)
     y1 = np.exp(s * mm) * (1.0 + r1m1)  # E[Y | piece]
     y2 = y1 * np.exp(s * mm) * (1.0 + r2m1)  # E[Y^2 | piece]
-    mass[idx] = np.bincount(owner, ms, idx.size)
-    g[idx] = np.bincount(owner, ms * y1, idx.size)
-    g2[idx] = np.bincount(owner, ms * y2, idx.size)
-    err[idx] = 16.0 * _U * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
+    mass[idx] = _seg_sum(ms, first)
+    g[idx] = _seg_sum(ms * y1, first)
+    g2[idx] = _seg_sum(ms * y2, first)
+    err[idx] = 16.0 * u_ld * pieces * mass[idx] * (g[idx] / np.maximum(mass[idx], 1e-300)
                                                   / h + 1.0)
-    ferr[idx] = 16.0 * _U * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
+    ferr[idx] = 16.0 * u_ld * pieces * g[idx] * (g2[idx] / np.maximum(g[idx], 1e-300)
                                                 / h + 1.0)
     # clipped intervals: the ratio of the ends costs an ulp of log, u / (s half) relative
-    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
-    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * _U / np.maximum(s * half, 1e-300))
+    err[idx] += np.where(whole, 0.0, mass[idx] * 2.0 * u_ld / np.maximum(s * half, 1e-300))
+    ferr[idx] += np.where(whole, 0.0, g[idx] * 2.0 * u_ld / np.maximum(s * half, 1e-300))
     # whole intervals: a piece's mid is z_j + u / s, u = s (2k + 1) dd, so E[Y | piece]
     # / h - j = j (expm1(u) + e^u (R1 - 1)), R1 = K(mid - s) / K(mid): no cancellation
     if whole.any():
@@ -576,20 +600,28 @@ def _pieces_moments(s: float, h: float, x: np.ndarray, z: np.ndarray, idx: np.nd
         wg = wm * y1[wp]
         sel = idx[whole]
         cnt = np.flatnonzero(whole).size
-        own = np.searchsorted(np.flatnonzero(whole), owner[wp])
-        tot_m = np.bincount(own, wm, cnt)
-        tot_g = np.bincount(own, wg, cnt)
+        starts = (np.cumsum(pieces[whole]) - pieces[whole])
+        assert starts.size == cnt
+        tot_m = _seg_sum(wm, starts)
+        tot_g = _seg_sum(wg, starts)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ey_w = np.bincount(own, wm * f1, cnt) / tot_m
-            ey2_w = np.bincount(own, wg * f2, cnt) / tot_g
+            ey_w = _seg_sum(wm * f1, starts) / tot_m
+            ey2_w = _seg_sum(wg * f2, starts) / tot_g
         ok = (tot_m > 1e-290) & (tot_g > 1e-290)
         exact_ey[sel[ok]] = ey_w[ok]
         exact_ey2[sel[ok]] = ey2_w[ok]
         g[sel[ok]] = mass[sel[ok]] * h * (j[sel[ok]] + ey_w[ok])
         g2[sel[ok]] = g[sel[ok]] * h * (j[sel[ok]] + ey2_w[ok])
         pw = pieces[whole][ok]
-        err[sel[ok]] = 4.0 * (pw + 8.0) * _U * mass[sel[ok]]
-        ferr[sel[ok]] = 4.0 * (pw + 8.0) * _U * g[sel[ok]]
+        err[sel[ok]] = 4.0 * (pw + 8.0) * u_ld * mass[sel[ok]]
+        ferr[sel[ok]] = 4.0 * (pw + 8.0) * u_ld * g[sel[ok]]
+
+
+
+def _seg_sum(v: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of the consecutive segments of ``v`` that begin at ``starts`` (each nonempty),
+    in v's precision (np.bincount would round to double)."""
+    return np.add.reduceat(v, starts) if v.size else v[:0]
 
 
 def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
@@ -597,6 +629,7 @@ def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
     """The interval of :func:`_leaf` from Y = 0 (z = -inf): tails of the normal CDF
     (accurate there), with their error bounds, written into ``out``."""
     mass, g, g2, err, ferr = out[:5]
+    z = z.astype(float)  # (scipy's ndtr is double only: tails, accurate there)
     zl, zh = z[:-1], z[1:]
     j = np.arange(z.size - 1, dtype=float)
     m0, e0 = _ndiff(zl[rest], zh[rest])
@@ -610,7 +643,7 @@ def _zero_interval(s: float, h: float, z: np.ndarray, rest: np.ndarray,
                   + 8.0 * _U * (a2 * mu2 / h + jj * a1 * mu))
 
 
-def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
+def _leaf(s: float, h: float, n: int, a: float, b: float, ext: bool = False) -> _Part:
     """Y 1{a <= Y < b}, log Y ~ N(0, s^2), rounded at random onto {j h} keeping its mean
     (Y in [j h, (j+1) h] goes to j + 1 with probability Y / h - j): Q-masses q_j, moments
     m_j = E[Y; T = j], Y > (n - 1) h absorbed (index n).
@@ -623,13 +656,14 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     -inf) uses the normal CDF (a tail: accurate). Rounding errors bounded per bin (e1: L1
     of q, f1: of m)."""
     x = np.minimum(np.maximum(np.arange(n, dtype=float) * h, a), b)
+    ld = np.longdouble if ext else np.float64  # ext: in extended precision (small deltas)
     with np.errstate(divide="ignore"):
-        z = np.log(x) / s
+        z = np.log(x.astype(ld)) / ld(s)
     zl, zh = z[:-1], z[1:]
-    j = np.arange(n - 1, dtype=float)
-    mass, g, g2 = np.zeros(n - 1), np.zeros(n - 1), np.zeros(n - 1)
-    err, ferr = np.zeros(n - 1), np.zeros(n - 1)
-    exact_ey, exact_ey2 = np.full(n - 1, np.nan), np.full(n - 1, np.nan)
+    j = np.arange(n - 1, dtype=ld)
+    mass, g, g2 = np.zeros(n - 1, ld), np.zeros(n - 1, ld), np.zeros(n - 1, ld)
+    err, ferr = np.zeros(n - 1, ld), np.zeros(n - 1, ld)
+    exact_ey, exact_ey2 = np.full(n - 1, np.nan, ld), np.full(n - 1, np.nan, ld)
     # intervals below z = -37.5 hold < 1e-307 (left out: their mass goes to the error)
     fin = np.isfinite(zl) & np.isfinite(zh) & (zh > zl) & (zh > -37.5)
     out = (mass, g, g2, err, ferr, exact_ey, exact_ey2)
@@ -644,18 +678,24 @@ def _leaf(s: float, h: float, n: int, a: float, b: float) -> _Part:
     ey = np.where(np.isnan(exact_ey), np.nan_to_num(ey, nan=0.5), exact_ey)
     ey2 = np.where(np.isnan(exact_ey2), np.nan_to_num(ey2, nan=0.5), exact_ey2)
     tiny = zh <= -37.5
-    err[tiny] += 2.0 * special.ndtr(zh[tiny])
-    ferr[tiny] += 2.0 * special.ndtr(zh[tiny] - s) * math.exp(s * s / 2.0)
+    zt_ = zh[tiny].astype(float)
+    err[tiny] += 2.0 * special.ndtr(zt_)
+    ferr[tiny] += 2.0 * special.ndtr(zt_ - s) * math.exp(s * s / 2.0)
     err += np.where(mass <= 1e-290, 2.0 * mass, 0.0)
     ferr += np.where(g <= 1e-290, 2.0 * g, 0.0)
     up = mass * np.clip(ey, 0.0, 1.0)  # the mass sent up to j + 1
     mup = g * np.clip(ey2, 0.0, 1.0)
-    q = np.zeros(n + 1)
-    m = np.zeros(n + 1)
+    q = np.zeros(n + 1, ld)
+    m = np.zeros(n + 1, ld)
     q[:-2] += mass - up
     q[1:-1] += up
     m[:-2] += g - mup
     m[1:-1] += mup
+    if ext:
+        q, m = q.astype(float), m.astype(float)
+        # the one rounding to double: half an ulp of each entry, <= (mass_j + mass_j-1) u / 2
+        err += _U * mass
+        ferr += _U * g
     top_lo = max(a, (n - 1) * h)
     if b > top_lo:
         zt = math.log(top_lo) / s if top_lo > 0 else -math.inf
@@ -696,7 +736,7 @@ def _flushed(p: _Part) -> _Part:
                  p.fi + _TINY, p.ev + dv)
 
 
-def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
+def _mp_rebin(p: _Part, h_new: float, n_new: int, ext: bool = False) -> _Part:
     """``p`` moved onto {j h_new} (n_new + 1 bins) keeping every value's mean: the mass at
     x goes to floor(x / h_new) and the next point in proportion; x > (n_new - 1) h_new and
     the old absorbed bin are absorbed. Moments split with the masses."""
@@ -706,19 +746,54 @@ def _mp_rebin(p: _Part, h_new: float, n_new: int) -> _Part:
     lo = np.floor(x[keep]).astype(np.int64)
     w = x[keep] - lo
     q, m = p.q[:n_old][keep], p.m[:n_old][keep]
-    nq = (np.bincount(lo, q * (1.0 - w), n_new + 1) + np.bincount(lo + 1, q * w, n_new + 1))
-    nm = (np.bincount(lo, m * (1.0 - w), n_new + 1) + np.bincount(lo + 1, m * w, n_new + 1))
-    nq = nq[: n_new + 1]
-    nm = nm[: n_new + 1]
+    if ext:
+        nq, nm = _split_ld(q, lo, w, n_new), _split_ld(m, lo, w, n_new)
+    else:
+        nq = (np.bincount(lo, q * (1.0 - w), n_new + 1)
+              + np.bincount(lo + 1, q * w, n_new + 1))[: n_new + 1]
+        nm = (np.bincount(lo, m * (1.0 - w), n_new + 1)
+              + np.bincount(lo + 1, m * w, n_new + 1))[: n_new + 1]
     nq[n_new] = p.q[n_old] + float(p.q[:n_old][~keep].sum())
     nm[n_new] = 0.0
     # a bin's error gathers those of the old bins sent to it (row sums of the split)
     rows = np.bincount(lo, 1.0 - w, n_new + 1) + np.bincount(lo + 1, w, n_new + 1)
     r = max(1.0, float(rows.max()) if rows.size else 1.0)
-    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder)
-    return _Part(h_new, nq, nm, p.e1, min(p.e2 * math.sqrt(r), p.e1), p.f1,
-                 min(p.f2 * math.sqrt(r), p.f1), min(p.ei * r, p.e2 * math.sqrt(r), p.e1),
-                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1), p.ev + h_new * p.e1)
+    # a new bin's error: sum_i w_i e_i with sum_i w_i <= r, w_i <= 1 (Hoelder); plus the
+    # rounding of the split itself (:func:`_split_ld`), relative per entry
+    terms = math.ceil(h_new / p.h) + 1.0 if h_new >= p.h else 2.0
+    # (in double: the same count of roundings, of the double's unit round-off _U / 2)
+    g = 1.01 * ((2.0 * terms + 6.0) * _U_LD + _U / 2.0) if ext else 1.01 * (
+        2.0 * terms + 6.0) * _U / 2.0
+    # the new entries' norms from the old ones (the split keeps mass and mean, a new entry
+    # gathers <= r times the largest old one; 1.01: their own rounding), not from the new
+    # arrays, whose subnormal entries would slow every product; |v|_2 <= sqrt(|v|_1 |v|_inf)
+    sq, sm = 1.01 * float(q.sum()), 1.01 * float(m.sum())
+    mq = 1.01 * r * float(q.max(initial=0.0))
+    mm = 1.01 * r * float(m.max(initial=0.0))
+    d1q, d1m = g * sq, g * sm
+    d2q, d2m = g * math.sqrt(sq * mq), g * math.sqrt(sm * mm)
+    dv = g * 1.01 * float(np.einsum("i,i->", q, x[keep])) * h_new
+    return _Part(h_new, nq, nm, p.e1 + d1q, min(p.e2 * math.sqrt(r), p.e1) + d2q, p.f1 + d1m,
+                 min(p.f2 * math.sqrt(r), p.f1) + d2m,
+                 min(p.ei * r, p.e2 * math.sqrt(r), p.e1) + g * mq,
+                 min(p.fi * r, p.f2 * math.sqrt(r), p.f1) + g * mm,
+                 p.ev + h_new * p.e1 + dv)
+
+
+def _split_ld(v: np.ndarray, lo: np.ndarray, w: np.ndarray, n_new: int) -> np.ndarray:
+    """sum_i v_i (1 - w_i) at lo_i and v_i w_i at lo_i + 1 (lo nondecreasing), in extended
+    precision, rounded once to double. An entry gathers <= ``terms`` = ceil(h_new / h_old)
+    + 1 nonnegative products from each side (w = x - floor(x) is exact, 1 - w and each
+    product one rounding, the additions one each): <= 2 terms + 6 extended ulps of it,
+    then half an ulp of double."""
+    out = np.zeros(n_new + 2, np.longdouble)
+    if v.size:
+        ld = np.longdouble
+        vv, ww = v.astype(ld), w.astype(ld)
+        starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
+        out[lo[starts]] += np.add.reduceat(vv * (1 - ww), starts)
+        out[lo[starts] + 1] += np.add.reduceat(vv * ww, starts)
+    return out[: n_new + 1].astype(float)
 
 
 class _Norms(NamedTuple):
@@ -792,7 +867,7 @@ def _conv_errors(a: _Part, b: _Part, na: _Norms, nb: _Norms,
     return e1, e2, f1, f2, ei, fi, ev
 
 
-def _mp_conv(a: _Part, b: _Part) -> _Part:
+def _mp_conv(a: _Part, b: _Part, direct: int = _DIRECT) -> _Part:
     """The law of A + B (same grid, absorbing top) and its moments m = m_A * q_B + q_A *
     m_B, by FFT, with the error bounds propagated (Young's inequality) and the round-off
     added (L2 per FFT, times sqrt(length) in L1).
@@ -812,7 +887,7 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
     nfft = sfft.next_fast_len(2 * n, real=True)
     c_l = 8.0 * _U * math.log2(nfft)
     na, nb = _norms(a, n), _norms(b, n)
-    if w > n // 8:  # spread out: one long FFT
+    if w > n // 8 and w > direct:  # spread out: one long FFT
         fqa, fma = sfft.rfft(qa, nfft), sfft.rfft(ma, nfft)
         fqb, fmb = (fqa, fma) if same else (sfft.rfft(qb, nfft), sfft.rfft(mb, nfft))
         full = sfft.irfft(fqa * fqb, nfft)
@@ -830,17 +905,21 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         bqb, tqb = (bqa, tqa) if same else _split(qb, w)
         bmb, tmb = (bma, tma) if same else _split(mb, w)
         nbqa, nbqb, nbma, nbmb = _nrm(bqa), _nrm(bqb), _nrm(bma), _nrm(bmb)
-        if w <= _DIRECT:  # bulk * bulk summed directly in extended precision
-            ld = np.longdouble
-            sq = np.convolve(bqa.astype(ld), bqb.astype(ld)).astype(float)
-            sm = (np.convolve(bma.astype(ld), bqb.astype(ld))
-                  + np.convolve(bqa.astype(ld), bmb.astype(ld))).astype(float)
-            # every entry is a sum of <= 2w nonnegative products: off by <= (2w + 2) ulps of
-            # the extended type, then one rounding to double: a relative error per entry
-            g = 1.01 * ((2 * w + 2) * _U_LD + _U)
+        if w <= direct:  # bulk * bulk summed directly in extended precision
+            sq, chain = _blocked_conv(bqa, bqb)
+            sm = _blocked_conv(bma, bqb)[0] + _blocked_conv(bqa, bmb)[0]
+            sq, sm = sq.astype(float), sm.astype(float)
+            # every entry is a sum of nonnegative products along chains of <= ``chain``
+            # roundings: off by <= (2 chain + 2) ulps of the extended type (twice the
+            # classical gamma bound), then one rounding to nearest double (half an ulp,
+            # _U / 2): relative, per entry
+            g = 1.01 * ((2 * chain + 2) * _U_LD + _U / 2.0)
             s1q, s2q = g * float(sq.sum()), g * math.sqrt(float(np.dot(sq, sq)))
             s1m, s2m = g * float(sm.sum()), g * math.sqrt(float(np.dot(sm, sm)))
-        else:  # short FFT
+            over = float(sq[n:].sum())  # (w > n / 2: bulk sums at or above the top)
+            sq, sm = sq[:n], sm[:n]
+        else:  # short FFT (2 w <= n / 4: nothing at or above the top)
+            over = 0.0
             fbqa, fbma = sfft.rfft(bqa, ns), sfft.rfft(bma, ns)
             fbqb, fbmb = (fbqa, fbma) if same else (sfft.rfft(bqb, ns), sfft.rfft(bmb, ns))
             sq = sfft.irfft(fbqa * fbqb, ns)[: min(ns, n)]
@@ -869,8 +948,8 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
         cq, cm = lq, lm
         cq[: sq.size] += sq
         cm[: sm.size] += sm
-        # mass at or above n: bulk * bulk ends below 2 w <= n, so only the long part's
-        top = float(lfull[n:].sum())
+        # mass at or above n: the long part's, and the bulk's where 2 w > n
+        top = float(lfull[n:].sum()) + over
         r2q, r2m = s2q + l2q, s2m + l2m
         r1q = s1q + math.sqrt(nfft) * l2q
         r1m = s1m + math.sqrt(nfft) * l2m
@@ -884,13 +963,32 @@ def _mp_conv(a: _Part, b: _Part) -> _Part:
     return _flushed(_Part(a.h, q, m, *errs))
 
 
-def _small_leaf(s: float, c: float, bins: int) -> _Part:
+def _blocked_conv(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
+    """(a * b in extended precision, the longest chain of roundings behind an entry).
+
+    b is cut into blocks of ~sqrt(len b): each block's products are summed by np.convolve
+    (<= block terms), then the blocks' partial results are added (<= blocks terms), so an
+    entry's rounding error is <= (block + blocks) ulps of its exact value (nonnegative
+    terms; any summation order), where one convolution gives len(b) ulps."""
+    ld = np.longdouble
+    a, b = a.astype(ld), b.astype(ld)
+    size = max(1, math.isqrt(max(b.size, 1)))
+    out = np.zeros(a.size + b.size - 1, ld)
+    blocks = 0
+    for start in range(0, b.size, size):
+        part = np.convolve(a, b[start:start + size])
+        out[start:start + part.size] += part
+        blocks += 1
+    return out, size + blocks + 1
+
+
+def _small_leaf(s: float, c: float, bins: int, ext: bool = False) -> _Part:
     """The leaf Y 1{Y <= c} on a grid of step sd(Y) / 100 (rounding noise <= 1/40,000 of
     Var Y), within [c / 2^21, c / 64]."""
     sd = math.exp(s * s / 2.0) * math.sqrt(math.expm1(s * s))
     h = min(max(sd / 100.0, c / 2**21), c / 64.0)
     n = int(math.ceil(c / h)) + 1
-    return _leaf(s, c / (n - 1), n, 0.0, c)
+    return _leaf(s, c / (n - 1), n, 0.0, c, ext)
 
 
 def _mp_point(h: float, n: int) -> _Part:
@@ -933,7 +1031,8 @@ class _Epoch(NamedTuple):
 
 
 @functools.lru_cache(maxsize=32)
-def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _Epoch:
+def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10,
+           direct: int = _DIRECT) -> _Epoch:
     """The Q-law of the mean-preserving rounded sum T of S = sum_i Y_i (module doc), split
     by N = #{i: Y_i > c}: N = 0 (t small terms, fine grid), N = 1 (t x one big term plus t -
     1 small ones, coarse grid); N >= 2 (P'-mass <= tail / 10) is left out (absorbed)."""
@@ -946,7 +1045,8 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
     def cap0(count: int) -> float:
         return min(count * c, count * mu + 12.0 * sd * math.sqrt(count) + 2.0 * c)
 
-    leaf = _small_leaf(s, c, bins)
+    ext = direct > _DIRECT  # small-delta grids: leaves and rebinning in extended precision
+    leaf = _small_leaf(s, c, bins, ext)
     # R: the sum of t - 1 small terms, by repeated squaring, each partial sum of `count`
     # terms on its own grid cap0(count) / bins
     m_left, base, c_b = t - 1, leaf, 1
@@ -959,28 +1059,30 @@ def _epoch(sigma: float, t: int, bins: int = _MP_BINS, tail: float = 1e-10) -> _
             else:
                 c_r += c_b
                 hn = cap0(c_r) / bins
-                rest = _mp_conv(_mp_rebin(rest, hn, bins), _mp_rebin(base, hn, bins))
+                rest = _mp_conv(_mp_rebin(rest, hn, bins, ext), _mp_rebin(base, hn, bins, ext),
+                                direct)
         m_left >>= 1
         if m_left:
             c_b *= 2
-            b2 = _mp_rebin(base, cap0(c_b) / bins, bins)
-            base = _mp_conv(b2, b2)
+            b2 = _mp_rebin(base, cap0(c_b) / bins, bins, ext)
+            base = _mp_conv(b2, b2, direct)
     if rest is None:
         rest = _mp_point(leaf.h, bins)
     h0 = cap0(t) / bins
-    part0 = _mp_conv(_mp_rebin(rest, h0, bins), _mp_rebin(leaf, h0, bins))
+    part0 = _mp_conv(_mp_rebin(rest, h0, bins, ext), _mp_rebin(leaf, h0, bins, ext), direct)
     if t == 1:
-        part0 = _mp_rebin(leaf, h0, bins)
+        part0 = _mp_rebin(leaf, h0, bins, ext)
     z = max(_Z_TAIL, -float(special.ndtri(tail)))
     cap1 = max(2.0 * c, cap0(max(t - 1, 1)) + math.exp(s * s + z * s))
     h1 = cap1 / bins
-    big = _leaf(s, h1, bins, c, math.inf)
-    part1 = _mp_conv(_mp_rebin(rest, h1, bins), big)
+    big = _leaf(s, h1, bins, c, math.inf, ext)
+    part1 = _mp_conv(_mp_rebin(rest, h1, bins, ext), big, direct)
     part1 = _Part(h1, part1.q * t, part1.m * t, *(t * e for e in part1[3:]))
     return _Epoch((part0, part1), t * mu)
 
 
-def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
+def _mean_preserving(sigma: float, t: int, tail: float,
+                     small: bool = False) -> _Epoch | None:
     """:func:`_epoch` on the coarsest grid (2^16 bins, up to 2^20 at small t: about 2^23 bin
     x levels) whose N = 0 part keeps at most 100 ``tail`` of Q-mass at T = 0 (X' = 0, an
     add loss of +inf; the threshold c of the largest term sets that grid, coarse against the
@@ -992,23 +1094,32 @@ def _mean_preserving(sigma: float, t: int, tail: float) -> _Epoch | None:
     sd = mu * math.sqrt(math.expm1(s * s))
     cap = min(t * c, t * mu + 12.0 * sd * math.sqrt(t) + 2.0 * c)
     levels = math.ceil(math.log2(max(t, 2))) + 3
-    for bins in (_MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS):
-        if bins > _MP_BINS and bins * levels > 2**23:
+    # small deltas (``small``): a coarser first grid with every early partial sum convolved
+    # directly in extended precision (round-off relative per entry, where the FFT's is
+    # absolute and multiplied by t / count up the tree): the error bounds ~10x smaller
+    grids = (_MP_BINS // 16, _MP_BINS // 4, _MP_BINS) if small else (
+        _MP_BINS, 4 * _MP_BINS, 16 * _MP_BINS)
+    direct = _SMALL_DIRECT if small else _DIRECT
+    # Q(T = 0) allowed: 100 tail a composition (1e-8 at the default tail); small-delta
+    # variants (tail = delta 1e-3 / (2 t x compositions)): delta / 200 over all compositions
+    limit = 10.0 * t * tail if small else 100.0 * tail
+    for bins in grids:
+        if bins > grids[0] and bins * levels > 2**23:
             break
         h0 = cap / bins
         # Q(T = 0) <= Q(S < h0) <= Q(every Y_i < h0): no need to build the laws to know
         log_all = t * float(special.log_ndtr(math.log(h0) / s))
         if log_all < math.log(tail * 1e-3):
-            return _epoch(sigma, t, bins, tail)
+            return _epoch(sigma, t, bins, tail, direct)
         if h0 > 0.05 * t * mu:  # a twentieth of E[S] or more: T = 0 holds more than tail
             continue
-        ep = _epoch(sigma, t, bins, tail)
+        ep = _epoch(sigma, t, bins, tail, direct)
         at_zero = 1.0 - sum(float(p.q[1:-1].sum()) for p in ep.parts)
-        if at_zero <= 100.0 * tail:  # (1e-8 a composition at the default tail)
+        if at_zero <= limit:
             return ep
         # (a speed heuristic only) Q(T = 0) ~ E[(1 - Y / h)_+]^t: a 4x finer grid gains
         # orders of magnitude at large t, little at small t
-        if at_zero > 1e-3 or (t < 50 and at_zero > 1000.0 * tail):
+        if at_zero > 1e-3 or (not small and t < 50 and at_zero > 10.0 * limit):
             return None
     return None
 
@@ -1092,8 +1203,8 @@ def _epoch_pmf(ep: _Epoch, h: float, direction: str, upper: bool, tail: float = 
 
     p, loss, inf, allow = _epoch_pairs(ep, direction, upper)
     k = np.floor(loss / h).astype(np.int64)
-    k0, k1, below, above = _cut_range(k, p, _TAIL_CUT if upper else max(_TAIL_CUT,
-                                                                       10.0 * tail), _TAIL_CUT)
+    cut = min(_TAIL_CUT, 10.0 * tail)  # (small-delta variants: scaled with their tail)
+    k0, k1, below, above = _cut_range(k, p, cut if upper else max(cut, 10.0 * tail), cut)
     sel = (k >= k0) & (k <= k1)
     idx = k[sel] - k0
     width = k1 - k0 + 1
@@ -1124,6 +1235,8 @@ class RandomAllocation(Event):
     kind: ClassVar[str] = "random_allocation"
     #: per-node tail probability of the capped sums (:func:`_laws`)
     _tail: ClassVar[float] = 1e-10
+    #: small-delta grids (:meth:`for_delta`)
+    _small: ClassVar[bool] = False
     #: how the batches are drawn (:mod:`accounting.relations`)
     sampling: ClassVar[str] = "random-allocation"
 
@@ -1202,12 +1315,23 @@ class RandomAllocation(Event):
                 "relation": self.relation}
 
     # ------------------------------------------------------------ PLD hooks
+    def for_delta(self, delta: float) -> RandomAllocation:
+        """The same event with its discrete PLD built for a target ``delta`` (the optional
+        PLDPart protocol method of :func:`accounting.pld.pld_epsilon`): per-node tails
+        delta 1e-3 / (2 t x compositions) (N >= 2, cap overflow: absorbed at +inf) and the
+        small-delta grids of :func:`_mean_preserving`; the same pair, so the same bounds
+        hold, only the allowances are smaller."""
+        tail = max(1e-300, min(self._tail, delta * 1e-3 / (2.0 * self.steps_per_epoch
+                                                            * self.count)))
+        return _variant(tail, True)(self.sigma, self.steps_per_epoch, self.selected,
+                                    self.epochs, self.note, self.relation)
+
     def pld_loss_variance(self) -> float:
         """Variance of the one-epoch privacy loss under P (sets the PLD grid step)."""
         m = self.groups_of
         if m == 1 or not _exact_ok(self.sigma, m):
             return self.selected / self.sigma**2
-        ep = _mean_preserving(self.sigma, m, self._tail)
+        ep = _mean_preserving(self.sigma, m, self._tail, self._small)
         if ep is not None:
             p, loss, _, _ = _epoch_pairs(ep, "remove", True)
             w = p / max(float(p.sum()), 1e-300)
@@ -1235,7 +1359,7 @@ class RandomAllocation(Event):
                 return [(_binned_pmf(self.sigma, t, k, h, direction), self.epochs)], 0.0
         if m == 1 or not _exact_ok(self.sigma, m):  # k Gaussian releases per epoch
             return [(_gaussian_pmf(self.sigma, h, direction, upper), self.count)], 0.0
-        ep = _mean_preserving(self.sigma, m, self._tail)
+        ep = _mean_preserving(self.sigma, m, self._tail, self._small)
         if ep is not None:
             pmf, allow = _epoch_pmf(ep, h, direction, upper, self._tail)
             return [(pmf, self.count)], self.count * allow
@@ -1294,24 +1418,31 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
     The lower end is a lower bound on the eps of the k-of-t scheme that ran (for k > 1 a
     post-processing of its realised pair, :attr:`RandomAllocation.lower_kind`); the upper
     end for k > 1 is that of k concurrent 1-of-floor(t/k) allocations (module doc). Where
-    the discretisation cannot certify an amplified upper end at this delta (its round-off
-    allowance reaches delta: delta ~1e-8 and below at t = 1,000), the upper end is the
-    closed-form no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the
-    bracket is then wide, but true.
+    the default event's bracket is over 1% wide (its allowances, ~1e-9, near delta), the
+    variant built for this delta (:meth:`RandomAllocation.for_delta`) is tried too and the
+    better end of each side kept. Where neither certifies an amplified upper end (delta
+    1e-12 at t = 1,000: the round-off floor), the upper end is the closed-form
+    no-amplification bound of :func:`allocation_gaussian_bounds`, never 0: the bracket is
+    then wide, but true.
     """
     from .pld import PLDBounds, pld_epsilon
 
     g_lo, g_up = allocation_gaussian_bounds(sigma, steps, delta, selected=selected,
                                             epochs=epochs)
-    b = pld_epsilon([RandomAllocation(sigma, steps, selected, epochs)], delta, **kwargs)
+    ev = RandomAllocation(sigma, steps, selected, epochs)
+    b = pld_epsilon([ev], delta, **kwargs)
     lower, upper = b.lower, b.upper
-    if not (upper >= g_lo) or not (lower < upper) or upper >= g_up:
-        # the PLD gave up on the upper end (its allowance reached delta: the capped sums'
-        # top bins) and its fallback does not know this event: retry with caps whose
-        # overflow is far below delta (a coarser grid), then the closed form
-        ev = _small_tail_event(RandomAllocation(sigma, steps, selected, epochs), delta)
-        b = pld_epsilon([ev], delta, **kwargs)
-        lower, upper = b.lower, b.upper
+    if not (upper >= g_lo) or not (lower < upper) or upper - lower > 0.01 * upper:
+        # the allowances (tails, error bounds ~1e-9) are a sizeable part of delta: the
+        # variant built for this delta (:meth:`RandomAllocation.for_delta`; pld_epsilon
+        # itself retries with it only where its upper end is infinite). Both brackets are
+        # certified: keep the better end of each
+        b = pld_epsilon([ev.for_delta(delta)], delta, **kwargs)
+        if b.upper >= g_lo and b.lower < b.upper:
+            if not (upper >= g_lo) or not (lower < upper):
+                lower, upper = b.lower, b.upper
+            else:
+                lower, upper = max(lower, b.lower), min(upper, b.upper)
         if not (upper >= g_lo) or not (lower < upper):
             upper = g_up
             lower = _lower_only(sigma, steps, delta, selected, epochs, kwargs)
@@ -1322,12 +1453,15 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
 
 def _small_tail_event(ev: RandomAllocation, delta: float) -> RandomAllocation:
     """The same event with per-node cap overflow ~ delta 1e-3 / (2 t x compositions)."""
-    tail = max(1e-300, delta * 1e-3 / (2.0 * ev.steps_per_epoch * ev.count))
+    return ev.for_delta(delta)
 
-    class _Tail(RandomAllocation):
-        _tail = tail
 
-    return _Tail(ev.sigma, ev.steps_per_epoch, ev.selected, ev.epochs)
+@functools.lru_cache(maxsize=64)
+def _variant(tail: float, small: bool) -> type:
+    """A subclass of :class:`RandomAllocation` with these tails / grids (one per value, so
+    that equal variants are of the same type)."""
+    return type("RandomAllocation", (RandomAllocation,), {"_tail": tail, "_small": small,
+                                                          "__module__": __name__})
 
 
 def _lower_only(sigma: float, steps: int, delta: float, selected: int, epochs: int,

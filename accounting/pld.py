@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -1150,6 +1151,8 @@ def pld_epsilon(
     if lo_exact is not None:
         lower = max(lower, lo_exact * (1.0 - 1e-11))
     if math.isinf(upper):
+        upper = _for_delta_upper(events, others, opts, delta, tol)
+    if math.isinf(upper):
         # a finite eps may exist but the discretisation's allowance (or an atom at +inf of
         # the discretised loss) reached delta: the RDP accountant, which must itself support
         # every event (UnsupportedEventError otherwise: no silent fallback), is a valid upper
@@ -1157,6 +1160,19 @@ def pld_epsilon(
     lower = _ordered(lower, upper)
     mid = upper if math.isinf(upper) else (lower + upper) / 2.0
     return PLDBounds(lower, mid, upper)
+
+
+def _for_delta_upper(events: tuple[Event, ...], others: list, opts: PLDOptions, delta: float,
+                     tol: float) -> float:
+    """The upper end again with every PLDPart event replaced by ``event.for_delta(delta)``
+    where it defines it (the PLDPart protocol's optional method: the same pair, its discrete
+    PLD built for this delta, tails and round-off scaled to it); inf where none does."""
+    small = [replace(p, event=p.event.for_delta(delta))
+             if isinstance(p, PLDPart) and hasattr(p.event, "for_delta") else p for p in others]
+    if all(a is b for a, b in zip(small, others)):
+        return math.inf
+    return _bound(events, small, opts, True,
+                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
 
 
 def _full_gaussian_eps(groups: Groups, others: list[Event], delta: float) -> float | None:

@@ -382,3 +382,73 @@ def test_mean_preserving_rounding_keeps_mass_and_mean():
         assert abs((values * part.q[:n]).sum() - part.m[:n].sum()) <= 1e-9 * ep.scale
         kept += part.q[:n].sum()
     assert 1 - 1e-9 < kept <= 1 + 1e-12
+
+
+# ---------------------------------------------------------------- small deltas
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma, t, epochs, delta, width", [
+    (1.0, 1000, 1, 1e-10, 0.01), (0.8, 1000, 1, 1e-10, 0.01), (2.0, 1000, 1, 1e-10, 0.01),
+    (1.0, 120, 10, 1e-10, 0.02), (1.0, 1000, 10, 1e-8, 0.01), (1.0, 12, 1, 1e-12, 0.02),
+])
+def test_small_delta_brackets_are_narrow_and_inside_the_closed_forms(sigma, t, epochs, delta,
+                                                                     width):
+    # before for_delta (tails and error bounds scaled to delta): 92%, 80%, 97%, 89%, 97%, 9%
+    # wide, the upper end the no-amplification bound
+    b = A.allocation_epsilon_bounds(sigma, t, delta, epochs=epochs)
+    g_lo, g_up = allocation_gaussian_bounds(sigma, t, delta, epochs=epochs)
+    assert g_lo <= b.lower <= b.upper <= (1 + width) * b.lower
+    assert b.upper < 0.75 * g_up  # amplified, not the fallback
+
+
+@pytest.mark.slow
+def test_small_delta_bracket_is_monotone_in_delta():
+    prev = None
+    for delta in (1e-6, 1e-8, 1e-10, 1e-12):
+        b = A.allocation_epsilon_bounds(1.0, 120, delta)
+        assert b.lower <= b.upper
+        if prev is not None:  # a smaller delta: a larger eps, on both ends
+            assert b.lower >= prev.lower and b.upper >= prev.upper
+            assert b.lower > prev.upper  # these deltas are far enough apart to separate
+        prev = b
+
+
+def test_for_delta_is_the_same_event_with_smaller_allowances():
+    ev = RandomAllocation(1.0, 1000)
+    small = ev.for_delta(1e-10)
+    assert isinstance(small, RandomAllocation) and small.to_dict() == ev.to_dict()
+    assert small.count == ev.count and small._tail < ev._tail
+    assert type(ev.for_delta(1e-10)) is type(small)  # one variant type per tail
+    h = 1e-3
+    _, allow = ev.pld_parts(h, "remove", True)
+    _, allow_small = small.pld_parts(h, "remove", True)
+    assert allow > 1e-10 > 10 * allow_small  # the default reaches 1e-10, the variant not
+
+
+@pytest.mark.slow
+def test_ledger_pld_bracket_retries_with_the_small_delta_variant():
+    # before: [2.78, 24.4] (the RDP fallback's upper end: pld_epsilon did not know the
+    # event could be made certified at 1e-9)
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=1.0, steps=100, selected=1, epochs=10)
+    b = ledger.epsilon_bounds(1e-9, method="pld")
+    ref = A.allocation_epsilon_bounds(1.0, 100, 1e-9, epochs=10)
+    assert b.lower == pytest.approx(ref.lower, rel=1e-6)
+    assert b.upper == pytest.approx(ref.upper, rel=1e-6)
+    assert b.upper <= 1.01 * b.lower
+    assert b.upper < 0.2 * allocation_gaussian_bounds(1.0, 100, 1e-9, epochs=10)[1]
+
+
+def test_small_delta_bracket_against_importance_sampling():
+    # at delta 1e-8 (one epoch, t = 12: the remove direction is the worse one) the true
+    # delta at the lower end is >= 1e-8 and at the upper end <= 1e-8
+    delta, sigma, t = 1e-8, 1.0, 12
+    b = A.allocation_epsilon_bounds(sigma, t, delta)
+    assert b.upper <= 1.01 * b.lower
+    rng = np.random.default_rng(7)
+    at_lower, se_lo = importance_delta(sigma, t, b.lower, 100_000, rng, 5.0)
+    at_upper, se_up = importance_delta(sigma, t, b.upper, 100_000, rng, 5.0)
+    assert se_lo < 0.06 * delta and se_up < 0.06 * delta
+    assert at_lower + 4 * se_lo >= delta
+    assert at_upper - 4 * se_up <= delta
+    # an eps 5% below the lower end is caught: delta there is over twice 1e-8
+    assert importance_delta(sigma, t, 0.95 * b.lower, 100_000, rng, 5.0)[0] > 2 * delta
