@@ -1150,8 +1150,11 @@ def pld_epsilon(
         upper = min(upper, pure)
     if lo_exact is not None:
         lower = max(lower, lo_exact * (1.0 - 1e-11))
-    if math.isinf(upper):
-        upper = _for_delta_upper(events, others, opts, delta, tol)
+    if math.isinf(upper) or upper - lower > _WIDTH * upper:
+        # an event whose discrete PLD can be built for this delta (tails and round-off
+        # scaled to it) gets a second pass: both passes are certified, keep the better ends
+        up2, lo2 = _for_delta_bounds(events, others, opts, delta, tol)
+        upper, lower = min(upper, up2), max(lower, lo2)
     if math.isinf(upper):
         # a finite eps may exist but the discretisation's allowance (or an atom at +inf of
         # the discretised loss) reached delta: the RDP accountant, which must itself support
@@ -1162,17 +1165,20 @@ def pld_epsilon(
     return PLDBounds(lower, mid, upper)
 
 
-def _for_delta_upper(events: tuple[Event, ...], others: list, opts: PLDOptions, delta: float,
-                     tol: float) -> float:
-    """The upper end again with every PLDPart event replaced by ``event.for_delta(delta)``
+def _for_delta_bounds(events: tuple[Event, ...], others: list, opts: PLDOptions,
+                      delta: float, tol: float) -> tuple[float, float]:
+    """(upper, lower) again with every PLDPart event replaced by ``event.for_delta(delta)``
     where it defines it (the PLDPart protocol's optional method: the same pair, its discrete
-    PLD built for this delta, tails and round-off scaled to it); inf where none does."""
+    PLD built for this delta, tails and round-off scaled to it); (inf, 0) where none does."""
     small = [replace(p, event=p.event.for_delta(delta))
              if isinstance(p, PLDPart) and hasattr(p.event, "for_delta") else p for p in others]
     if all(a is b for a, b in zip(small, others)):
-        return math.inf
-    return _bound(events, small, opts, True,
-                  lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
+        return math.inf, 0.0
+    upper = _bound(events, small, opts, True,
+                   lambda pmf, allow, h: _eps_of(pmf, delta - allow, h), tol)
+    lower = _bound(events, small, opts, False,
+                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol)
+    return upper, lower
 
 
 def _full_gaussian_eps(groups: Groups, others: list[Event], delta: float) -> float | None:

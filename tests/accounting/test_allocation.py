@@ -452,3 +452,15 @@ def test_small_delta_bracket_against_importance_sampling():
     assert at_upper - 4 * se_up <= delta
     # an eps 5% below the lower end is caught: delta there is over twice 1e-8
     assert importance_delta(sigma, t, 0.95 * b.lower, 100_000, rng, 5.0)[0] > 2 * delta
+
+
+def test_the_ledger_keeps_the_better_ends_of_the_for_delta_pass_when_wide():
+    """Not only an infinite upper end: a bracket wider than 1 % also gets the for_delta pass
+    in the ledger's PLD accountant, so the ledger prints what allocation_epsilon_bounds does
+    (delta 1e-7, ten epochs of t = 100: 1.07 % -> 0.12 % wide)."""
+    ledger = A.PrivacyLedger()
+    ledger.allocate(sigma=1.0, steps=100, selected=1, epochs=10)
+    lo, _, up = ledger.epsilon_bounds(1e-7, method="pld")
+    ref = A.allocation_epsilon_bounds(1.0, 100, 1e-7, epochs=10)
+    assert lo == pytest.approx(ref.lower, rel=1e-6) and up == pytest.approx(ref.upper, rel=1e-6)
+    assert (up - lo) / up <= 0.005
