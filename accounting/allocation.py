@@ -1622,7 +1622,6 @@ def allocation_schedule_bounds(sigmas: object, delta: float, *, epochs: int = 1,
 
     A constant schedule gives the bracket of :func:`allocation_epsilon_bounds` (tested).
     """
-    from . import pld
     from ._validate import check_array, check_delta
 
     sig = check_array("sigmas", sigmas, low=0.0, low_open=True, what="noise multipliers")
