@@ -1563,7 +1563,7 @@ def _schedule_mp_bounds(sig: np.ndarray, delta: float, e: int, h: float) -> tupl
     allowance reaches delta."""
     from . import pld
 
-    tail = min(1e-10, delta * 1e-3 / e)
+    tail = delta * 1e-3 / e  # P'-mass of the truncated terms: +inf (upper), dropped (lower)
     ep = _schedule_epoch(sig, _SCHED_BINS, tail)
     tol = delta * 1e-6
     upper, lower = 0.0, 0.0
