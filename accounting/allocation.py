@@ -161,8 +161,6 @@ _FLOOR = 1e-16
 #: Bins of the grids of the mean-preserving sums (k = 1, :func:`_epoch`): their rounding
 #: noise is second order, so fewer than the old one-sided rounding needed.
 _MP_BINS = 2**16
-#: Bins of every node of the schedule's mean-preserving tree (:func:`_schedule_epoch`)
-_SCHED_BINS = 2**13
 #: Bulks of at most this many bins are convolved directly, in extended precision
 _DIRECT = 1000
 #: Standard deviations of log Y kept below the cap (per-term tail beyond: ~1e-10).
@@ -1498,6 +1496,10 @@ def _pmf_from(loss: np.ndarray, mass: np.ndarray, inf: float, h: float, upper: b
     k = k.astype(np.int64)
     lo = int(k.min())
     return pld._trim(pld._PMF(lo, np.bincount(k - lo, weights=mass[keep]), inf), upper)
+
+
+#: Bins of every node of the schedule's mean-preserving tree (:func:`_schedule_epoch`)
+_SCHED_BINS = 2**13
 
 
 def _schedule_z(s: np.ndarray, tail: float) -> float:
