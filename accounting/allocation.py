@@ -113,7 +113,7 @@ Per-step sigma schedules (k = 1, :func:`allocation_schedule_bounds`): mean-1 ter
 argument above holds term by term. :func:`_schedule_epoch`: each term truncated at its own
 threshold c_i (a common Q z-score, P'(some Y_i > c_i) <= delta 1e-3 / epochs: that mass
 to +inf on the upper side, dropped on the lower), each leaf its own law and moments
-(:func:`_unit_leaf`), a balanced tree of :func:`_mp_conv` on 2^13-bin node grids, the
+(:func:`_unit_leaf`, 2^12 bins), a balanced tree of :func:`_mp_conv` on 2^13-bin node grids, the
 pairs and error allowances of :func:`_epoch_pmf`. The one-sided rounding (a tree of
 floor / ceil sums, P-law from the Q-law, :func:`_schedule_pmfs`) is the fallback where
 the new upper end is not certified. Measured (2 shared cores, load ~2-4; width, wall s,
@@ -1542,7 +1542,7 @@ def _schedule_tree(s: np.ndarray, c: np.ndarray, bins: int, memo: dict) -> _Part
     if key in memo:
         return memo[key]
     if s.size == 1:
-        out = _unit_leaf(float(s[0]), float(c[0]), bins)
+        out = _unit_leaf(float(s[0]), float(c[0]), bins // 2)
     else:
         mid = s.size // 2
         a = _schedule_tree(s[:mid], c[:mid], bins, memo)
