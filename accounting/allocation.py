@@ -113,16 +113,17 @@ Per-step sigma schedules (k = 1, :func:`allocation_schedule_bounds`): mean-1 ter
 argument above holds term by term. :func:`_schedule_epoch`: each term truncated at its own
 threshold c_i (a common Q z-score, P'(some Y_i > c_i) <= delta 1e-3 / epochs: that mass
 to +inf on the upper side, dropped on the lower), each leaf its own law and moments
-(:func:`_unit_leaf`, 2^12 bins), a balanced tree of :func:`_mp_conv` on 2^13-bin node grids, the
-pairs and error allowances of :func:`_epoch_pmf`. The one-sided rounding (a tree of
+(:func:`_unit_leaf`, 2^12 bins), a balanced tree of :func:`_mp_conv` on 2^13-bin node
+grids, the pairs and error allowances of :func:`_epoch_pmf`. The one-sided rounding (a tree of
 floor / ceil sums, P-law from the Q-law, :func:`_schedule_pmfs`) is the fallback where
-the new upper end is not certified. Measured (2 shared cores, load ~2-4; width, wall s,
-before -> after; delta 1e-5): linspace(2, 0.8, 100) 1.2%, 7.5 s -> 0.05%, 1.0 s (ten
-epochs 12.7% -> 0.8%); linspace(1.5, 0.7, 1000) 10.4%, 117 s -> 0.26%, 6-18 s (ten
-epochs 74% -> 2.7%); U(0.8, 1.2) x 500 12.9%, 44 s -> 0.18%, 3.8 s (ten epochs 82% ->
-1.3%); delta 1e-8, one / ten epochs: 265-3500% -> 2-25%. Still wide at small delta
-and many epochs, and slow at t = 1,000: the node grids are set by the truncation c_i
-(the heavy tail), not by the bulk; an N-split as in :func:`_epoch` would narrow them.
+the new upper end is not certified. Measured (2 shared cores; width, wall s, before ->
+after; delta 1e-5): linspace(2, 0.8, 100) 1.2%, 7.5 s -> 0.05%, 0.5 s (ten epochs 12.7%
+-> 0.8%); linspace(1.5, 0.7, 1000) 10.4%, 117 s -> 0.27%, 4.2 s (ten epochs 74% ->
+2.7%); U(0.8, 1.2) x 500 12.9%, 44 s -> 0.18%, 1.8 s (ten epochs 82% -> 1.3%); delta
+1e-8, one / ten epochs: 265-3500% -> 2-26%; every new bracket inside the old one. Still
+wide at small delta and many epochs, and over 1 s at t >= 500: the node grids are set by
+the truncation c_i (the heavy tail), not by the bulk; an N-split as in :func:`_epoch`
+would narrow them.
 
 FFT round-off (one-sided rounding, k > 1, schedules): each convolution's L1 error is
 bounded by a few ulps x log2(n) sqrt(n) x the larger L2 norm of its operands
