@@ -1150,6 +1150,13 @@ def pld_epsilon(
         upper = min(upper, pure)
     if lo_exact is not None:
         lower = max(lower, lo_exact * (1.0 - 1e-11))
+    return _finished(events, others, opts, delta, tol, lower, upper)
+
+
+def _finished(events: tuple[Event, ...], others: list, opts: PLDOptions, delta: float,
+              tol: float, lower: float, upper: float) -> PLDBounds:
+    """The bracket after the passes: a for_delta pass where it is still wide, the RDP
+    fallback where the upper end is still infinite, the ends checked against each other."""
     if math.isinf(upper) or upper - lower > _WIDTH * upper:
         # an event whose discrete PLD can be built for this delta (tails and round-off
         # scaled to it) gets a second pass: both passes are certified, keep the better ends
