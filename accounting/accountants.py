@@ -32,7 +32,7 @@ from .conversions import (
     optimize_order,
     rdp_to_dp,
 )
-from .rdp import DEFAULT_ORDERS, rdp_laplace, rdp_pure_dp, rdp_sgm_many
+from .rdp import DEFAULT_ORDERS, rdp_laplace_sum, rdp_pure_dp, rdp_sgm_many
 from .registry import (
     ACCOUNTANTS,
     DPPart,
@@ -84,10 +84,12 @@ def rdp_curve(items: Sequence[object], orders: np.ndarray,
             per = np.stack([cache[k] for k in keys])
         with np.errstate(invalid="ignore"):
             total = (per * counts[:, None].astype(float)).sum(axis=0)
+    laplace = [p for p in items if isinstance(p, LaplacePart)]
+    if laplace:
+        total = total + rdp_laplace_sum(np.array([p.eps for p in laplace]),
+                                        np.array([p.count for p in laplace], dtype=float), orders)
     for p in items:
-        if isinstance(p, LaplacePart):
-            total = total + p.count * rdp_laplace(p.b, orders, p.sensitivity)
-        elif isinstance(p, DPPart) and p.pure:
+        if isinstance(p, DPPart) and p.pure:
             total = total + (np.inf if math.isinf(p.eps) else p.count * rdp_pure_dp(p.eps, orders))
         elif isinstance(p, RDPPart):
             total = total + p.count * np.asarray(p.rdp(orders), dtype=float)
@@ -249,8 +251,10 @@ class CompositionAccountant(Accountant):
                 **_: Any) -> DPResult:
         items = self.parts(events)
         others = [(p.eps, p.delta, p.count) for p in items if not isinstance(p, GaussianPart)]
-        eps = comp.composition_epsilon(gaussian_groups(items), others, delta, self.name,
-                                       gaussian)
+        groups = gaussian_groups(items)
+        if groups[0].size > _MAX_ROWS:  # one root search per row: sigmas rounded DOWN (valid)
+            groups = tuple(rounded_groups(Groups(*groups), 5e-4, "down"))
+        eps = comp.composition_epsilon(groups, others, delta, self.name, gaussian)
         return DPResult(eps, None)
 
 
