@@ -226,28 +226,47 @@ def merge_repeats(items: Iterable[object]) -> list:
     releases were 10^6 RDP curves and 10^6 PLDs)."""
     out: list = []
     where: dict[tuple, int] = {}
+    extra: dict[int, int] = {}
     for p in items:
         key = _repeat_key(p)
         if key is None:
             out.append(p)
         elif key in where:
             i = where[key]
-            out[i] = replace(out[i], count=int(out[i].count) + int(p.count))
+            extra[i] = extra.get(i, 0) + int(p.count)
         else:
             where[key] = len(out)
             out.append(p)
+    for i, more in extra.items():
+        out[i] = replace(out[i], count=int(out[i].count) + more)
     return out
+
+
+def _memo_key(event: object) -> object:
+    """``event`` itself where hashable (equal events have equal parts), else None."""
+    try:
+        hash(event)
+    except TypeError:
+        return None
+    return (type(event), event)
 
 
 def parts(events: Iterable[object], family: str, method: str, side: str = "upper") -> list:
     """The parts of every event for ``family`` (refused by name where there is no rule),
     equal releases merged (:func:`merge_repeats`)."""
     out: list = []
+    memo: dict = {}
     for e in events:
-        rule = _rule(e, family)
-        if rule is None:
-            raise UnsupportedEventError(e, method, why_unsupported(e, family, ()) or "")
-        out.extend(rule(e, side))
+        key = _memo_key(e)
+        got = memo.get(key) if key is not None else None
+        if got is None:
+            rule = _rule(e, family)
+            if rule is None:
+                raise UnsupportedEventError(e, method, why_unsupported(e, family, ()) or "")
+            got = rule(e, side)
+            if key is not None:
+                memo[key] = got
+        out.extend(got)
     return merge_repeats(out)
 
 

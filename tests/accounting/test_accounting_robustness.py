@@ -241,6 +241,7 @@ def _interleaved(n: int, b: float = 20.0) -> tuple[A.PrivacyLedger, A.PrivacyLed
     return mixed, grouped
 
 
+@pytest.mark.slow
 def test_interleaved_repeated_releases_cost_what_their_counts_cost():
     """Alternating Laplace and pure-DP releases (an answer and a count per round): one RDP
     curve and one PLD per event, so the PLD took 89 s of CPU at 300 rounds (441 s at 20,000)
@@ -300,6 +301,7 @@ def test_many_distinct_laplace_scales_get_a_pld_bracket_within_seconds():
     assert up >= least.epsilon_bounds(1e-6, "pld").lower
 
 
+@pytest.mark.slow
 def test_a_million_distinct_laplace_scales_cost_one_vectorised_rdp_sum():
     """10^6 Laplace releases with distinct b: one rdp_laplace call each (75 us) made RDP
     alone 75 s; now one vectorised pass, the same curve as the per-release sum."""
