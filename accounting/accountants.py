@@ -61,6 +61,8 @@ _BASIC_FORMS = (GaussianPart, LaplacePart, DPPart)
 #: (1 + 5e-4)^k: a valid upper bound, O(grid points) instead of O(steps) (10^6 distinct
 #: sigmas took 256 s and 7.5 GB).
 _MAX_ROWS = 20_000
+#: Distinct Laplace and (eps, delta) releases the PLD accepts (1,000: 11 s of CPU).
+_MAX_PLD_RELEASES = 2_000
 
 
 # ---------------------------------------------------------------- the one RDP sum
@@ -284,6 +286,11 @@ class PLDAccountant(Accountant):
         from .pld import pld_epsilon
 
         self.check(events)
+        releases = sum(isinstance(p, (LaplacePart, DPPart)) for p in self.parts(events))
+        if releases > _MAX_PLD_RELEASES:  # a named refusal before minutes of work
+            raise ValueError(f"{releases} distinct Laplace/(eps, delta) releases are beyond the "
+                             f"PLD's budget ({_MAX_PLD_RELEASES}; 10^5 took 97 s); use "
+                             "method='rdp' (tightest_epsilon falls back to the others)")
         return pld_epsilon(events, delta, **opts)
 
 

@@ -337,3 +337,19 @@ def test_composition_of_a_long_distinct_schedule_rounds_like_rdp():
         exact = composition.composition_epsilon(tuple(groups), [], 1e-6, method)
         assert exact <= got <= exact * 1.01, method
         assert cpu < 0.5, f"{method}: {cpu:.2f} s of CPU"
+
+
+def test_a_pld_of_too_many_distinct_releases_is_refused_by_name_and_tightest_answers():
+    """10^5 distinct Laplace scales: the PLD ran 97 s of CPU (and 10^6 never finished)
+    before answering worse than RDP; beyond 2,000 distinct releases it is refused up front
+    and tightest_epsilon takes the other accountants' minimum."""
+    ledger = A.PrivacyLedger()
+    for b in np.random.default_rng(3).uniform(2.0, 50.0, 3000):
+        ledger.laplace(b=float(b))
+    start = time.process_time()
+    with pytest.raises(ValueError, match="distinct"):
+        ledger.epsilon_bounds(1e-5, "pld")
+    eps, method = ledger.tightest_epsilon(1e-5, with_method=True)
+    assert time.process_time() - start < 5.0
+    assert method != "pld" and eps == pytest.approx(min(ledger.epsilon(1e-5),
+                                                         ledger.epsilon(1e-5, "zcdp")))
