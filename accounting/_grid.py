@@ -17,10 +17,18 @@ import numpy as np
 
 from ._validate import check_choice, check_positive
 from .events import Event
-from .registry import _rule, gaussian_groups, group_pairs, why_infinite
+from .registry import (
+    DPPart,
+    LaplacePart,
+    _rule,
+    gaussian_groups,
+    group_pairs,
+    merge_repeats,
+    why_infinite,
+)
 
 __all__ = ["Groups", "group_pairs", "round_sigmas", "sgm_groups", "rounded_groups",
-           "no_privacy_reason"]
+           "rounded_releases", "too_many_releases", "no_privacy_reason"]
 
 
 class Groups(NamedTuple):
@@ -75,6 +83,54 @@ def rounded_groups(groups: Groups, resolution: float, direction: str) -> Groups:
     """``groups`` with every sigma rounded ``direction`` onto the grid, regrouped."""
     rounded = round_sigmas(groups.sigmas, resolution, direction)
     return Groups(*group_pairs(groups.qs, rounded, groups.counts))
+
+
+def _on_grid(x: float, step: float, up: bool) -> float:
+    """``x`` > 0 rounded onto the grid exp(k step): up or down (never past ``x``)."""
+    k = math.log(x) / step
+    e = (math.ceil(k - 1e-12) if up else math.floor(k + 1e-12)) * step
+    if abs(e) > 700.0:
+        return x  # past exp's range: kept as it is
+    out = math.exp(e)
+    return max(out, x) if up else min(out, x)
+
+
+def _rounded_release(p: object, step: float, up: bool) -> object:
+    if isinstance(p, LaplacePart) and math.isfinite(p.eps) and p.eps > 0:
+        return LaplacePart(1.0 / _on_grid(p.eps, step, up), 1.0, p.count)
+    if isinstance(p, DPPart) and math.isfinite(p.eps) and p.eps > 0:
+        d = _on_grid(p.delta, step, up) if p.delta > 0 else 0.0
+        return DPPart(_on_grid(p.eps, step, up), min(d, 1.0), p.count)
+    return p
+
+
+def _distinct_releases(items: list) -> int:
+    """How many Laplace and (eps, delta) parts ``items`` holds (merged: distinct ones)."""
+    return sum(isinstance(p, (LaplacePart, DPPart)) for p in items)
+
+
+def too_many_releases(items: list, max_distinct: int) -> bool:
+    """Would :func:`rounded_releases` round ``items``?"""
+    return _distinct_releases(items) > max_distinct
+
+
+def rounded_releases(items: list, resolution: float, max_distinct: int, up: bool) -> list:
+    """Laplace and (eps, delta) parts among ``items`` with at most ``max_distinct`` distinct
+    releases: beyond it, eps (and delta) rounded onto the geometric grid
+    (1 + resolution)^k, UP for an upper bound and DOWN for a lower one, the resolution
+    doubled until the releases fit, then equal ones merged. Valid because a Laplace pair of
+    larger eps dominates one of smaller eps (shifted Laplace laws have a monotone likelihood
+    ratio: the trade-off function falls with the shift) and the (eps, delta) pair of larger
+    eps and delta dominates the other; composition keeps domination (Dong, Roth, Su 2022)."""
+    if not too_many_releases(items, max_distinct):
+        return items
+    step = math.log1p(resolution)
+    for _ in range(40):
+        out = merge_repeats([_rounded_release(p, step, up) for p in items])
+        if not too_many_releases(out, max_distinct):
+            break
+        step *= 2.0
+    return out
 
 
 def no_privacy_reason(groups: Groups, events: Iterable[Event]) -> str | None:

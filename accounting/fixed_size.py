@@ -116,7 +116,8 @@ def _rdp_rule(e: SampledWithoutReplacement, side: str) -> list:
     if side == "lower":  # the realised Poisson pair (module doc): a valid lower bound
         return _gaussian_rule(e, side)
     return [RDPPart(lambda orders: rdp_without_replacement(e.sigma, e.batch_size,
-                                                           e.dataset_size, orders), e.count)]
+                                                           e.dataset_size, orders), e.count,
+                    key=("without_replacement", e.sigma, e.batch_size, e.dataset_size))]
 
 
 def _pld_rule(e: SampledWithoutReplacement, side: str) -> list:

@@ -91,7 +91,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import special
 
-from ._grid import Groups, rounded_groups, sgm_groups
+from ._grid import Groups, rounded_groups, rounded_releases, sgm_groups, too_many_releases
 from ._validate import (
     check_count,
     check_delta,
@@ -1029,6 +1029,7 @@ def _bound(events: tuple[Event, ...], others: list[Event], opts: PLDOptions, upp
     groups = _merge_full_gaussians(sgm_groups(events, "upper" if upper else "lower"))
     if groups.qs.size > opts.max_distinct:
         groups = rounded_groups(groups, opts.sigma_resolution, "down" if upper else "up")
+    others = rounded_releases(others, opts.sigma_resolution, opts.max_distinct, upper)
     for _ in range(8):
         try:
             values = []
@@ -1105,6 +1106,7 @@ def pld_epsilon(
     user_grid = opts.value_interval is not None
     upper, lower = (math.inf if up_exact is None else up_exact), 0.0
     sigma_refined = False
+    rounded = too_many_releases(others, opts.max_distinct)
     for _ in range(_REFINE if not user_grid else 1):
         # every pass is a certified bracket: keep the best end of each side over the passes
         if up_exact is None:  # (a closed-form upper end needs no discretisation)
@@ -1113,8 +1115,8 @@ def pld_epsilon(
                                       tol))
         lower = max(lower, _bound(events, others, opts, False,
                                   lambda pmf, allow, h: _eps_of(pmf, delta + allow, h), tol))
-        if math.isinf(upper) or upper - lower <= _WIDTH * upper:
-            break
+        if math.isinf(upper) or upper - lower <= _WIDTH * upper or rounded:
+            break  # (a finer grid cannot undo the rounding of many distinct releases)
         groups = sgm_groups(events)
         h = _grid_step(groups, others, opts)
         if groups.qs.size > opts.max_distinct and not sigma_refined:

@@ -37,6 +37,7 @@ __all__ = [
     "rdp_sgm_many",
     "rdp_gaussian",
     "rdp_laplace",
+    "rdp_laplace_sum",
     "rdp_pure_dp",
     "log_a_integer",
     "log_a_fractional",
@@ -598,6 +599,24 @@ def rdp_laplace(b: float, orders: np.ndarray | None = None, sensitivity: float =
     # below eps ~ 1e-4 the log loses everything to cancellation (b = 1e9 gave -7e-17): use the
     # pure-DP bound min(eps, alpha eps^2 / 2) (:func:`rdp_pure_dp`), valid for every eps-DP
     return exact if eps >= 1e-4 else np.minimum(eps, a * eps**2 / 2.0)
+
+
+def rdp_laplace_sum(eps: np.ndarray, counts: np.ndarray, orders: np.ndarray,
+                    chunk: int = 4096) -> np.ndarray:
+    """sum_i counts_i x :func:`rdp_laplace` of pure eps_i = sensitivity_i / b_i, vectorised
+    (the same formula and small-eps branch; rows in chunks to bound memory): 10^6 distinct
+    Laplace releases in one pass instead of 10^6 calls."""
+    eps = np.asarray(eps, dtype=float)
+    counts = np.asarray(counts, dtype=float)
+    a = np.asarray(orders, dtype=float)[None, :]
+    total = np.zeros(a.size)
+    for start in range(0, eps.size, chunk):
+        e = eps[start:start + chunk, None]
+        log_val = np.logaddexp(np.log(a / (2 * a - 1)) + (a - 1) * e,
+                               np.log((a - 1) / (2 * a - 1)) - a * e)
+        cur = np.where(e >= 1e-4, np.minimum(log_val / (a - 1), e), np.minimum(e, a * e**2 / 2.0))
+        total += (cur * counts[start:start + chunk, None]).sum(axis=0)
+    return total
 
 
 def rdp_pure_dp(eps: float, orders: np.ndarray | None = None) -> np.ndarray:

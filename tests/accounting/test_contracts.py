@@ -307,3 +307,29 @@ def test_allocation_at_tiny_sigma_is_answered_or_refused_by_name():
         assert 0.0 <= lo <= up
     eps, method = ledger.tightest_epsilon(1e-5, with_method=True)
     assert math.isfinite(eps) and eps > 100 and method in CERTIFIED
+
+
+@QUIET
+@given(events=st.lists(ANY_EVENT, min_size=2, max_size=4), delta=DELTAS, data=st.data())
+def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, delta, data):
+    """Sequential composition commutes: the history in any order, and with a release
+    recorded twice (interleaved with the others) instead of once at twice the count, gives
+    the same eps (equal releases anywhere in a history are merged into one part, which must
+    not change any value)."""
+    order = data.draw(st.permutations(range(len(events))))
+    shuffled = [events[i] for i in order]
+    for method in FAST:
+        a, b = _eps(method, events, delta), _eps(method, shuffled, delta)
+        if a is None or b is None:
+            assert a is None and b is None
+            continue
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (method, a, b)
+    lap = A.Laplace(b=data.draw(st.floats(0.1, 100.0)), count=2)
+    once = [*events, lap]
+    twice = [A.Laplace(b=lap.b), *events, A.Laplace(b=lap.b)]
+    for method in FAST:
+        a, b = _eps(method, once, delta), _eps(method, twice, delta)
+        if a is None or b is None:
+            assert a is None and b is None
+            continue
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (method, a, b)
