@@ -1026,6 +1026,12 @@ def _threshold(s: float, t: int, tail: float) -> float:
     lo, hi = 0.0, s * s + 40.0 * s
     if excess(lo) <= 0:
         return lo
+    return _bisect_down(excess, lo, hi)
+
+
+def _bisect_down(excess: Any, lo: float, hi: float) -> float:
+    """The smallest x in [lo, hi] (to 60 halvings) with ``excess(x) <= 0``, for an ``excess``
+    non-increasing in x with excess(hi) <= 0: the upper end of the bracket (valid side)."""
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         if excess(mid) > 0:
@@ -1648,13 +1654,7 @@ def _schedule_z(s: np.ndarray, tail: float) -> float:
         return (float(special.ndtr(s - z).sum()) / t + t * float(special.ndtr(-z))) - tail
 
     lo, hi = 0.0, float(s.max()) + 40.0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if excess(mid) > 0:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return _bisect_down(excess, lo, hi)
 
 
 def _unit_leaf(s: float, c: float, n: int) -> _Part:
