@@ -142,7 +142,15 @@ after; delta 1e-5): linspace(2, 0.8, 100) 1.2%, 7.5 s -> 0.05%, 0.5 s (ten epoch
 1e-8, one / ten epochs: 265-3500% -> 2-26%; every new bracket inside the old one. Still
 wide at small delta and many epochs, and over 1 s at t >= 500: the node grids are set by
 the truncation c_i (the heavy tail), not by the bulk; an N-split as in :func:`_epoch`
-would narrow them.
+would narrow them. Above delta 1e-6 the tree's direct bulk sums run in double
+(:func:`_mp_conv`, ``ext`` False; relative error bounds, still certified): wall s (width)
+extended -> double at 1e-5, one epoch: linspace(1.5, 0.7, 1000) 4.95 (0.271%) -> 3.38
+(0.283%); linspace(2, 0.8, 100) 0.57 (0.054%) -> 0.36 (0.056%); U(0.8, 1.2) x 500 2.14
+(0.179%) -> 1.68 (0.182%); below 1e-6 extended as before (double there: 1e-8 brackets 2-5
+points wider). Not done: the 1 s target at t = 1,000 (leaves ~1.3 s, long FFTs ~1 s);
+rounding the schedule onto a geometric grid (down for the upper end, up for the lower:
+valid, more noise in a step is a post-processing of its output) shares no subtrees for
+these schedules at a resolution that keeps the width (1e-3: ~760 distinct of 1,000).
 
 FFT round-off (one-sided rounding, k > 1, schedules): each convolution's L1 error is
 bounded by a few ulps x log2(n) sqrt(n) x the larger L2 norm of its operands
