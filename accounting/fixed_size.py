@@ -21,7 +21,6 @@ template for an event type.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -31,7 +30,11 @@ from ._validate import check_count, check_sigma
 from .events import Event
 from .registry import GaussianPart, PLDPart, RDPPart, register_event
 from .relations import FIXED_SIZE, REPLACE_ONE
-from .without_replacement import rdp_without_replacement, without_replacement_pld_parts
+from .without_replacement import (
+    rdp_without_replacement,
+    step_loss_variance,
+    without_replacement_pld_parts,
+)
 
 __all__ = ["SampledWithoutReplacement"]
 
@@ -85,9 +88,7 @@ class SampledWithoutReplacement(Event):
     def pld_loss_variance(self) -> float:
         """Variance of one step's privacy loss, bounded above (sets the PLD grid step): that
         of the +-1 pair, at most gamma^2 (e^(4 / sigma^2) - 1) and (2 / sigma)^2."""
-        with np.errstate(over="ignore"):
-            var = self.q**2 * math.expm1(min(4.0 / self.sigma**2, 700.0))
-        return float(min(var, 4.0 / self.sigma**2))
+        return step_loss_variance(self.q, self.sigma)
 
     def pld_loss_range(self) -> float:
         """Widest loss range of one step on either side (bounds the PLD grid step from

@@ -253,6 +253,22 @@ def _upper_pmf(gamma: float, sigma: float, h: float):
     return None
 
 
+def step_loss_variance(gamma: float, sigma: float) -> float:
+    """About the variance of one step's privacy loss (the +-1 pair, and the symmetrised pair
+    at sigma / 2): at most gamma^2 (e^(4 / sigma^2) - 1) and (2 / sigma)^2; sets grid steps."""
+    with np.errstate(over="ignore"):
+        var = gamma**2 * math.expm1(min(4.0 / sigma**2, 700.0))
+    return float(min(var, 4.0 / sigma**2))
+
+
+def _composition_grid(steps: int, var: float) -> float:
+    """Grid step of the loss for ``steps`` steps of loss variance ``var``: the composed
+    standard deviation / (1000 x sqrt(steps / 10,000), that factor within [0.4, 2]), h
+    within [1e-6, 1e-2]."""
+    sd = math.sqrt(steps * var)
+    return min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+
+
 def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: int,
                                   steps: int, delta: float) -> float:
     """Certified PLD upper bound on eps of ``steps`` fixed-size-batch steps under
@@ -268,11 +284,8 @@ def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: i
         return 0.0
     if sigma == 0:
         return math.inf
-    q, s = b / n, sigma / 2.0
-    with np.errstate(over="ignore"):
-        var = min(q * q * math.expm1(min(1.0 / (s * s), 700.0)), 1.0 / (s * s))
-    sd = math.sqrt(steps * var)
-    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    q = b / n
+    h = _composition_grid(steps, step_loss_variance(q, sigma))
     sym = _upper_pmf(q, sigma, h)
     if sym is None:
         return math.inf
@@ -343,10 +356,7 @@ def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: i
     if sigma == 0:
         return math.inf
     gamma = b / n
-    s_step = min(gamma * math.sqrt(max(math.expm1(min(4.0 / sigma**2, 700.0)), 1e-300)),
-                 2.0 / sigma)
-    sd = math.sqrt(steps) * s_step
-    h = min(1e-2, max(1e-6, sd / (1000.0 * min(2.0, max(0.4, math.sqrt(steps / 1e4))))))
+    h = _composition_grid(steps, step_loss_variance(gamma, sigma))
     pmf = _lower_pmf(gamma, sigma, h)
     if pmf is None:
         return 0.0
