@@ -1482,11 +1482,6 @@ def allocation_epsilon_bounds(sigma: float, steps: int, delta: float, *, selecte
     return PLDBounds(lower, (lower + upper) / 2.0, upper)
 
 
-def _small_tail_event(ev: RandomAllocation, delta: float) -> RandomAllocation:
-    """The same event with per-node cap overflow ~ delta 1e-3 / (2 t x compositions)."""
-    return ev.for_delta(delta)
-
-
 @functools.lru_cache(maxsize=64)
 def _variant(tail: float, small: bool) -> type:
     """A subclass of :class:`RandomAllocation` with these tails / grids (one per value, so
