@@ -8,7 +8,7 @@ and :mod:`accounting.pld` (privacy loss distributions); the one stateful object 
 docs/accounting.md lists the papers behind every formula.
 """
 
-from . import relations, replace_one, schedules  # replace_one: registers its PLD rule
+from . import relations, schedules
 from ._grid import round_sigmas
 from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from .allocation import RandomAllocation, allocation_epsilon_bounds
@@ -40,6 +40,7 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .fixed_size import SampledWithoutReplacement
 from .ledger import (
     APPROXIMATE_METHODS,
     METHODS,
@@ -72,11 +73,6 @@ from .shuffle import (
 )
 from .tightest import tightest_epsilon
 
-try:  # fixed-size batches without replacement (needs accounting.without_replacement)
-    from .fixed_size import SampledWithoutReplacement
-except ImportError:  # pragma: no cover - before that module is merged
-    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
-
 __all__ = [
     "ACCOUNTANTS",
     "Accountant",
@@ -94,7 +90,6 @@ __all__ = [
     "convert_event",
     "group_privacy_epsilon",
     "relations",
-    "replace_one",
     "DEFAULT_ORDERS",
     "DP",
     "DPResult",
