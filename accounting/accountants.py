@@ -311,7 +311,10 @@ class PLDAccountant(Accountant):
                         lambda: self._bounds(events, delta, **opts))
 
     def _bounds(self, events: Sequence[object], delta: float, **opts: Any):
-        from .pld import pld_epsilon
+        """pld_epsilon's bracket, tightened by each part's own certified function
+        (:mod:`accounting.part_bounds`)."""
+        from .part_bounds import tightened
+        from .pld import PLDBounds, pld_epsilon
 
         self.check(events)
         releases = sum(isinstance(p, (LaplacePart, DPPart)) for p in self.parts(events))
@@ -319,7 +322,11 @@ class PLDAccountant(Accountant):
             raise ValueError(f"{releases} distinct Laplace/(eps, delta) releases are beyond the "
                              f"PLD's budget ({_MAX_PLD_RELEASES}; 10^5 took 97 s); use "
                              "method='rdp' (tightest_epsilon falls back to the others)")
-        return pld_epsilon(events, delta, **opts)
+        b = pld_epsilon(events, delta, **opts)
+        lower, upper = tightened(tuple(events), delta, b.lower, b.upper, opts)
+        if (lower, upper) == (b.lower, b.upper):
+            return b
+        return PLDBounds(lower, upper if math.isinf(upper) else (lower + upper) / 2.0, upper)
 
 
 class PRVAccountant(Accountant):

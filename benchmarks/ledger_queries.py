@@ -103,7 +103,7 @@ def mixed_ledger(name: str) -> tuple[A.PrivacyLedger, float]:
     if name == "every-type":  # fixed-size, (eps, delta), a 500-sigma schedule, allocation
         lg = A.PrivacyLedger()
         lg.step(q=0.01, sigma=1.0, count=100, sampling="fixed-size")
-        lg.dp_step(0.5, 1e-9, count=3)
+        lg.dp_step(0.5, 1e-12, count=3)
         lg.step_schedule(0.01, rng.uniform(0.8, 1.2, 500))
         lg.allocate(sigma=1.0, steps=100, epochs=2)
         return lg, 1e-10
