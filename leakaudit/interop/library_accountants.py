@@ -31,10 +31,12 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from accounting import PrivacyLedger, SampledWithoutReplacement
+from accounting.procedure import ProcedureReport, procedure_epsilon
 
 from ._ledgers import LedgerPair, new_ledger
 
 __all__ = ["Finding", "AccountantReading", "read_flower_accountant", "read_opacus_accountant",
+           "sound_ledger", "procedure_from_accountants",
            "REPLACE_ONE_SENSITIVITY", "NEGATIVE_EPSILON", "NON_FINITE_EPSILON",
            "LIBRARY_ERROR", "BUDGET_PASSED", "FINDINGS"]
 
@@ -210,3 +212,27 @@ def read_opacus_accountant(accountant: Any, delta: float) -> AccountantReading:
                       reason="; ".join(f.message for f in findings))
     return AccountantReading(pair, float(delta), f"Opacus {type(accountant).__name__}", eps,
                              sound_eps, method, tuple(findings))
+
+
+# ---------------------------------------------------------------- a user's procedure
+def sound_ledger(accountant: Any) -> PrivacyLedger:
+    """The sound ledger of one run's accountant: Flower's ``RdpAccountant`` (or its state
+    dict) or an Opacus accountant (its history: Poisson add/remove steps)."""
+    if isinstance(accountant, Mapping) or (hasattr(accountant, "state_dict")
+                                           and not hasattr(accountant, "history")):
+        return _flower_ledgers(_flower_state(accountant))[1]
+    from .opacus import ledger_from_accountant
+
+    return ledger_from_accountant(accountant)
+
+
+def procedure_from_accountants(accountants: list, rule: str = "fixed", *, delta: float,
+                               mean: float | None = None, shape: float = 1.0,
+                               chosen: int | None = None) -> ProcedureReport:
+    """The certified eps of a hyperparameter search whose runs each kept a library
+    accountant (Opacus or Flower; one per configuration), beside the chosen run's
+    (:func:`accounting.procedure.procedure_epsilon`)."""
+    if not isinstance(accountants, (list, tuple)) or not accountants:
+        raise ValueError("accountants must be a non-empty list (one accountant per run)")
+    return procedure_epsilon([sound_ledger(a) for a in accountants], rule, delta=delta,
+                             mean=mean, shape=shape, chosen=chosen)

@@ -199,6 +199,22 @@ def test_search_round_trips_through_json_and_converts_relation():
         assert replaced.epsilon(DELTA) >= ledger.epsilon(DELTA)
 
 
+def test_one_call_reports_the_procedure_beside_the_chosen_run():
+    from accounting.procedure import procedure_epsilon
+
+    runs = _dpsgd_runs(10)
+    rep = procedure_epsilon(runs, "geometric", delta=DELTA, chosen=3)
+    assert rep.chosen == 3 and rep.chosen_eps == runs[3].tightest(DELTA).eps
+    assert rep.tightest == rep.rdp > max(rep.runs_eps) and rep.search.mean == 10
+    assert "procedure (what is published)" in rep.describe()
+    worst = procedure_epsilon([r.events for r in runs], "poisson", delta=DELTA, mean=5)
+    assert worst.chosen_eps == max(worst.runs_eps)  # default: the most expensive run
+    with pytest.raises(ValueError, match="chosen"):
+        procedure_epsilon(runs, delta=DELTA, chosen=10)
+    with pytest.raises(ValueError, match="runs"):
+        procedure_epsilon([], delta=DELTA)
+
+
 # ---------------------------------------------------------------- the same-sample contract
 def test_two_releases_over_one_batch_cannot_be_composed_as_independent():
     """A gradient (sigma 1) and a second query (sigma 2) of one Poisson batch: one sampled

@@ -97,3 +97,17 @@ def test_opacus_non_finite_or_failing_eps_is_a_named_finding():
         reading = la.read_opacus_accountant(acc, DELTA)
         assert [f.name for f in reading.findings] == [name]
         assert math.isfinite(reading.sound_eps)
+
+
+def test_a_search_over_library_runs_reports_the_procedure_beside_the_chosen_run():
+    runs = []
+    for sigma in (0.8, 1.0, 1.5):
+        acc = RDPAccountant()
+        acc.history = [(sigma, 0.01, 1000)]
+        runs.append(acc)
+    runs.append(_flower(SamplingMethod.POISSON, NeighboringRelation.ADD_OR_REMOVE_ONE).state_dict())
+    rep = la.procedure_from_accountants(runs, "geometric", delta=DELTA, mean=10, chosen=1)
+    assert rep.chosen_eps == pytest.approx(la.read_opacus_accountant(runs[1], DELTA).sound_eps)
+    assert rep.tightest > max(rep.runs_eps) and len(rep.search.candidates) == 4
+    with pytest.raises(ValueError, match="accountants"):
+        la.procedure_from_accountants([], delta=DELTA)
