@@ -138,9 +138,25 @@ def _run(text: str) -> tuple[float, float, int]:
                                          f"got {text!r}") from exc
 
 
+def _grid(args: argparse.Namespace) -> list[tuple[float, float, int]]:
+    """The q x sigma grid's runs (steps: --steps, or --epochs / q rounded)."""
+    if not (args.grid_q or args.grid_sigma):
+        return []
+    if not (args.grid_q and args.grid_sigma) or (args.steps is None) == (args.epochs is None):
+        raise SystemExit("error: a grid needs --grid-q, --grid-sigma and one of --steps or "
+                         "--epochs")
+    out = []
+    for q in args.grid_q:
+        if not 0.0 < q <= 1.0:
+            raise SystemExit(f"error: --grid-q values must be in (0, 1], got {q!r}")
+        steps = args.steps if args.steps is not None else round(args.epochs / q)
+        out.extend((q, sigma, steps) for sigma in args.grid_sigma)
+    return out
+
+
 def _cmd_tuning(args: argparse.Namespace) -> int:
     runs: list = []
-    for q, sigma, steps in args.run or ():
+    for q, sigma, steps in [*(args.run or ()), *_grid(args)]:
         ledger = PrivacyLedger(relation=args.relation)
         ledger.step(q=q, sigma=sigma, count=steps)
         runs.append(ledger)
@@ -148,7 +164,8 @@ def _cmd_tuning(args: argparse.Namespace) -> int:
         with open(path, encoding="utf-8") as fh:
             runs.append(PrivacyLedger.from_json(fh.read()))
     if not runs:
-        raise SystemExit("error: give the runs with --run q,sigma,steps or --ledger FILE")
+        raise SystemExit("error: give the runs with --run q,sigma,steps, --ledger FILE or "
+                         "--grid-q/--grid-sigma")
     rep = procedure_epsilon(runs, args.rule, delta=args.delta, mean=args.mean,
                             shape=args.shape, chosen=args.chosen)
     if args.json:
@@ -172,6 +189,11 @@ def _tuning_parser(sub: argparse._SubParsersAction) -> None:
                    help="one configuration's Poisson DP-SGD run as q,sigma,steps (repeat)")
     t.add_argument("--ledger", action="append",
                    help="one run's ledger JSON (PrivacyLedger.to_json; repeat)")
+    t.add_argument("--grid-q", type=float, nargs="+", help="a grid search: sampling rates")
+    t.add_argument("--grid-sigma", type=float, nargs="+", help="a grid search: multipliers")
+    t.add_argument("--steps", type=int, default=None, help="steps of every grid run")
+    t.add_argument("--epochs", type=float, default=None,
+                   help="epochs of every grid run (steps = epochs / q, rounded)")
     t.add_argument("--rule", default="fixed", choices=list(SELECTION_RULES),
                    help="fixed: every run once (composition); geometric, logarithmic, "
                         "negative-binomial, poisson: a random number of runs (Papernot & "

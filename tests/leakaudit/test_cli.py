@@ -32,6 +32,15 @@ def test_tuning_prints_the_procedure_beside_the_chosen_run(capsys):
         main(["tuning"])
 
 
+def test_tuning_over_a_grid_of_configurations(capsys):
+    grid = ["--grid-q", "0.004", "0.008", "--grid-sigma", "1", "2", "--epochs", "2"]
+    assert main(["tuning", *grid, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["runs"] == 4 and len(out["runs_eps"]) == 4 and out["procedure"]["method"] == "pld"
+    with pytest.raises(SystemExit, match="--steps or --epochs"):
+        main(["tuning", "--grid-q", "0.01", "--grid-sigma", "1"])
+
+
 def test_epsilon_prints_every_method(capsys):
     assert main(["epsilon", "--q", "0.01", "--sigma", "4", "--steps", "10000",
                  "--delta", "1e-5"]) == 0
