@@ -9,7 +9,9 @@ Flower (``flwr.serverapp.RdpAccountant``, 1.41 and 1.42, behind ``flwr[dp]``) ac
 (sampling, relation) pairs in its ``PrivacyConfig``. Its events carry the strategy's noise
 multiplier z = noise std / clipping norm C (the fixed-clipping wrappers add N(0, (z C)^2) to
 the sum of clipped updates). Two pairs pass z to dp-accounting as it should be read: Poisson
-and no amplification, both under add-or-remove-one (sensitivity C). The third, sampling
+and no amplification, both under add-or-remove-one (sensitivity C); the accountant does not
+say whether the cohort really was Poisson-drawn (Flower's strategies draw a fixed number of
+clients: :func:`leakaudit.interop.flower.ledgers` accounts the run itself). The third, sampling
 without replacement under replace-one, hands z to dp-accounting's replace-one path, which
 reads a noise multiplier as std over the replace-one sensitivity 2C: Flower's eps is that
 of twice the noise that ran (:data:`REPLACE_ONE_SENSITIVITY`). The claimed ledger records
