@@ -63,6 +63,7 @@ from .rdp import (
 )
 from .registry import UnsupportedEventError, event_types, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
+from .same_sample import SameBatch
 from .shuffle import (
     ShuffleBounds,
     shuffle_epsilon_bounds,
@@ -71,6 +72,7 @@ from .shuffle import (
     shuffle_sensitivity,
 )
 from .tightest import tightest_epsilon
+from .tuning import SELECTION_RULES, HyperparameterSearch
 
 try:  # fixed-size batches without replacement (needs accounting.without_replacement)
     from .fixed_size import SampledWithoutReplacement
@@ -121,6 +123,9 @@ __all__ = [
     "RangeWarning",
     "SampledGaussian",
     "SampledWithoutReplacement",
+    "SameBatch",
+    "HyperparameterSearch",
+    "SELECTION_RULES",
     "SeriesConvergenceWarning",
     "amplify_by_sampling",
     "analytic_gaussian_epsilons",
