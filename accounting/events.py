@@ -107,6 +107,10 @@ class Event:
 def _sigmas(name: str, value: object) -> np.ndarray:
     arr = check_array(name, np.asarray(value, dtype=float).ravel(), low=0.0,
                       allow_empty=False, what="noise multipliers, at least one step").copy()
+    tiny = arr[(arr > 0) & (arr < np.finfo(float).tiny)]
+    if tiny.size:
+        raise ValueError(f"{name} holds {tiny.size} subnormal value(s) (e.g. {tiny[0]!r}, "
+                         f"below {np.finfo(float).tiny:.3g}): use 0 or a normal float")
     arr.setflags(write=False)
     return arr
 
