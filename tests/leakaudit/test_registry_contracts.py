@@ -37,32 +37,34 @@ ATTACK_FORBIDDEN = ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing",
 
 @pytest.fixture(scope="module")
 def tiny_runs():
-    """Each registered defense's tiny run with its noise draws counted (one run each, shared
-    by the tests below)."""
-    out = {}
+    """Each registered defense's tiny run with its noise draws counted, simulated on first
+    use only (``tiny_runs(name)``) and shared by the tests below: a ``-k`` that selects one
+    defense simulates that defense only."""
+    cache: dict = {}
     real = {"gaussian": ops.gaussian_like, "laplace": ops.laplace_like}
-    mp = pytest.MonkeyPatch()
-    try:
-        for name in D.available():
+
+    def tiny_run(name: str):
+        if name not in cache:
             counter = ReleaseCounter()
 
-            def wrap(kind, counter=counter):
+            def wrap(kind):
                 def counted(*args, **kwargs):
                     counter.draws[kind] += 1
                     return real[kind](*args, **kwargs)
                 return counted
 
-            mp.setattr(ops, "gaussian_like", wrap("gaussian"))
-            mp.setattr(ops, "laplace_like", wrap("laplace"))
-            out[name] = (fl.simulate(None, defense=D.get(name), **TINY), counter.draws)
-    finally:
-        mp.undo()
-    return out
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(ops, "gaussian_like", wrap("gaussian"))
+                mp.setattr(ops, "laplace_like", wrap("laplace"))
+                cache[name] = (fl.simulate(None, defense=D.get(name), **TINY), counter.draws)
+        return cache[name]
+
+    return tiny_run
 
 
 @pytest.mark.parametrize("name", D.available())
 def test_every_defense_ledger_records_exactly_the_releases_it_draws(name, tiny_runs):
-    run, draws = tiny_runs[name]
+    run, draws = tiny_runs(name)
     held = ReleaseCounter.in_ledgers(run.sound)
     uploads = sum(len(u) for u in run.uploads)
     assert uploads > 0 and sum(held.values()) > 0, (name, held)
@@ -97,7 +99,7 @@ def test_every_defense_audit_declarations_hold(name, tiny_runs):
     if all(batched):
         # batched trials need every draw through ops (a trial dimension in ops.trials)
         assert _draws_outside_ops(importlib.import_module(type(d).__module__)) == [], name
-        _, draws = tiny_runs[name]
+        _, draws = tiny_runs(name)
         assert d.level == "none" or sum(draws.values()) > 0, name
     model = models.lenet(1, 28, 10, generator=torch.Generator().manual_seed(0))
     d.audit_setup([p.detach().clone() for p in model.parameters()], bound)
