@@ -58,7 +58,7 @@ DELTA = 1e-5
 STEPS = 10_000
 SIGMA0 = 15.0
 SIGMA_END = 4.85
-#: Section 5's small-q schedule (issue 25 item 5): a new sigma every step, uniform in this
+#: Section 5's small-q schedule: a new sigma every step, uniform in this
 #: range (seed 0), at this sampling rate: eps is ~3x as sensitive to sigma as at sigma 5.
 SMALL_Q = 0.001
 SMALL_Q_SIGMAS = (0.55, 0.65)

@@ -180,7 +180,7 @@ class AuditReport:
         return markdown_table(cols, rows) + "\n"
 
     def setting_line(self) -> str:
-        """The attacked clients' setting (issue 13): B, L, stage and device."""
+        """The attacked clients' setting: B, L, stage and device."""
         c = self.config
         return (f"Attacked clients: batch size {c['batch_size']}, {c['local_steps']} local "
                 f"step(s), stage {c['stage']}, attacks on {c.get('device') or 'cpu'}.\n")
@@ -398,7 +398,7 @@ def tiers(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def verdict(rows: list[dict[str, Any]], threshold: float,
             baseline: Mapping[tuple[int, str], bool], undefended: bool, image: bool) -> str:
-    """One leak point of one defense over its attacks (issue 27): "leaks: ASR a%, tau ..."
+    """One leak point of one defense over its attacks: "leaks: ASR a%, tau ..."
     when an attack succeeded; "resilient (MSE m; tiers ...)" only when it could have
     succeeded; otherwise "inconclusive: why (tiers ...)":
 

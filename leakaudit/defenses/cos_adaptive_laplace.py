@@ -30,7 +30,7 @@ Ours (reconstructed):
   still takes part), so the L1 sensitivity of the clipped update is Delta (replacement:
   2 Delta). Not add/remove of a client from the population: every participant adds its own
   Laplace noise and the simulator's FedAvg divides by the realised total weight, so the
-  number of noise terms in the aggregate tells whether a client took part (issue 18).
+  number of noise terms in the aggregate tells whether a client took part.
 
 Accounting (client level).
 * claimed: one pure eps'_t-DP Laplace release per participation (scale b = Delta / eps'_t,

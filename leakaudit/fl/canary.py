@@ -1,5 +1,5 @@
 """A simulator-level canary game: one round of :func:`leakaudit.fl.simulate` with a canary
-client in and out of the population (issue 18).
+client in and out of the population.
 
 The population: ``background`` clients holding ``per_client`` random examples of norm about
 1, and the canary client, whose one example x = ``scale`` e_0 has a gradient far above any

@@ -184,7 +184,7 @@ def check_denominator(defense: Defense, cfg: FLConfig) -> None:
     qW, fixed in advance): ``expected_weight`` must be given. The default q N would follow
     the population (one more client changes the noise scale of every round, which is itself
     a release the accounting does not count: measured eps >= 4.43 against a sound 3.53, N 6
-    -> 7, issue 24). Fixed-size sampling divides by K, a count the caller chose."""
+    -> 7). Fixed-size sampling divides by K, a count the caller chose."""
     if (defense.fixed_denominator and cfg.client_sampling == "poisson"
             and cfg.expected_weight is None):
         q = float(cfg.client_fraction or 0.0)

@@ -1,4 +1,4 @@
-"""Contract tests over the registries (issue 24): every registered defense and every
+"""Contract tests over the registries: every registered defense and every
 registered attack goes through the same checks, so one added later cannot skip them.
 
 Defenses: the sound ledger records exactly the releases the defense draws (each noise draw

@@ -1,4 +1,4 @@
-"""The simulator's sound eps against a simulator-level canary game (issue 18).
+"""The simulator's sound eps against a simulator-level canary game.
 
 The game: a small population of background clients and a canary client whose one example has
 a gradient far above the clip bound in a fixed direction. One round of the simulator runs
@@ -93,7 +93,7 @@ def test_every_registered_defense_is_audited_here_or_has_an_infinite_sound_eps(s
 
 
 class RealisedMeanSDP(D.FedSDP):
-    """fed-sdp as it was before issue 18: the whole noise N(0, sigma^2 C^2) on EVERY client's
+    """fed-sdp with FedAvg's realised mean: the whole noise N(0, sigma^2 C^2) on EVERY client's
     update, FedAvg's mean over the realised participants, accounted as a Poisson step with
     q = K/N."""
 
