@@ -96,6 +96,7 @@ from accounting import PrivacyLedger, tightest_epsilon
 from ..defenses import Defense
 from ..defenses import get as get_defense
 from ..defenses.base import ClientContext, DefenseWrapper
+from ..neighbours import canary_out
 from . import fdp, game, stats
 from .report import PrivacyReport
 
@@ -538,7 +539,7 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
     first, members, excluded = 0, list(range(m)), "not sampled into any batch"
     if kind == "client":
         excluded = "a zero update"
-        if _relation(inner, opts) == "add-remove":   # an excluded canary client is absent
+        if canary_out(_relation(inner, opts)) == "absent":   # an excluded canary client
             members = [j for j in range(m) if bool(included[j])]
             excluded = "absent"
         opts, real = _population(ds, opts, len(members), seed)

@@ -60,6 +60,7 @@ import torch
 from accounting.relations import gaussian_sensitivity
 
 from .._validate import check_int, check_number
+from ..neighbours import canary_out
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger, old_positional_order
 from .replay import ReplayReport
@@ -943,7 +944,8 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     canary = 10.0 * clip * direction / np.linalg.norm(direction)
     # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
     # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-10 x it
-    other = 1e-10 * canary if neighbouring == "zero-out" else -canary
+    # (add-remove: Flower's cohort has a fixed size, so an absent client is replaced)
+    other = 1e-10 * canary if canary_out(neighbouring) == "zero" else -canary
     setup = (_local_setup if isinstance(dp, _LOCAL) else _central_setup)(
         dp, canary, other, rng, neighbouring)
     release, detached = setup["release"], setup["detached"]

@@ -40,6 +40,7 @@ from torch.overrides import TorchFunctionMode
 
 from accounting import PrivacyLedger
 
+from ..neighbours import canary_out, distance
 from ..records import GroundTruth, Observation
 from ._ledgers import LedgerPair, check_relation, new_ledger, old_positional_order
 from .replay import ReplayReport
@@ -771,8 +772,8 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     if bx.shape[0] == 0:  # batches of one: the out world is an empty batch (noise only)
         bx, by = cx[:0], cy[:0]
     x_in, y_in = torch.cat([bx, cx]), torch.cat([by, cy])
-    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) if relation == "replace-one" \
-        else (bx, by)
+    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) \
+        if canary_out(relation) == "replaced" else (bx, by)
     out_step = _Stepper(optimizer, model, criterion)
     in_step, note = out_step, ""
     if rebuild is not None:
@@ -783,7 +784,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
                 x_out, y_out, s), trials=trials, pairs=pairs, seed=seed)
     mode = _grad_sample_mode(model)
     claimed_mu = 1.0 / sigma if sigma > 0 else math.inf  # Opacus: add-remove, sensitivity C
-    sound_mu = (2.0 if relation == "replace-one" else 1.0) / sigma if sigma > 0 else math.inf
+    sound_mu = distance(relation) / sigma if sigma > 0 else math.inf
     row = replay_row(library="opacus", version=opacus.__version__,
                      mode=f"{mode}, {type(optimizer).__name__}", relation=relation,
                      out=out, into=into, paired_in=p_in, paired_out=p_out,
