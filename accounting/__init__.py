@@ -40,6 +40,7 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .fixed_size import SampledWithoutReplacement
 from .ledger import (
     APPROXIMATE_METHODS,
     METHODS,
@@ -71,11 +72,6 @@ from .shuffle import (
     shuffle_sensitivity,
 )
 from .tightest import tightest_epsilon
-
-try:  # fixed-size batches without replacement (needs accounting.without_replacement)
-    from .fixed_size import SampledWithoutReplacement
-except ImportError:  # pragma: no cover - before that module is merged
-    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "ACCOUNTANTS",

@@ -125,7 +125,7 @@ def simulate(
         net = copy.deepcopy(model)
     _check_model(net, ds)
     with flush_denormals():
-        return _Simulation(net, ds, the_defense, cfg).run()
+        return Simulation(net, ds, the_defense, cfg).run()
 
 
 def _check_model(model: nn.Module, ds: Dataset) -> None:
@@ -209,7 +209,7 @@ def sound_relation(defense: Defense, cfg: FLConfig | str) -> str:
     return defense.relation
 
 
-class _Simulation:
+class Simulation:
     """The state of one run and its steps: sample, train each client, aggregate, evaluate."""
 
     def __init__(self, model: nn.Module, ds: Dataset, defense: Defense, cfg: FLConfig) -> None:

@@ -153,12 +153,12 @@ def test_the_game_finds_a_leak_where_there_is_one():
 
 # ----------------------------------------------------------------- random allocation
 def test_balls_in_bins_deals_every_example_into_exactly_one_step_per_epoch():
-    from leakaudit.fl.simulate import FLConfig, _Simulation
+    from leakaudit.fl.simulate import FLConfig, Simulation
     game = CanaryGame(companions=6)
     ds, parts = game.dataset("in")                    # canary client: 7 examples
     cfg = FLConfig.make(clients=len(parts), partition=parts, local_steps=6, batch_size=2,
                         batch_sampling="balls-in-bins", progress=False, val_fraction=0.0)
-    sim = _Simulation(game.model(), ds, D.get("fed-cdp"), cfg)
+    sim = Simulation(game.model(), ds, D.get("fed-cdp"), cfg)
     used: list = []
     draw = sim.sampler(0, BACKGROUND, used)
     for _ in range(6):                                # t = round(7 / 2) = 4: 1.5 epochs
