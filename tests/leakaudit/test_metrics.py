@@ -1,4 +1,4 @@
-"""Reconstruction metrics against hand-computed values (SPEC-attacks.md, "Metrics")."""
+"""Reconstruction metrics against hand-computed values."""
 
 import math
 

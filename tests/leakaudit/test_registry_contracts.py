@@ -29,7 +29,7 @@ TINY = dict(dataset="digits", clients=3, clients_per_round=3, rounds=2, local_st
 RANDOM_CALLS = {"randn", "rand", "randint", "randperm", "normal", "normal_", "bernoulli",
                 "multinomial", "exponential_", "uniform_", "randn_like", "rand_like"}
 #: what an attack module may import from the project (attacks never import fl, defenses,
-#: the audits, the CLI or interop: the layers of PREAMBLE / tools/layers.py)
+#: the audits, the CLI or interop: the layers of tests/project/test_layout.py)
 ATTACK_FORBIDDEN = ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing",
                     "leakaudit.empirical", "leakaudit.interop", "leakaudit.cli",
                     "leakaudit.api", "benchmarks")
