@@ -106,7 +106,7 @@ class CosAdaptiveLaplace(Defense):
         if self.c_max < self.c_min:
             raise ValueError(f"c_max must be >= c_min={self.c_min}, got {c_max!r}")
         try:
-            w = tuple(float(x) for x in weights)  # type: ignore[union-attr]
+            w = tuple(float(x) for x in weights)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"weights must be three numbers, got {weights!r}") from exc
         if len(w) != 3 or any(math.isnan(x) or x < 0 or math.isinf(x) for x in w) \
@@ -115,7 +115,7 @@ class CosAdaptiveLaplace(Defense):
                              f"got {weights!r}")
         if similarity not in ("local", "public"):
             raise ValueError(f"similarity must be 'local' or 'public', got {similarity!r}")
-        self.weights: tuple[float, float, float] = w  # type: ignore[assignment]
+        self.weights: tuple[float, float, float] = w
         self.similarity = similarity
         self._round = -1
         self._global: torch.Tensor | None = None

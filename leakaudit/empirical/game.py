@@ -322,7 +322,7 @@ def _release(defense: Defense, setup: GameSetup, canary_in: bool,
             make_optimizer(defense.optimizer or "sgd", setup.lr)
         current = params
         for step in range(setup.local_steps):
-            current, g = defense.local_step(current, batch, optimizer, ctx(step))  # type: ignore[arg-type]
+            current, g = defense.local_step(current, batch, optimizer, ctx(step))
             if setup.point == 2:
                 return g
         update = [current[k] - params[k] for k in params]

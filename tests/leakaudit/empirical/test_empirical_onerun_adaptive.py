@@ -80,7 +80,7 @@ DIRAC = dict(canaries=300, canary="dirac", rounds=1, clients=2, local_steps=2,
 class _IgnoresData(FedCDP):
     """fed-cdp whose release never reads the gradients (noise only)."""
 
-    def privatize_batch(self, grads, ctx):  # type: ignore[override]
+    def privatize_batch(self, grads, ctx):
         return super().privatize_batch([torch.zeros_like(g) for g in grads], ctx)
 
 
