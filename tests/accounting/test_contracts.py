@@ -49,11 +49,10 @@ SAMPLES = {
     "approx_dp": A.ApproxDP(1.0, 1e-9),
     "random_allocation": A.RandomAllocation(1.0, 10),
 }
-if A.SampledWithoutReplacement is not None:  # wired once accounting.without_replacement exists
-    STRATEGIES["sampled_without_replacement"] = st.builds(
-        lambda s, b, extra, c: A.SampledWithoutReplacement(s, b, b + extra, c),
-        SIGMA, st.integers(1, 100), st.integers(0, 10_000), st.integers(1, 1000))
-    SAMPLES["sampled_without_replacement"] = A.SampledWithoutReplacement(2.0, 10, 1000, 100)
+STRATEGIES["sampled_without_replacement"] = st.builds(
+    lambda s, b, extra, c: A.SampledWithoutReplacement(s, b, b + extra, c),
+    SIGMA, st.integers(1, 100), st.integers(0, 10_000), st.integers(1, 1000))
+SAMPLES["sampled_without_replacement"] = A.SampledWithoutReplacement(2.0, 10, 1000, 100)
 FAST = ("rdp", "rdp-classic", "moments", "zcdp", "basic", "advanced", "gaussian-exact",
         "zcdp-approx")
 DELTAS = st.floats(1e-15, 1e-3)
