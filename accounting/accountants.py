@@ -52,9 +52,9 @@ from .registry import (
 )
 from .relations import ADD_REMOVE, convert_event, group_privacy_2
 
-__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "accountant", "register_accountant",
-           "supporting", "epsilon", "tightest", "Tightest", "rdp_curve", "why_infinite",
-           "group_privacy_epsilon", "UnsupportedEventError"]
+__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "certified", "accountant",
+           "register_accountant", "supporting", "epsilon", "tightest", "Tightest", "rdp_curve",
+           "why_infinite", "group_privacy_epsilon", "UnsupportedEventError"]
 
 _BASIC_FORMS = (GaussianPart, LaplacePart, DPPart)
 #: Above this many distinct (q, sigma) rows the RDP sum rounds sigmas down onto the grid
@@ -339,8 +339,16 @@ for _acc in (RDPAccountant("rdp", "improved"), RDPAccountant("rdp-classic", "cla
              CompositionAccountant("advanced"), CompositionAccountant("basic"), PRVAccountant(),
              PLDAccountant(), ZCDPAccountant("zcdp-approx", True), ExactGaussianAccountant()):
     register_accountant(_acc)
-#: The certified methods tightest() takes the minimum over.
-CERTIFIED = tuple(n for n, a in ACCOUNTANTS.items() if a.certified)
+
+
+def certified() -> tuple[str, ...]:
+    """The certified methods tightest() takes the minimum over: every registered accountant
+    whose value is a proven upper bound (those registered by other modules included)."""
+    return tuple(n for n, a in ACCOUNTANTS.items() if a.certified)
+
+
+#: The certified methods of this module (:func:`certified` also lists later registrations).
+CERTIFIED = certified()
 
 
 def accountant(method: str) -> Accountant:
@@ -427,7 +435,7 @@ def tightest(events: Sequence[object], delta: float, *, orders: np.ndarray | Non
     if why_infinite(events) is not None:
         return Tightest(math.inf, "none", {})
     cands: dict[str, float | str] = {}
-    for name in CERTIFIED:
+    for name in certified():
         acc = ACCOUNTANTS[name]
         try:
             acc.check(events)

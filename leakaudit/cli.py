@@ -3,7 +3,7 @@
   leakaudit audit --defenses none,fed-cdp --dataset digits --attacks dlg,idlg,cpl --out results/
   leakaudit privacy-audit --defenses fed-cdp,fed-alpha-cdp --points 2 --trials 10000 --out DIR
   leakaudit defenses
-  leakaudit epsilon|calibrate|max-steps ...   (the accountant CLI, ``python -m accounting``)
+  leakaudit epsilon|calibrate|max-steps|tuning ...   (the accountant CLI, ``python -m accounting``)
 
 Every flag is checked before any work starts, and an error names the flag. The options have
 the names of the Python arguments (``--points`` is ``points=``, ``--max-iterations`` is
@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
+ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps", "tuning")
 #: the defenses `leakaudit privacy-audit` measures unless told (the CLI's own choice: the
 #: library's privacy_audit takes no default)
 PRIVACY_AUDIT_DEFENSES = ("fed-cdp", "fed-alpha-cdp")
