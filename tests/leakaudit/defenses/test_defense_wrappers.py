@@ -152,3 +152,18 @@ def test_a_method_added_to_the_ledger_reaches_a_view():
 
     for view in _views(Richer()):
         assert view.summary() == "richer"
+
+
+def test_wrappers_copy_and_pickle_as_what_they_wrap():
+    import copy
+    import pickle
+
+    from leakaudit import defenses as D
+
+    wrapper = DefenseWrapper(D.get("fed-cdp"))
+    for twin in (copy.deepcopy(wrapper), pickle.loads(pickle.dumps(wrapper))):
+        assert type(twin) is DefenseWrapper and twin.inner is not wrapper.inner
+        assert repr(twin) == repr(wrapper) == repr(wrapper.inner)
+    view = copy.deepcopy(FixedSizeBatchLedger(A.PrivacyLedger(), 8, 100))
+    view.step(q=0.08, sigma=1.0)
+    assert view.inner.events[-1].sampling == "fixed-size"
