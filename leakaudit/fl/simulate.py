@@ -51,6 +51,7 @@ from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses.base import (
     AllocationLedger,
     FixedSizeBatchLedger,
+    LedgerView,
     allocation_steps,
     default_batch_sampling,
 )
@@ -338,7 +339,7 @@ class Simulation:
             return n_c / allocation_steps(n_c, self.cfg.batch_size)
         return min(self.cfg.batch_size, n_c)
 
-    def _sound_view(self, c: int) -> Any:
+    def _sound_view(self, c: int) -> PrivacyLedger | LedgerView:
         """Client ``c``'s sound ledger; with fixed-size batches or random allocation, the view
         that accounts them soundly (the defenses' steps assume Poisson batches)."""
         if self.cfg.batch_sampling == "shuffle":
