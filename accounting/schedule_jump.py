@@ -111,13 +111,13 @@ def _bin_masses(vals: np.ndarray, mass: np.ndarray, s: float, edges: np.ndarray,
 def _pmf(offset: int, p: np.ndarray, inf: float, upper: bool):
     from . import pld
 
-    return pld._trim(pld._PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
+    return pld.trim(pld.PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
 
 
 def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int) -> tuple[dict, float] | None:
     """The four one-epoch discrete PLDs ((direction, upper) -> (pmf, allowance)) and the
     grid step h, or None where the construction does not apply (t = 1)."""
-    from .allocation import _schedule_law
+    from .allocation.schedules import schedule_law
 
     t = sig.size
     if t < 2:
@@ -126,7 +126,7 @@ def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int) -> tuple[dict, float] |
     i = int(np.argmax(s_all))
     s = float(s_all[i])
     rest = np.sort(np.delete(s_all, i))
-    r_up, r_dn, hr, err = _schedule_law(rest, bins, {})
+    r_up, r_dn, hr, err = schedule_law(rest, bins, {})
     cap = (r_up.size - 1) * hr
     c_h = _heavy_threshold(s, t, tail)
     v_up, w_up, abs_up = _atoms(r_up, hr, True)
@@ -185,9 +185,9 @@ def jump_schedule_bounds(sigmas: np.ndarray, delta: float, epochs: int,
     for direction in ("remove", "add"):
         (pu, au), (pl, al) = pm[(direction, True)], pm[(direction, False)]
         if epochs > 1:
-            pu, a = pld._compose([(pu, epochs)], tol)
+            pu, a = pld.compose([(pu, epochs)], tol)
             au = epochs * au + a
-            pl, al = pld._compose([(pl, epochs)], tol)
-        upper = max(upper, pld._eps_of(pu, delta - au, h) if delta > au else math.inf)
-        lower = max(lower, pld._eps_of(pl, delta + al, h))
+            pl, al = pld.compose([(pl, epochs)], tol)
+        upper = max(upper, pld.eps_of(pu, delta - au, h) if delta > au else math.inf)
+        lower = max(lower, pld.eps_of(pl, delta + al, h))
     return lower, upper

@@ -60,7 +60,7 @@ def _term_pair(mu: float, s: float, hy: float, n: int) -> tuple[np.ndarray, np.n
     return up, dn
 
 
-def _schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.ndarray,
+def schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.ndarray,
                                                                   float, float]:
     """(ceil law, floor law, h, L1 round-off) of sum_i round(Y_i) (docs/accounting.md),
     log Y_i ~ N(-s_i^2/2, s_i^2) independent, capped: a balanced tree of pairwise sums,
@@ -76,8 +76,8 @@ def _schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.
         memo[key] = (up, dn, h, 0.0)
         return memo[key]
     mid = s.size // 2
-    a_up, a_dn, ha, ea = _schedule_law(s[:mid], bins, memo)
-    b_up, b_dn, hb, eb = _schedule_law(s[mid:], bins, memo)
+    a_up, a_dn, ha, ea = schedule_law(s[:mid], bins, memo)
+    b_up, b_dn, hb, eb = schedule_law(s[mid:], bins, memo)
     n = bins * max(1, FINE // s.size)
     h = _schedule_cap(s, 1e-10) / n
     up, e1 = conv(rebin_law(a_up, ha, h, n, True), rebin_law(b_up, hb, h, n, True))
@@ -101,7 +101,7 @@ def _schedule_pmfs(sigmas: np.ndarray, h: float, bins: int) -> dict[tuple[str, b
 
     s = 1.0 / sigmas
     t = s.size
-    q_up, q_dn, hy, err = _schedule_law(s, bins, {})
+    q_up, q_dn, hy, err = schedule_law(s, bins, {})
     e_u = e_d = err
     n = q_up.size - 1
     cap = n * hy

@@ -15,7 +15,7 @@ composition by FFT with a Chernoff-bounded fold) is in docs/accounting.md. The p
   composition, refinement of the bracket, the RDP fallback.
 """
 
-from .bracket import PLDBounds, PLDOptions, pld_delta, pld_epsilon
+from .bracket import PLDBounds, PLDOptions, gaussian_pmfs, pld_delta, pld_epsilon
 from .discrete import (
     PMF,
     GridTooLarge,
@@ -37,6 +37,6 @@ from .pairs import (
 )
 
 __all__ = ["PLDBounds", "PLDOptions", "pld_delta", "pld_epsilon", "PMF", "GridTooLarge",
-           "compose", "delta_of", "discretise", "eps_of", "trim", "atom_intervals",
+           "gaussian_pmfs", "compose", "delta_of", "discretise", "eps_of", "trim", "atom_intervals",
            "gaussian_intervals", "gaussian_step_pmf", "loss_limits", "lower_shifts",
            "replace_loss_limits", "replace_pmfs", "replace_variance"]
