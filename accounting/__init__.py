@@ -40,6 +40,7 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .fixed_size import SampledWithoutReplacement
 from .ledger import (
     APPROXIMATE_METHODS,
     METHODS,
@@ -73,11 +74,6 @@ from .shuffle import (
 )
 from .tightest import tightest_epsilon
 from .tuning import SELECTION_RULES, HyperparameterSearch
-
-try:  # fixed-size batches without replacement (needs accounting.without_replacement)
-    from .fixed_size import SampledWithoutReplacement
-except ImportError:  # pragma: no cover - before that module is merged
-    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
 
 __all__ = [
     "ACCOUNTANTS",

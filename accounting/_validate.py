@@ -210,7 +210,7 @@ def check_same_length(names: tuple[str, str], a: np.ndarray, b: np.ndarray) -> N
 def check_instances(name: str, items: object, cls: type) -> tuple:
     """A sequence whose items are all ``cls`` (e.g. events: pass ``ledger.events``)."""
     try:
-        out = tuple(items)  # type: ignore[arg-type]
+        out = tuple(items)
     except TypeError as exc:
         raise ValueError(f"{name} must be an iterable of {cls.__name__} records (e.g. "
                          f"ledger.events), got {type(items).__name__}") from exc
@@ -244,5 +244,5 @@ def keywords_after_first(*names: str) -> Callable[[_F], _F]:
                               DeprecationWarning, stacklevel=2)
                 kwargs.update(zip(given, legacy))
             return func(*args[:1], **kwargs)
-        return call  # type: ignore[return-value]
+        return call
     return wrap

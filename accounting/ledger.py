@@ -136,7 +136,7 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         """Total number of releases recorded."""
         return sum(e.steps for e in self._events)
 
-    __len__ = steps.fget  # type: ignore[assignment]
+    __len__ = steps.fget
 
     def __repr__(self) -> str:
         return (f"PrivacyLedger({len(self._events)} events, {self.steps} steps, "

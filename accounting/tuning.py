@@ -242,7 +242,7 @@ class HyperparameterSearch(Event):
         return (isinstance(other, HyperparameterSearch)
                 and all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self)))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 # ---------------------------------------------------------------- wiring (the registry)

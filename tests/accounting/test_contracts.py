@@ -49,11 +49,10 @@ SAMPLES = {
     "approx_dp": A.ApproxDP(1.0, 1e-9),
     "random_allocation": A.RandomAllocation(1.0, 10),
 }
-if A.SampledWithoutReplacement is not None:  # wired once accounting.without_replacement exists
-    STRATEGIES["sampled_without_replacement"] = st.builds(
-        lambda s, b, extra, c: A.SampledWithoutReplacement(s, b, b + extra, c),
-        SIGMA, st.integers(1, 100), st.integers(0, 10_000), st.integers(1, 1000))
-    SAMPLES["sampled_without_replacement"] = A.SampledWithoutReplacement(2.0, 10, 1000, 100)
+STRATEGIES["sampled_without_replacement"] = st.builds(
+    lambda s, b, extra, c: A.SampledWithoutReplacement(s, b, b + extra, c),
+    SIGMA, st.integers(1, 100), st.integers(0, 10_000), st.integers(1, 1000))
+SAMPLES["sampled_without_replacement"] = A.SampledWithoutReplacement(2.0, 10, 1000, 100)
 #: a candidate run of a search: DP-SGD-like steps or pure releases
 _RUN = st.lists(st.one_of(
     st.builds(A.SampledGaussian, q=st.floats(1e-3, 1.0), sigma=st.floats(0.5, 20.0),

@@ -117,7 +117,7 @@ def test_python_dash_m_accounting_runs():
     (["audit", "--engine", "serial", "--workers", "2"], "--workers"),   # was ignored
     (["audit", "--points", "2,2"], "--points"),
     (["audit", "--defenses", "none,none"], "--defenses"),
-    (["privacy-audit", "--point", "5"], "--point"),
+    (["privacy-audit", "--points", "5"], "--points"),
     (["privacy-audit", "--confidence", "1"], "--confidence"),
 ])
 def test_bad_flags_are_refused_before_any_work_naming_the_flag(argv, flag, tmp_path, capsys):
@@ -236,11 +236,9 @@ def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, 
     monkeypatch.setattr(api, "audit", interrupted)
     code = leakaudit_main(["audit", "--defenses", "fed-cdp,prune", "--defense-param",
                            "fed-cdp:sigma=1", "--defense-param", "fed-cdp:clip=2.5",
-                           "--point", "2", "--iterations", "3", "--out", str(tmp_path)])
+                           "--points", "2", "--max-iterations", "3", "--out", str(tmp_path)])
     assert code == 130
     err = capsys.readouterr().err
-    assert "warning: --point is deprecated, use --points" in err
-    assert "warning: --iterations is deprecated, use --max-iterations" in err
     last = err.strip().splitlines()[-1]
     assert "rerun the same command to resume" in last and "results.jsonl" in last
     cdp, prune = seen["defenses"]   # built once, by the library's resolver
