@@ -5,8 +5,13 @@ import math
 import numpy as np
 import pytest
 
+from accounting import allocation
 from accounting.allocation import allocation_epsilon_bounds
-from accounting.schedule_jump import jump_schedule_bounds
+from accounting.schedule_jump import jump_schedule_bounds as _jump
+
+
+def jump_schedule_bounds(sigmas, delta, epochs):
+    return _jump(sigmas, delta, epochs, allocation._schedule_law)
 
 
 @pytest.mark.slow  # ~5-10 s: two constructions of 1,000 steps
