@@ -240,7 +240,7 @@ class ApproxDP(Event):
 
 
 # ---------------------------------------------------------------- wiring (the registry)
-def _gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
+def gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
                    side: str) -> list:
     """The Poisson add/remove pairs that account the steps under their sampling and relation
     (:func:`accounting.relations.gaussian_upper` / ``gaussian_lower``)."""
@@ -273,9 +273,9 @@ def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
                    note=converted_note(e, source, target))
 
 
-register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
     e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
-register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
     e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
 register_event(Laplace, convert=_laplace_to,
                **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
