@@ -97,7 +97,7 @@ def _part(event: object, delta: float, opts: dict) -> tuple[float, float] | None
 def tightened(events: Sequence[object], delta: float, lower: float, upper: float,
               opts: dict) -> tuple[float, float]:
     """(lower, upper) of the composed bracket, tightened by the parts (module doc)."""
-    if not (upper - lower > _WIDTH * upper) or math.isinf(upper) and len(events) > 1:
+    if not (math.isinf(upper) or upper - lower > _WIDTH * upper):
         return lower, upper
     if len(events) == 1:
         got = _part(events[0], delta, opts)

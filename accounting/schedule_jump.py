@@ -112,7 +112,7 @@ def _bin_masses(vals: np.ndarray, mass: np.ndarray, s: float, edges: np.ndarray,
 def _pmf(offset: int, p: np.ndarray, inf: float, upper: bool):
     from . import pld
 
-    return pld._trim(pld._PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
+    return pld.trim(pld.PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
 
 
 def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int,
@@ -187,9 +187,9 @@ def jump_schedule_bounds(sigmas: np.ndarray, delta: float, epochs: int, rest_law
     for direction in ("remove", "add"):
         (pu, au), (pl, al) = pm[(direction, True)], pm[(direction, False)]
         if epochs > 1:
-            pu, a = pld._compose([(pu, epochs)], tol)
+            pu, a = pld.compose([(pu, epochs)], tol)
             au = epochs * au + a
-            pl, al = pld._compose([(pl, epochs)], tol)
-        upper = max(upper, pld._eps_of(pu, delta - au, h) if delta > au else math.inf)
-        lower = max(lower, pld._eps_of(pl, delta + al, h))
+            pl, al = pld.compose([(pl, epochs)], tol)
+        upper = max(upper, pld.eps_of(pu, delta - au, h) if delta > au else math.inf)
+        lower = max(lower, pld.eps_of(pl, delta + al, h))
     return lower, upper

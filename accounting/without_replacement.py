@@ -360,7 +360,7 @@ def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: i
 
 def same_gradient_pld_parts(sigma: float, batch_size: int, dataset_size: int, count: int,
                             h: float, direction: str) -> tuple[list, float]:
-    """LOWER discrete PLDs (``accounting.pld._PMF``, count) of ``count`` fixed-size-batch
+    """LOWER discrete PLDs (``accounting.pld.PMF``, count) of ``count`` fixed-size-batch
     steps on the loss grid {k h} in one ``direction`` ("remove": D' is the mixture): the
     "same gradient" pair (module doc), i.e. the Poisson add/remove pair at q = B / n and
     multiplier sigma / 2, merged down on :mod:`accounting.pld`'s offset lattice (a dominated
@@ -374,7 +374,7 @@ def same_gradient_pld_parts(sigma: float, batch_size: int, dataset_size: int, co
         raise ValueError("sigma=0: no privacy (eps = inf)")
     groups = Groups(np.array([b / n]), np.array([sigma / 2.0]),
                     np.array([count], dtype=np.int64))
-    return pld._gaussian_pmfs(groups, h, direction, False), 0.0
+    return pld.gaussian_pmfs(groups, h, direction, False), 0.0
 
 
 def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: int,

@@ -165,8 +165,8 @@ def _z_and_tail(tol: float) -> tuple[float, float]:
     return max(Z_SDS, float(-special.ndtri(tiny))), min(TAIL, tiny)
 
 
-def _gaussian_pmfs(groups: Groups, h: float, direction: str,
-                   upper: bool, tol: float = 1e-11) -> list[tuple[PMF, int]]:
+def gaussian_pmfs(groups: Groups, h: float, direction: str,
+                  upper: bool, tol: float = 1e-11) -> list[tuple[PMF, int]]:
     """Discrete PLDs of the Gaussian groups (rows with q = 0 carry no loss: skipped)."""
     keep = groups.qs > 0
     qs, sig = groups.qs[keep], groups.sigmas[keep]
@@ -229,7 +229,7 @@ def _other_pmfs(others: list[Event], h: float, upper: bool,
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,
               upper: bool, tol: float) -> tuple[PMF, float]:
     """The composed discrete PLD of one direction and one side, and its allowance."""
-    parts = (_gaussian_pmfs(groups, h, direction, upper, tol)
+    parts = (gaussian_pmfs(groups, h, direction, upper, tol)
              + _other_pmfs(others, h, upper, tol))
     extra = 0.0
     for e in others:
