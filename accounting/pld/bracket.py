@@ -50,6 +50,7 @@ from .pairs import (
     laplace_intervals,
     loss_limits,
     lower_shifts,
+    row_blocks,
 )
 
 #: Default grid refinement: halve h (at most _REFINE - 1 times) while the bracket is wider
@@ -194,10 +195,9 @@ def gaussian_pmfs(groups: Groups, h: float, direction: str,
     k_lo = np.floor(llo / h).astype(np.int64) - 1
     k_hi = np.ceil(lhi / h).astype(np.int64) + 1
     counts = groups.counts[keep]
-    # rows with similar ranges share one (rows, intervals) block
-    order = np.argsort(k_hi - k_lo)
+    # rows with similar ranges share one (rows, intervals) block, within a memory budget
     shifts = np.zeros(qs.size) if upper else lower_shifts(qs, sig, h, direction)
-    for block in np.array_split(order, max(1, order.size // 256)):
+    for block in row_blocks(k_lo, k_hi):
         c = shifts[block]
         k0, k1 = int(k_lo[block].min()), int(k_hi[block].max())
         edges = np.arange(k0, k1 + 1, dtype=float)[None, :] * h + c[:, None]
