@@ -28,6 +28,7 @@ from .relations import (
     ALL,
     POISSON,
     REPLACE_ONE,
+    SHUFFLE,
     check_gaussian_pair,
     check_relation,
     check_sampling,
@@ -36,6 +37,7 @@ from .relations import (
     gaussian_lower,
     gaussian_upper,
     group_privacy_2,
+    shuffle_pairs,
     uses_group_privacy,
 )
 
@@ -242,6 +244,8 @@ def gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
                    side: str) -> list:
     """The Poisson add/remove pairs that account the steps under their sampling and relation
     (:func:`accounting.relations.gaussian_upper` / ``gaussian_lower``)."""
+    if e.sampling == SHUFFLE and 0.0 < q < 1.0:  # one release per epoch (relations doc)
+        return [GaussianPart(*shuffle_pairs(q, sigmas, counts, e.relation, side))]
     mapping = gaussian_upper if side == "upper" else gaussian_lower
     qa, s = mapping(q, sigmas, e.sampling, e.relation)
     return [GaussianPart(qa, s, counts.astype(np.int64),

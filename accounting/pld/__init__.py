@@ -36,7 +36,8 @@ from .pairs import (
     replace_variance,
 )
 
-__all__ = ["PLDBounds", "PLDOptions", "pld_delta", "pld_epsilon", "PMF", "GridTooLarge",
-           "gaussian_pmfs", "compose", "delta_of", "discretise", "eps_of", "trim", "atom_intervals",
+__all__ = ["PLDBounds", "PLDOptions", "pld_delta", "pld_epsilon", "gaussian_pmfs", "PMF",
+           "GridTooLarge",
+           "compose", "delta_of", "discretise", "eps_of", "trim", "atom_intervals",
            "gaussian_intervals", "gaussian_step_pmf", "loss_limits", "lower_shifts",
            "replace_loss_limits", "replace_pmfs", "replace_variance"]
