@@ -64,6 +64,7 @@ from .rdp import (
 )
 from .registry import UnsupportedEventError, event_types, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
+from .same_sample import SameBatch
 from .shuffle import (
     ShuffleBounds,
     shuffle_epsilon_bounds,
@@ -72,6 +73,7 @@ from .shuffle import (
     shuffle_sensitivity,
 )
 from .tightest import tightest_epsilon
+from .tuning import SELECTION_RULES, HyperparameterSearch
 
 __all__ = [
     "ACCOUNTANTS",
@@ -116,6 +118,9 @@ __all__ = [
     "RangeWarning",
     "SampledGaussian",
     "SampledWithoutReplacement",
+    "SameBatch",
+    "HyperparameterSearch",
+    "SELECTION_RULES",
     "SeriesConvergenceWarning",
     "amplify_by_sampling",
     "analytic_gaussian_epsilons",

@@ -60,12 +60,31 @@ def _term_pair(mu: float, s: float, hy: float, n: int) -> tuple[np.ndarray, np.n
     return up, dn
 
 
-def _schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.ndarray,
-                                                                  float, float]:
+def shared_subtrees(s: np.ndarray) -> frozenset:
+    """Keys (the slice's bytes) of the balanced tree's subtrees over ``s`` that occur more
+    than once: only those are memoised, so that a schedule of distinct sigmas keeps one
+    path of partial sums in memory, not every node (10,000 distinct sigmas kept ~4 GB)."""
+    seen: dict[bytes, int] = {}
+
+    def walk(a: np.ndarray) -> None:
+        key = a.tobytes()
+        seen[key] = seen.get(key, 0) + 1
+        if seen[key] == 1 and a.size > 1:  # a repeat's children were counted already
+            walk(a[: a.size // 2])
+            walk(a[a.size // 2:])
+
+    walk(s)
+    return frozenset(k for k, c in seen.items() if c > 1)
+
+
+def schedule_law(s: np.ndarray, bins: int, memo: dict,
+                  shared: frozenset | None = None) -> tuple[np.ndarray, np.ndarray,
+                                                            float, float]:
     """(ceil law, floor law, h, L1 round-off) of sum_i round(Y_i) (docs/accounting.md),
     log Y_i ~ N(-s_i^2/2, s_i^2) independent, capped: a balanced tree of pairwise sums,
     each node on its own grid cap(node) / bins (leaves: FINE times finer). Equal subtrees
-    (equal runs of sigmas) are computed once (``memo``)."""
+    (equal runs of sigmas) are computed once (``memo``, :func:`shared_subtrees`)."""
+    shared = shared_subtrees(s) if shared is None else shared
     key = s.tobytes()
     if key in memo:
         return memo[key]
@@ -73,17 +92,19 @@ def _schedule_law(s: np.ndarray, bins: int, memo: dict) -> tuple[np.ndarray, np.
         n = bins * FINE
         h = _schedule_cap(s, 1e-10) / n
         up, dn = _term_pair(float(-s[0] ** 2 / 2.0), float(s[0]), h, n)
-        memo[key] = (up, dn, h, 0.0)
-        return memo[key]
-    mid = s.size // 2
-    a_up, a_dn, ha, ea = _schedule_law(s[:mid], bins, memo)
-    b_up, b_dn, hb, eb = _schedule_law(s[mid:], bins, memo)
-    n = bins * max(1, FINE // s.size)
-    h = _schedule_cap(s, 1e-10) / n
-    up, e1 = conv(rebin_law(a_up, ha, h, n, True), rebin_law(b_up, hb, h, n, True))
-    dn, e2 = conv(rebin_law(a_dn, ha, h, n, False), rebin_law(b_dn, hb, h, n, False))
-    memo[key] = (up, dn, h, ea + eb + max(e1, e2))
-    return memo[key]
+        out = (up, dn, h, 0.0)
+    else:
+        mid = s.size // 2
+        a_up, a_dn, ha, ea = schedule_law(s[:mid], bins, memo, shared)
+        b_up, b_dn, hb, eb = schedule_law(s[mid:], bins, memo, shared)
+        n = bins * max(1, FINE // s.size)
+        h = _schedule_cap(s, 1e-10) / n
+        up, e1 = conv(rebin_law(a_up, ha, h, n, True), rebin_law(b_up, hb, h, n, True))
+        dn, e2 = conv(rebin_law(a_dn, ha, h, n, False), rebin_law(b_dn, hb, h, n, False))
+        out = (up, dn, h, ea + eb + max(e1, e2))
+    if key in shared:
+        memo[key] = out
+    return out
 
 
 def _schedule_pmfs(sigmas: np.ndarray, h: float, bins: int) -> dict[tuple[str, bool], Any]:
@@ -101,7 +122,7 @@ def _schedule_pmfs(sigmas: np.ndarray, h: float, bins: int) -> dict[tuple[str, b
 
     s = 1.0 / sigmas
     t = s.size
-    q_up, q_dn, hy, err = _schedule_law(s, bins, {})
+    q_up, q_dn, hy, err = schedule_law(s, bins, {})
     e_u = e_d = err
     n = q_up.size - 1
     cap = n * hy
@@ -189,12 +210,13 @@ def _unit_leaf(s: float, c: float, n: int) -> Part:
 
 
 def _schedule_tree(s: np.ndarray, c: np.ndarray, bins: int, memo: dict,
-                   ext: bool = True) -> Part:
+                   ext: bool = True, shared: frozenset | None = None) -> Part:
     """Q-law (and moments m_j = E_Q[S; T = j]) of the mean-preserving rounded sum of the
     truncated mean-1 terms Y_i 1{Y_i <= c_i}: a balanced tree of :func:`mp_conv`, each
     node on its own grid cap / bins, cap = min(sum c_i, sum means + 12 sd + 2 max c_i)
     (above it: absorbed, its mass measured, not assumed); equal subtrees once (``memo``).
     ``ext``: the bulk's direct sums in extended precision (:func:`mp_conv`)."""
+    shared = shared_subtrees(s) if shared is None else shared
     key = s.tobytes()
     if key in memo:
         return memo[key]
@@ -202,13 +224,14 @@ def _schedule_tree(s: np.ndarray, c: np.ndarray, bins: int, memo: dict,
         out = _unit_leaf(float(s[0]), float(c[0]), bins // 2)
     else:
         mid = s.size // 2
-        a = _schedule_tree(s[:mid], c[:mid], bins, memo, ext)
-        b = _schedule_tree(s[mid:], c[mid:], bins, memo, ext)
+        a = _schedule_tree(s[:mid], c[:mid], bins, memo, ext, shared)
+        b = _schedule_tree(s[mid:], c[mid:], bins, memo, ext, shared)
         cap = min(float(c.sum()), s.size + 12.0 * math.sqrt(float(np.expm1(s * s).sum()))
                   + 2.0 * float(c.max()))
         h = cap / (bins - 1)
         out = mp_conv(mp_rebin(a, h, bins), mp_rebin(b, h, bins), ext=ext)
-    memo[key] = out
+    if key in shared:
+        memo[key] = out
     return out
 
 
@@ -322,6 +345,12 @@ def allocation_schedule_bounds(sigmas: object, delta: float, *, epochs: int = 1,
     if not (lower <= upper < math.inf):  # not certified here: the one-sided rounding
         lo_old, up_old = _schedule_one_sided(sig, delta, e, h, bins)
         lower, upper = max(lower, lo_old), min(upper, up_old)
+    if sig.size > 1 and (math.isinf(upper) or upper - lower > 0.01 * upper):
+        # one step far noisier in loss terms than the rest: its term kept exact
+        from ..schedule_jump import jump_schedule_bounds
+
+        lo_j, up_j = jump_schedule_bounds(sig, delta, e, schedule_law)
+        lower, upper = max(lower, lo_j), min(upper, up_j)
     upper = min(upper, up_closed)
     lower = max(lower, lo_closed)
     return ScheduleBounds(min(lower, upper), upper)

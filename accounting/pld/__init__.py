@@ -15,7 +15,7 @@ composition by FFT with a Chernoff-bounded fold) is in docs/accounting.md. The p
   composition, refinement of the bracket, the RDP fallback.
 """
 
-from .bracket import PLDBounds, PLDOptions, pld_delta, pld_epsilon
+from .bracket import PLDBounds, PLDOptions, gaussian_pmfs, pld_delta, pld_epsilon
 from .discrete import (
     PMF,
     GridTooLarge,
@@ -36,7 +36,8 @@ from .pairs import (
     replace_variance,
 )
 
-__all__ = ["PLDBounds", "PLDOptions", "pld_delta", "pld_epsilon", "PMF", "GridTooLarge",
+__all__ = ["PLDBounds", "PLDOptions", "pld_delta", "pld_epsilon", "gaussian_pmfs", "PMF",
+           "GridTooLarge",
            "compose", "delta_of", "discretise", "eps_of", "trim", "atom_intervals",
            "gaussian_intervals", "gaussian_step_pmf", "loss_limits", "lower_shifts",
            "replace_loss_limits", "replace_pmfs", "replace_variance"]

@@ -50,6 +50,7 @@ from .pairs import (
     laplace_intervals,
     loss_limits,
     lower_shifts,
+    row_blocks,
 )
 
 #: Default grid refinement: halve h (at most _REFINE - 1 times) while the bracket is wider
@@ -79,6 +80,9 @@ class PLDOptions(NamedTuple):
     value_interval: float | None  # grid step h of the loss; None: see _grid_step
     sigma_resolution: float  # geometric sigma grid when there are many distinct sigmas
     max_distinct: int  # more distinct (q, sigma) pairs than this: round onto the grid
+    #: grid step of a refinement pass (ours, not the user's: never refused, floored at the
+    #: memory budget of one release, 4 x _MAX_BINS bins)
+    refined: float | None = None
 
 
 def _options(value_interval: float | None, sigma_resolution: float,
@@ -142,6 +146,8 @@ def _grid_step(groups: Groups, others: list, opts: PLDOptions) -> float:
                              f"range (at most {4 * _MAX_BINS}): use value_interval >= "
                              f"{widest / (4 * _MAX_BINS):.3g} or the default")
         return opts.value_interval
+    if opts.refined is not None:
+        return float(max(opts.refined, _widest(groups, others) / (4 * _MAX_BINS)))
     total, _ = _step_std(groups, others)
     steps = int(groups.counts[groups.qs > 0].sum()) + sum(e.count for e in others)
     # the O(h^2) bias per step adds up over the steps: finer grids for longer compositions
@@ -165,8 +171,8 @@ def _z_and_tail(tol: float) -> tuple[float, float]:
     return max(Z_SDS, float(-special.ndtri(tiny))), min(TAIL, tiny)
 
 
-def _gaussian_pmfs(groups: Groups, h: float, direction: str,
-                   upper: bool, tol: float = 1e-11) -> list[tuple[PMF, int]]:
+def gaussian_pmfs(groups: Groups, h: float, direction: str,
+                  upper: bool, tol: float = 1e-11) -> list[tuple[PMF, int]]:
     """Discrete PLDs of the Gaussian groups (rows with q = 0 carry no loss: skipped)."""
     keep = groups.qs > 0
     qs, sig = groups.qs[keep], groups.sigmas[keep]
@@ -189,10 +195,9 @@ def _gaussian_pmfs(groups: Groups, h: float, direction: str,
     k_lo = np.floor(llo / h).astype(np.int64) - 1
     k_hi = np.ceil(lhi / h).astype(np.int64) + 1
     counts = groups.counts[keep]
-    # rows with similar ranges share one (rows, intervals) block
-    order = np.argsort(k_hi - k_lo)
+    # rows with similar ranges share one (rows, intervals) block, within a memory budget
     shifts = np.zeros(qs.size) if upper else lower_shifts(qs, sig, h, direction)
-    for block in np.array_split(order, max(1, order.size // 256)):
+    for block in row_blocks(k_lo, k_hi):
         c = shifts[block]
         k0, k1 = int(k_lo[block].min()), int(k_hi[block].max())
         edges = np.arange(k0, k1 + 1, dtype=float)[None, :] * h + c[:, None]
@@ -229,7 +234,7 @@ def _other_pmfs(others: list[Event], h: float, upper: bool,
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,
               upper: bool, tol: float) -> tuple[PMF, float]:
     """The composed discrete PLD of one direction and one side, and its allowance."""
-    parts = (_gaussian_pmfs(groups, h, direction, upper, tol)
+    parts = (gaussian_pmfs(groups, h, direction, upper, tol)
              + _other_pmfs(others, h, upper, tol))
     extra = 0.0
     for e in others:
@@ -392,12 +397,13 @@ def _refined(events: tuple[Event, ...], others: list, opts: PLDOptions,
         rows = rounded_groups(groups, finer, "down").qs.size
         sigma_refined = True
         if rows * _loss_range(groups) / h <= _MAX_CELLS:
-            opts = opts._replace(sigma_resolution=finer, max_distinct=rows, value_interval=h)
+            opts = opts._replace(sigma_resolution=finer, max_distinct=rows, refined=h)
             return opts, sigma_refined
     # too coarse for this loss distribution: halve the grid step and redo; where sigmas
     # were rounded onto a grid, refine that grid too (its bias dominates at small sigma)
     h /= 2.0
-    if h < 20.0 * _step_std(groups, others)[0] / MAX_COMPOSED:
+    if (h < 20.0 * _step_std(groups, others)[0] / MAX_COMPOSED
+            or h < _widest(groups, others) / (4 * _MAX_BINS)):
         return None  # below the memory floor the next pass would be coarsened back: no gain
     if groups.qs.size > opts.max_distinct:
         bins = _loss_range(groups) / h
@@ -408,7 +414,7 @@ def _refined(events: tuple[Event, ...], others: list, opts: PLDOptions,
             opts = opts._replace(sigma_resolution=finer, max_distinct=rows)
         elif now * bins > _MAX_CELLS:
             return None  # a finer pass would cost more than the budget: keep this bracket
-    return opts._replace(value_interval=h), sigma_refined
+    return opts._replace(refined=h), sigma_refined
 
 
 def _finished(events: tuple[Event, ...], others: list, opts: PLDOptions, delta: float,

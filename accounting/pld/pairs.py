@@ -225,6 +225,32 @@ def _replace_intervals(qs: np.ndarray, sigmas: np.ndarray,
     return pm, qm[:, ::-1], below, above
 
 
+#: Rows x grid points of one block of rows discretised at once (~10 arrays of this size are
+#: live: ~170 MB); a single row wider than this is a block of its own.
+BLOCK_CELLS = 2**21
+
+
+def row_blocks(k_lo: np.ndarray, k_hi: np.ndarray, max_rows: int = 256) -> list[np.ndarray]:
+    """Rows (indices) grouped into blocks discretised together: by increasing width, a block
+    closed when its span (rows x grid points from its lowest k_lo to its highest k_hi) would
+    pass :data:`BLOCK_CELLS` or it holds ``max_rows`` rows. One wide row (a q = 1 Gaussian
+    composed from thousands of steps) no longer widens the block of every narrow row."""
+    order = np.argsort(k_hi - k_lo, kind="stable")
+    blocks: list[list[int]] = []
+    lo = hi = 0
+    for i in order.tolist():
+        if blocks:
+            nlo, nhi = min(lo, int(k_lo[i])), max(hi, int(k_hi[i]))
+            cur = blocks[-1]
+            if len(cur) < max_rows and (len(cur) + 1) * (nhi - nlo + 1) <= BLOCK_CELLS:
+                cur.append(i)
+                lo, hi = nlo, nhi
+                continue
+        blocks.append([i])
+        lo, hi = int(k_lo[i]), int(k_hi[i])
+    return [np.array(b, dtype=np.int64) for b in blocks]
+
+
 def replace_pmfs(qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray, h: float,
                  upper: bool, z: float = _REPLACE_Z,
                  tail: float = _REPLACE_TAIL) -> list[tuple[PMF, int]]:
@@ -236,8 +262,7 @@ def replace_pmfs(qs: np.ndarray, sigmas: np.ndarray, counts: np.ndarray, h: floa
     k_lo = np.floor(llo / h).astype(np.int64) - 1
     k_hi = np.ceil(lhi / h).astype(np.int64) + 1
     out: list[tuple[PMF, int]] = []
-    order = np.argsort(k_hi - k_lo)
-    for block in np.array_split(order, max(1, order.size // 256)):
+    for block in row_blocks(k_lo, k_hi):
         k0, k1 = int(k_lo[block].min()), int(k_hi[block].max())
         edges = np.arange(k0, k1 + 1, dtype=float) * h
         pm, qm, below, above = _replace_intervals(qs[block], sigmas[block], edges)
