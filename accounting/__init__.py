@@ -8,7 +8,7 @@ and :mod:`accounting.pld` (privacy loss distributions); the one stateful object 
 docs/accounting.md lists the papers behind every formula.
 """
 
-from . import relations, replace_one, schedules  # replace_one: registers its PLD rule
+from . import relations, schedules
 from ._grid import round_sigmas
 from .accountants import ACCOUNTANTS, Accountant, Tightest, register_accountant, supporting
 from .allocation import RandomAllocation, allocation_epsilon_bounds
@@ -92,7 +92,6 @@ __all__ = [
     "convert_event",
     "group_privacy_epsilon",
     "relations",
-    "replace_one",
     "DEFAULT_ORDERS",
     "DP",
     "DPResult",

@@ -16,7 +16,6 @@ from typing import NamedTuple
 import numpy as np
 
 from ._validate import check_choice, check_positive
-from .events import Event
 from .registry import (
     DPPart,
     LaplacePart,
@@ -61,7 +60,7 @@ def round_sigmas(sigmas: np.ndarray, resolution: float, direction: str) -> np.nd
     return out
 
 
-def sgm_groups(events: Iterable[Event], side: str = "upper", family: str = "pld") -> Groups:
+def sgm_groups(events: Iterable[object], side: str = "upper", family: str = "pld") -> Groups:
     """The Gaussian steps of ``events`` as distinct (q, sigma) groups with step counts.
 
     Each step is mapped to the Poisson add/remove pair that accounts it under its sampling
@@ -133,7 +132,7 @@ def rounded_releases(items: list, resolution: float, max_distinct: int, up: bool
     return out
 
 
-def no_privacy_reason(groups: Groups, events: Iterable[Event]) -> str | None:
+def no_privacy_reason(groups: Groups, events: Iterable[object]) -> str | None:
     """Why eps is unbounded (a noiseless sampled step, an eps = inf release), or None
     (``groups`` is kept for the old signature; the events' parts decide)."""
     return why_infinite(events)

@@ -46,15 +46,14 @@ from .registry import (
     parts,
     pure_total,
     register_accountant,
-    register_event,
     why_infinite,
     why_unsupported,
 )
 from .relations import ADD_REMOVE, convert_event, group_privacy_2
 
-__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "certified", "accountant",
-           "register_accountant", "supporting", "epsilon", "tightest", "Tightest", "rdp_curve",
-           "why_infinite", "group_privacy_epsilon", "UnsupportedEventError"]
+__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "UNCERTIFIED", "bracketed", "certified",
+           "accountant", "register_accountant", "supporting", "epsilon", "tightest", "Tightest",
+           "rdp_curve", "why_infinite", "group_privacy_epsilon", "UnsupportedEventError"]
 
 _BASIC_FORMS = (GaussianPart, LaplacePart, DPPart)
 #: Above this many distinct (q, sigma) rows the RDP sum rounds sigmas down onto the grid
@@ -388,6 +387,14 @@ def certified() -> tuple[str, ...]:
 
 #: The certified methods of this module (:func:`certified` also lists later registrations).
 CERTIFIED = certified()
+#: The registered methods whose value is an estimate or an approximation (never a budget).
+UNCERTIFIED = tuple(n for n, a in ACCOUNTANTS.items() if not a.certified)
+
+
+def bracketed() -> tuple[str, ...]:
+    """The registered accountants that give a (lower, estimate, upper) bracket
+    (a ``bounds`` method)."""
+    return tuple(n for n, a in ACCOUNTANTS.items() if callable(getattr(a, "bounds", None)))
 
 
 def accountant(method: str) -> Accountant:
@@ -504,36 +511,3 @@ def tightest(events: Sequence[object], delta: float, *, orders: np.ndarray | Non
                                     f"every event ({cands})")
     best = min(numbers, key=numbers.__getitem__)
     return Tightest(numbers[best], best, cands)
-
-
-# ---------------------------------------------------------------- random allocation wiring
-def _allocation_unamplified(e: Any, side: str) -> list:
-    """Random allocation without amplification (sound for every accountant of Gaussian
-    forms): each epoch, every example is in ``selected`` Gaussian steps of multiplier sigma.
-    Lower side: left out (q = 0), always a valid lower bound."""
-    return [GaussianPart(np.array([1.0 if side == "upper" else 0.0]), np.array([float(e.sigma)]),
-                         np.array([int(e.epochs) * int(e.selected)], dtype=np.int64))]
-
-
-def _allocation_to(e: Any, source: str, target: str) -> Any:
-    """Random allocation restated under replace-one: the replacing record takes the
-    replaced one's slots, so each of its ``selected`` steps per epoch moves by at most 2C:
-    Gaussian steps of every record ("all"), no amplification (None for other targets)."""
-    from .events import SampledGaussian
-    from .relations import REPLACE_ONE, converted_note
-
-    if target != REPLACE_ONE:
-        return None
-    return SampledGaussian(1.0, float(e.sigma), int(e.epochs) * int(e.selected),
-                           note=converted_note(e, source, target) + " no amplification",
-                           sampling="all", relation=REPLACE_ONE)
-
-
-def _wire_allocation() -> None:
-    from .allocation import RandomAllocation
-
-    register_event(RandomAllocation, convert=_allocation_to, rdp=_allocation_unamplified,
-                   zcdp=_allocation_unamplified, pld=lambda e, side: [PLDPart(e)])
-
-
-_wire_allocation()

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Sequence
 
 from . import schedules
+from .accountants import supporting
 from .calibrate import calibrate_sigma, max_steps
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
@@ -32,6 +33,7 @@ _NOTES = {
     "basic": "basic composition, analytic Gaussian steps amplified by sampling",
     "prv": "PRV estimate (Gopi et al. 2021)",
     "pld": "PLD, certified upper bound (connect-the-dots; lower by merging)",
+    "gaussian-exact": "exact Gaussian composition (Balle & Wang 2018), q = 1 steps",
     "zcdp-approx": "APPROXIMATION rho ~ q^2/sigma^2 (Yu et al. 2019): may under-report",
 }
 
@@ -68,8 +70,8 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OrderGridWarning)
         for m in METHODS:
-            if m == "prv":
-                continue
+            if m not in supporting(ledger.events, certified_only=True):
+                continue  # (e.g. gaussian-exact: sampled steps have no closed form)
             if m == "pld":
                 lo, _, up = ledger.epsilon_bounds(args.delta, method="pld")
                 rows.append((m, up, _NOTES[m] + f"; certified bracket [{_fmt(lo)}, {_fmt(up)}]"))
@@ -98,9 +100,9 @@ def _cmd_epsilon(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
         return 0
     print(f"{setting}, delta={args.delta:g}")
-    print(f"{'method':<12} {'epsilon':>10}  how")
+    print(f"{'method':<14} {'epsilon':>10}  how")
     for m, e, note in rows:
-        print(f"{m:<12} {_fmt(e):>10}  {note}")
+        print(f"{m:<14} {_fmt(e):>10}  {note}")
     reason = ledger.why_infinite()
     if reason:
         print(f"infinite: {reason}")
@@ -242,7 +244,7 @@ def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
     c.add_argument("--delta", type=float, default=1e-5)
     c.add_argument("--q", type=float, required=True)
     c.add_argument("--steps", type=int, required=True)
-    c.add_argument("--method", default="rdp", choices=[m for m in METHODS if m != "prv"])
+    c.add_argument("--method", default="rdp", choices=METHODS)
     orders_arg(c)
     c.set_defaults(func=_cmd_calibrate)
 
@@ -251,7 +253,7 @@ def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
     m.add_argument("--delta", type=float, default=1e-5)
     m.add_argument("--q", type=float, required=True)
     m.add_argument("--sigma", type=float, required=True)
-    m.add_argument("--method", default="rdp", choices=[m for m in METHODS if m != "prv"])
+    m.add_argument("--method", default="rdp", choices=METHODS)
     orders_arg(m)
     m.set_defaults(func=_cmd_max_steps)
     _tuning_parser(sub)

@@ -22,7 +22,7 @@ from ._validate import (
     check_probability,
     check_sigma,
 )
-from .registry import DPPart, GaussianPart, LaplacePart, event_class, register_event
+from .registry import DPPart, GaussianPart, LaplacePart, PLDPart, event_class, register_event
 from .relations import (
     ADD_REMOVE,
     ALL,
@@ -273,10 +273,39 @@ def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
                    note=converted_note(e, source, target))
 
 
-register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
-    e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
-register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
-    e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
+def gaussian_pld_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
+                       side: str) -> list:
+    """The ``"pld"`` rule: Poisson steps (0 < q < 1) under replace-one are the realisable
+    +-1 pair on both sides (:class:`~accounting.pld.replace_one.ReplaceOnePoisson`, a
+    :class:`PLDPart`); every other step (and a noiseless one, which stays infinite) as
+    :func:`gaussian_pairs`."""
+    if not uses_group_privacy(e.sampling, e.relation, q):
+        return gaussian_pairs(e, q, sigmas, counts, side)
+    from .pld.replace_one import ReplaceOnePoisson  # (the PLD package imports this module)
+
+    noisy = sigmas > 0
+    out: list = []
+    if noisy.any():
+        out.append(PLDPart(ReplaceOnePoisson(q, sigmas[noisy], counts[noisy])))
+    if not noisy.all():
+        out.extend(gaussian_pairs(e, q, sigmas[~noisy], counts[~noisy], side))
+    return out
+
+
+def _sgm_steps(e: SampledGaussian) -> tuple[float, np.ndarray, np.ndarray]:
+    return e.q, np.array([e.sigma]), np.array([e.count])
+
+
+def _schedule_steps(e: GaussianSchedule) -> tuple[float, np.ndarray, np.ndarray]:
+    return (e.q, *np.unique(e.sigmas, return_counts=True))
+
+
+register_event(SampledGaussian, convert=_any_relation,
+               pld=lambda e, side: gaussian_pld_pairs(e, *_sgm_steps(e), side),
+               **{"*": lambda e, side: gaussian_pairs(e, *_sgm_steps(e), side)})
+register_event(GaussianSchedule, convert=_any_relation,
+               pld=lambda e, side: gaussian_pld_pairs(e, *_schedule_steps(e), side),
+               **{"*": lambda e, side: gaussian_pairs(e, *_schedule_steps(e), side)})
 register_event(Laplace, convert=_laplace_to,
                **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})
 register_event(ApproxDP, convert=_approx_to,

@@ -21,8 +21,12 @@ from ._grid import Groups, group_pairs, sgm_groups
 from ._validate import check_choice, check_count, check_eps, check_orders
 from .accountants import (
     ACCOUNTANTS,
+    CERTIFIED,
+    UNCERTIFIED,
     Tightest,
     accountant,
+    bracketed,
+    certified,
     delta_upper,
     epsilon,
     group_privacy_epsilon,
@@ -47,10 +51,11 @@ from .reports import (
 __all__ = ["PrivacyLedger", "METHODS", "APPROXIMATE_METHODS", "LEDGER_FORMAT", "group_pairs",
            "EpsilonReport", "ConservativeEpsilon", "group_privacy_epsilon", "parallel_epsilon"]
 
-#: Sound methods: each returns an upper bound on eps (PRV: its estimate; see epsilon_bounds).
-METHODS = ("rdp", "rdp-classic", "moments", "zcdp", "advanced", "basic", "prv", "pld")
-#: Labelled approximations: may under-report, never used for a budget decision.
-APPROXIMATE_METHODS = ("zcdp-approx",)
+#: Sound methods, from the accountant registry: each returns a proven upper bound on eps.
+METHODS = CERTIFIED
+#: Estimates and labelled approximations (PRV, zCDP-approx): may under-report, never used
+#: for a budget decision.
+APPROXIMATE_METHODS = UNCERTIFIED
 
 
 def _same_but_count(a: Event, b: Event) -> bool:
@@ -243,7 +248,7 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         """(lower, estimate, upper) eps: "prv" (prv-accountant's own error bounds) or "pld"
         (both ends certified); ``kwargs`` go to :func:`accounting.prv_epsilon` /
         :func:`accounting.pld_epsilon`."""
-        check_choice("method", method, ("prv", "pld"))
+        check_choice("method", method, bracketed())
         return ACCOUNTANTS[method].bounds(self._events, delta, memo=self._answers(), **kwargs)
 
     def epsilon_report(self, delta: float, *, prv: bool = True) -> EpsilonReport:
@@ -263,9 +268,10 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         """Would ``count`` more (q, sigma) steps push eps above ``eps_budget``? No mutation.
         Without q and sigma: is the budget already exceeded? Approximations are refused."""
         eps_budget = check_eps("eps_budget", eps_budget)
-        if method not in METHODS:
-            raise ValueError(f"method must be a sound method {METHODS}, got {method!r} "
-                             "(approximations may under-report and never decide a budget)")
+        if not accountant(method).certified:
+            raise ValueError(f"method must be a certified method {certified()}, got {method!r} "
+                             "(estimates and approximations may under-report and never decide "
+                             "a budget)")
         trial = self.copy()
         if q is not None or sigma is not None:
             trial.step(q=q, sigma=sigma, count=count, sampling=sampling)

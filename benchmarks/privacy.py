@@ -385,7 +385,7 @@ def replace_one_table(rep: Report) -> None:
     rep.line()
     rep.line(f"delta = {DELTA:g}. PLD: both ends the realisable pair (1-q) N(0, s^2) + "
              "q N(1, s^2) vs (1-q) N(0, s^2) + q N(-1, s^2) (Schuchardt et al. 2024, Thm 3.8; "
-             "`accounting.replace_one`); dp-accounting: its REPLACE_ONE PLD of "
+             "`accounting.pld.replace_one`); dp-accounting: its REPLACE_ONE PLD of "
              "PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), the same pair at the same "
              "sigma (grid 1e-4, pessimistic); RDP: the smaller of group privacy 2 of the "
              "add/remove RDP and sigma/2 without amplification; add/remove: the upper end of "

@@ -20,7 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from .._validate import check_count, check_positive
-from ..events import Event, register_event
+from ..events import Event, SampledGaussian, register_event
+from ..registry import GaussianPart, PLDPart
+from ..relations import REPLACE_ONE, converted_note
 from .epoch import certified_epoch, epoch_pairs, epoch_pmf, mean_preserving
 from .laws import BINS, binned_pair, binned_pmf, exact_ok, loss_pmf, rounded_laws
 
@@ -205,5 +207,25 @@ def _gaussian_pmf(s: float, h: float, direction: str, upper: bool):
     return gaussian_step_pmf(1.0, s, h, direction, upper)
 
 
-register_event(RandomAllocation)
+def _allocation_unamplified(e: Any, side: str) -> list:
+    """Random allocation without amplification (sound for every accountant of Gaussian
+    forms): each epoch, every example is in ``selected`` Gaussian steps of multiplier sigma.
+    Lower side: left out (q = 0), always a valid lower bound."""
+    return [GaussianPart(np.array([1.0 if side == "upper" else 0.0]), np.array([float(e.sigma)]),
+                         np.array([int(e.epochs) * int(e.selected)], dtype=np.int64))]
+
+
+def _allocation_to(e: Any, source: str, target: str) -> Any:
+    """Random allocation restated under replace-one: the replacing record takes the
+    replaced one's slots, so each of its ``selected`` steps per epoch moves by at most 2C:
+    Gaussian steps of every record ("all"), no amplification (None for other targets)."""
+    if target != REPLACE_ONE:
+        return None
+    return SampledGaussian(1.0, float(e.sigma), int(e.epochs) * int(e.selected),
+                           note=converted_note(e, source, target) + " no amplification",
+                           sampling="all", relation=REPLACE_ONE)
+
+
+register_event(RandomAllocation, convert=_allocation_to, rdp=_allocation_unamplified,
+               zcdp=_allocation_unamplified, pld=lambda e, side: [PLDPart(e)])
 

@@ -298,7 +298,8 @@ def ledgers(engine: Any, *, data_loader: Any, relation: str | None = None,
     Gaussian steps (add/remove). *sound* accounts the sampling ``data_loader`` really did:
 
     - Opacus's ``DPDataLoader`` (Poisson, ``poisson_sampling=True``): the same steps at the
-      loader's rate, under add/remove (or zero-out, the same analysis); sound == claimed.
+      loader's rate, under add/remove (or zero-out, the same analysis; sound == claimed) or
+      under replace-one (the accountant's replace-one analysis of Poisson steps).
     - batches read in order (``SequentialSampler``) or from a shuffled permutation
       (``RandomSampler`` without replacement, ``SubsetRandomSampler``): every example is in
       exactly one batch per pass over the loader, so at most one of each pass's steps
@@ -318,8 +319,8 @@ def ledgers(engine: Any, *, data_loader: Any, relation: str | None = None,
         engine: the ``opacus.PrivacyEngine`` (or its accountant) that trained.
         data_loader: the loader training read: the one ``make_private`` returned.
         relation: neighbouring relation of the sound ledger; default "add-remove" for a
-            Poisson loader, "replace-one" otherwise. Poisson with "replace-one" is refused
-            (this accountant has no replace-one subsampled analysis).
+            Poisson loader, "replace-one" otherwise; a pair the accountant cannot account
+            is refused by the ledger (ValueError naming it).
         epochs: passes made over the loader; default ceil(steps / len(loader)), one loader
             batch per optimizer step. Give it with gradient accumulation (several loader
             batches per step), which makes more passes than that.
@@ -351,17 +352,15 @@ def ledgers(engine: Any, *, data_loader: Any, relation: str | None = None,
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
                                or epochs < 1):
         raise ValueError(f"epochs must be an integer >= 1 or None, got {epochs!r}")
-    if sampler.kind == "poisson" and relation == "replace-one":
-        raise ValueError(
-            "relation='replace-one' with Poisson batches (Opacus's DPDataLoader): the "
-            "accountant analyses Poisson-sampled Gaussian steps under 'add-remove' (or "
-            "'zero-out') only; ask for one of those")
     history = _history(accountant)
     claimed = _claimed(accountant, kind, orders)
     sound = new_ledger(relation, claimed.orders)
     steps = sum(count for _, _, count in history)
     if sampler.kind == "poisson":
         reason = _poisson(sound, history, sampler)
+        if relation == "replace-one":
+            reason = "; ".join(r for r in (reason, "accounted under replace-one (Opacus: "
+                                                   "add/remove)") if r)
     elif sampler.kind == "shuffle" and relation != "add-remove":
         reason = _passes(sound, history, sampler, relation, epochs, steps)
     else:

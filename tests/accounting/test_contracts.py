@@ -13,34 +13,74 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, find, given, settings
 from hypothesis import strategies as st
 
 import accounting as A
 from accounting.accountants import ACCOUNTANTS, CERTIFIED, certified, supporting
-from accounting.events import Event
-from accounting.registry import UnsupportedEventError, event_types, register_event
+from accounting.events import Event, event_from_dict
+from accounting.registry import UnsupportedEventError, event_types, register_event, rules_of
+from accounting.relations import RELATIONS, SAMPLINGS
 
 #: extremes included: sigma from 0.01 (almost no noise) to 1e4, q from 1e-9 to 1
 SIGMA = st.one_of(st.floats(0.3, 50.0), st.sampled_from([0.01, 0.05, 0.1, 1e3, 1e4]))
 Q = st.one_of(st.floats(1e-5, 1.0), st.sampled_from([1e-9, 1e-7, 0.999999, 1.0]))
 
-#: one strategy per registered event type (a new type must add one: see the test below)
-STRATEGIES = {
-    "sampled_gaussian": st.builds(A.SampledGaussian, q=Q, sigma=SIGMA,
-                                  count=st.integers(1, 10**6)),
-    "gaussian_schedule": st.builds(lambda q, s: A.GaussianSchedule(q, np.array(s)), Q,
-                                   st.lists(SIGMA, min_size=1, max_size=20)),
-    "laplace": st.builds(A.Laplace, b=st.one_of(st.floats(0.05, 1e6),
-                                                st.sampled_from([1e-3, 1e9, 1e12])),
-                         count=st.integers(1, 1000)),
-    "approx_dp": st.builds(A.ApproxDP, eps=st.one_of(st.floats(0.0, 5.0), st.just(30.0)),
-                           delta=st.one_of(st.floats(0.0, 1e-9), st.just(1e-16)),
-                           count=st.integers(1, 100)),
-    "random_allocation": st.builds(A.RandomAllocation, sigma=st.floats(0.7, 5.0),
-                                   steps=st.integers(1, 200), selected=st.just(1),
-                                   epochs=st.integers(1, 3)),
+#: the neighbouring relations, the batch samplings
+PAIRS = [(s, r) for s in SAMPLINGS for r in RELATIONS]
+
+
+def _gaussian(build, relations=RELATIONS):
+    """A Gaussian event type's strategy over every (sampling, relation) pair it accepts
+    ("all" means q = 1; the event refuses the pairs it cannot account)."""
+
+    @st.composite
+    def draw(draw_) -> Event:
+        sampling, relation = draw_(st.sampled_from([p for p in PAIRS if p[1] in relations]))
+        q = 1.0 if sampling == "all" else draw_(Q)
+        try:
+            return build(draw_, q, sampling, relation)
+        except ValueError:
+            assume(False)
+
+    return draw()
+
+
+def _relations(build, relations=RELATIONS):
+    """A non-Gaussian event type's strategy over every relation (its sampling is fixed)."""
+
+    @st.composite
+    def draw(draw_) -> Event:
+        relation = draw_(st.sampled_from(relations))
+        try:
+            return build(draw_, relation)
+        except ValueError:
+            assume(False)
+
+    return draw()
+
+
+#: one strategy per registered event type, drawing every (sampling, relation) pair the type
+#: accepts (a new type must add one, and cover its pairs: see the tests below)
+_BUILDERS = {
+    "sampled_gaussian": (_gaussian, lambda d, q, s, r: A.SampledGaussian(
+        q, d(SIGMA), d(st.integers(1, 10**6)), sampling=s, relation=r)),
+    "gaussian_schedule": (_gaussian, lambda d, q, s, r: A.GaussianSchedule(
+        q, np.array(d(st.lists(SIGMA, min_size=1, max_size=20))), sampling=s, relation=r)),
+    "laplace": (_relations, lambda d, r: A.Laplace(
+        d(st.one_of(st.floats(0.05, 1e6), st.sampled_from([1e-3, 1e9, 1e12]))),
+        count=d(st.integers(1, 1000)), relation=r)),
+    "approx_dp": (_relations, lambda d, r: A.ApproxDP(
+        d(st.one_of(st.floats(0.0, 5.0), st.just(30.0))),
+        d(st.one_of(st.floats(0.0, 1e-9), st.just(1e-16))), count=d(st.integers(1, 100)),
+        relation=r)),
+    "random_allocation": (_relations, lambda d, r: A.RandomAllocation(
+        d(st.floats(0.7, 5.0)), d(st.integers(1, 200)), 1, d(st.integers(1, 3)), relation=r)),
+    "sampled_without_replacement": (_relations, lambda d, r: A.SampledWithoutReplacement(
+        d(SIGMA), b := d(st.integers(1, 100)), b + d(st.integers(0, 10_000)),
+        d(st.integers(1, 1000)), relation=r)),
 }
+STRATEGIES = {kind: how(build) for kind, (how, build) in _BUILDERS.items()}
 #: one fixed instance per registered event type
 SAMPLES = {
     "sampled_gaussian": A.SampledGaussian(0.01, 1.0, 100),
@@ -48,11 +88,8 @@ SAMPLES = {
     "laplace": A.Laplace(2.0),
     "approx_dp": A.ApproxDP(1.0, 1e-9),
     "random_allocation": A.RandomAllocation(1.0, 10),
+    "sampled_without_replacement": A.SampledWithoutReplacement(2.0, 10, 1000, 100),
 }
-STRATEGIES["sampled_without_replacement"] = st.builds(
-    lambda s, b, extra, c: A.SampledWithoutReplacement(s, b, b + extra, c),
-    SIGMA, st.integers(1, 100), st.integers(0, 10_000), st.integers(1, 1000))
-SAMPLES["sampled_without_replacement"] = A.SampledWithoutReplacement(2.0, 10, 1000, 100)
 #: a candidate run of a search: DP-SGD-like steps or pure releases
 _RUN = st.lists(st.one_of(
     st.builds(A.SampledGaussian, q=st.floats(1e-3, 1.0), sigma=st.floats(0.5, 20.0),
@@ -74,7 +111,16 @@ FAST = ("rdp", "rdp-classic", "moments", "zcdp", "basic", "advanced", "gaussian-
         "zcdp-approx")
 DELTAS = st.floats(1e-15, 1e-3)
 ANY_EVENT = st.one_of(*STRATEGIES.values())
-QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def histories(min_size: int, max_size: int) -> st.SearchStrategy:
+    """Lists of events under one relation (a ledger keeps one relation), every relation."""
+    return st.sampled_from(RELATIONS).flatmap(lambda r: st.lists(
+        st.one_of(*(how(build, (r,)) for how, build in _BUILDERS.values())),
+        min_size=min_size, max_size=max_size))
+
+QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                  HealthCheck.filter_too_much])
 
 
 def test_every_registered_event_type_has_a_strategy_and_an_accountant():
@@ -98,7 +144,7 @@ def _eps(method: str, events: list, delta: float) -> float | None:
 
 
 @QUIET
-@given(events=st.lists(ANY_EVENT, min_size=1, max_size=3), d1=DELTAS, d2=DELTAS)
+@given(events=histories(1, 3), d1=DELTAS, d2=DELTAS)
 def test_every_fast_method_answers_or_refuses_by_name_and_is_monotone_in_delta(events, d1, d2):
     lo_d, hi_d = sorted((d1, d2))
     for method in FAST:
@@ -337,7 +383,7 @@ def _assert_same_eps(first: list, second: list, delta: float) -> None:
             continue
         assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (method, a, b)
 
-@given(events=st.lists(ANY_EVENT, min_size=2, max_size=4), delta=DELTAS, data=st.data())
+@given(events=histories(2, 4), delta=DELTAS, data=st.data())
 def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, delta, data):
     """Sequential composition commutes: the history in any order, and with a release
     recorded twice (interleaved with the others) instead of once at twice the count, gives
@@ -346,10 +392,134 @@ def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, d
     order = data.draw(st.permutations(range(len(events))))
     shuffled = [events[i] for i in order]
     _assert_same_eps(events, shuffled, delta)
-    lap = A.Laplace(b=data.draw(st.floats(0.1, 100.0)), count=2)
+    rel = events[0].relation
+    lap = A.Laplace(b=data.draw(st.floats(0.1, 100.0)), count=2, relation=rel)
     once = [*events, lap]
-    twice = [A.Laplace(b=lap.b), *events, A.Laplace(b=lap.b)]
+    twice = [A.Laplace(b=lap.b, relation=rel), *events, A.Laplace(b=lap.b, relation=rel)]
     _assert_same_eps(once, twice, delta)
+
+
+# ---------------------------------------------------------------- contracts that cannot be dodged
+def _registry() -> dict[str, tuple]:
+    return {cls.kind: (cls, tuple(sorted(rules_of(cls)))) for cls in event_types()}
+
+
+def newly_registered(package: str) -> dict[str, tuple]:
+    """The event types and rules that importing every module of ``package`` adds to the
+    registry (empty: ``import package`` alone registers everything it defines)."""
+    import importlib
+    import pkgutil
+
+    before = _registry()
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if not info.name.endswith(".__main__"):  # (runs the command line)
+            importlib.import_module(info.name)
+    return {k: v for k, v in _registry().items() if before.get(k) != v}
+
+
+def accepted_pairs(sample: Event) -> set[tuple[str, str]]:
+    """Every (sampling, relation) pair an event type accepts, found by restating ``sample``
+    under each ("all" means q = 1)."""
+    data, out = sample.to_dict(), set()
+    for sampling, relation in PAIRS:
+        changed = {**data, "relation": relation}
+        if "sampling" in data:
+            changed["sampling"] = sampling
+            if sampling == "all" and "q" in data:
+                changed["q"] = 1.0
+        try:
+            event = event_from_dict(changed)
+        except ValueError:
+            continue
+        out.add((event.sampling, event.relation))
+    return out
+
+
+def uncovered_pairs(strategy: st.SearchStrategy, sample: Event) -> list[tuple[str, str]]:
+    """The accepted pairs of ``sample``'s type that ``strategy`` never draws."""
+    from hypothesis.errors import NoSuchExample
+
+    missing = []
+    for pair in sorted(accepted_pairs(sample)):
+        try:
+            find(strategy, lambda e, p=pair: (e.sampling, e.relation) == p,
+                 settings=settings(max_examples=2000, database=None, deadline=None,
+                                   suppress_health_check=list(HealthCheck)))
+        except NoSuchExample:
+            missing.append(pair)
+    return missing
+
+
+def test_importing_every_module_of_accounting_registers_nothing_new():
+    added = newly_registered("accounting")
+    assert not added, (f"registered only when their module is imported: {sorted(added)}; "
+                       "import the module in accounting/__init__.py")
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_every_strategy_draws_every_sampling_and_relation_its_event_accepts(kind):
+    assert len(accepted_pairs(SAMPLES[kind])) >= 1
+    missing = uncovered_pairs(STRATEGIES[kind], SAMPLES[kind])
+    assert not missing, f"{kind}: the contract strategy never draws {missing}"
+
+
+@dataclass(frozen=True)
+class _Dummy(Event):
+    """A minimal Gaussian-like event, accepted under every relation."""
+
+    x: float = 1.0
+    note: str = ""
+    sampling: str = "all"
+    relation: str = "add-remove"
+    kind: ClassVar[str] = "contract_test_dummy"
+
+    @property
+    def steps(self) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return f"dummy x={self.x}"
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The registry as it is, restored after the test."""
+    from accounting import registry
+
+    for name in ("_TYPES", "_RULES", "_CONVERTERS"):
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+
+
+def test_a_dummy_event_module_left_out_of_the_package_import_fails_by_name(
+        tmp_path, monkeypatch, scratch_registry):
+    pkg = tmp_path / "dummy_accounting"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")  # forgets to import its event module
+    (pkg / "events.py").write_text(
+        "from dataclasses import dataclass\nfrom typing import ClassVar\n"
+        "from accounting.events import Event\nfrom accounting.registry import register_event\n"
+        "@dataclass(frozen=True)\nclass Left(Event):\n    note: str = ''\n"
+        "    sampling: str = 'all'\n    relation: str = 'add-remove'\n"
+        "    kind: ClassVar[str] = 'contract_test_left_out'\n"
+        "register_event(Left, rdp=lambda e, side: [])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "contract_test_left_out" in newly_registered("dummy_accounting")
+
+
+def test_a_dummy_event_without_a_strategy_fails_by_name(scratch_registry):
+    register_event(_Dummy, rdp=lambda e, side: [])
+    with pytest.raises(AssertionError, match="add a strategy"):
+        test_every_registered_event_type_has_a_strategy_and_an_accountant()
+
+
+def test_a_dummy_strategy_that_forgets_a_relation_fails_by_name(scratch_registry):
+    register_event(_Dummy, rdp=lambda e, side: [])
+    only_add_remove = st.builds(_Dummy, x=st.floats(0.1, 2.0))
+    missing = uncovered_pairs(only_add_remove, _Dummy())
+    assert ("all", "replace-one") in missing and ("all", "zero-out") in missing
+    assert not uncovered_pairs(_relations(lambda d, r: _Dummy(d(st.floats(0.1, 2.0)),
+                                                              relation=r)), _Dummy())
 
 
 # ---------------------------------------------------------------- hyperparameter searches

@@ -208,3 +208,28 @@ def test_importing_an_adapter_loads_neither_the_simulator_nor_the_defenses():
     assert _loaded_by("leakaudit.interop.opacus", ("leakaudit.fl", "leakaudit.defenses",
                                                    "leakaudit.auditing",
                                                    "leakaudit.empirical")) == "[]"
+
+
+def _private_uses(path: Path, imported: set[str]) -> list[str]:
+    """``from x import _name`` and ``module._name`` (``module`` a sibling imported as a
+    name) in ``path``: an underscore name reached across modules."""
+    tree = ast.parse(path.read_text())
+    bound = {a.asname or a.name.split(".")[0] for n in ast.walk(tree)
+             if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported = imported & bound  # modules this file imports by name (not local variables)
+    found = [f"{path.relative_to(ROOT)}:{n.lineno} imports {a.name}"
+             for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+             for a in n.names if a.name.startswith("_") and a.name != "__version__"]
+    found += [f"{path.relative_to(ROOT)}:{n.lineno} uses {n.value.id}.{n.attr}"
+              for n in ast.walk(tree)
+              if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+              and n.value.id in imported and n.attr.startswith("_")
+              and not n.attr.startswith("__")]
+    return found
+
+
+def test_accounting_imports_no_underscore_name_across_modules():
+    siblings = {p.stem for p in (ROOT / "accounting").rglob("*.py")} | {"accounting"}
+    bad = [u for p in sorted((ROOT / "accounting").rglob("*.py"))
+           for u in _private_uses(p, siblings)]
+    assert not bad, "make these names public (or keep them in their module): " + "; ".join(bad)

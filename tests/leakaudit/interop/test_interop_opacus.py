@@ -337,9 +337,11 @@ def test_poisson_run_sound_ledger_is_opacus_history():
             engine.accountant.get_epsilon(delta), rel=1e-9)
     assert (pair.relation, pair.sampling, pair.reason) == ("add-remove", "poisson", "")
     assert "add-remove" in pair.describe(1e-5) and "delta 1e-05" in pair.describe(1e-5)
-    # Poisson is accounted under add/remove (or zero-out): replace-one is refused
-    with pytest.raises(ValueError, match="relation='replace-one' with Poisson"):
-        ledgers(engine, data_loader=loader, relation="replace-one")
+    # replace-one: the same Poisson steps under the accountant's replace-one analysis
+    swap = ledgers(engine, data_loader=loader, relation="replace-one")
+    assert swap.relation == "replace-one" and "replace-one" in swap.reason
+    assert [(e.q, e.count) for e in swap.sound.events] == [(h[1], h[2]) for h in history]
+    assert swap.sound.epsilon(1e-5, "pld") > sound.epsilon(1e-5, "pld")
     assert ledger_from_accountant(engine.accountant, data_loader=loader).events == claimed.events
 
 

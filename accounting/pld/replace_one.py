@@ -5,24 +5,20 @@ Both ends of the PLD bracket use (units of the clip norm C, s = sigma)
     P = (1-q) N(0, s^2) + q N(1, s^2),   Q = (1-q) N(0, s^2) + q N(-1, s^2),
 
 realised by a data set and dominating the mechanism (Schuchardt et al. 2024, Thm 3.8; the
-argument and the peers are in docs/accounting.md). This module registers the
-PLD rule of :class:`~accounting.events.SampledGaussian` and
-:class:`~accounting.events.GaussianSchedule` that turns such steps into a
-:class:`~accounting.registry.PLDPart`; every other accountant keeps the "*" rule
-(:func:`accounting.relations.gaussian_upper`: sigma/2 without amplification, and group
-privacy of size 2 in the RDP accountant), and every other step keeps its Poisson add/remove
-pair.
+argument and the peers are in docs/accounting.md). The ``"pld"`` rule of
+:class:`~accounting.events.SampledGaussian` and :class:`~accounting.events.GaussianSchedule`
+(registered with them in :mod:`accounting.events`) wraps such steps in a
+:class:`~accounting.registry.PLDPart` of :class:`ReplaceOnePoisson`; every other accountant
+keeps the "*" rule (sigma/2 without amplification, group privacy of size 2 in RDP).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._grid import Groups, group_pairs, rounded_groups
-from .events import Event, GaussianSchedule, SampledGaussian, gaussian_pairs
-from .pld import replace_loss_limits, replace_pmfs, replace_variance
-from .registry import PLDPart, register_event
-from .relations import uses_group_privacy
+from .._grid import Groups, rounded_groups
+from ..registry import group_pairs
+from .pairs import replace_loss_limits, replace_pmfs, replace_variance
 
 __all__ = ["ReplaceOnePoisson"]
 
@@ -69,24 +65,3 @@ class ReplaceOnePoisson:
             sig, cnt = rounded.sigmas, rounded.counts
         return replace_pmfs(np.full(sig.size, self.q), sig, cnt, h, upper), 0.0
 
-
-def _gaussian_pld_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
-                        side: str) -> list:
-    """PLD rule: Poisson steps (0 < q < 1) under replace-one are the realisable +-1 pair on
-    both sides (:class:`ReplaceOnePoisson`, a :class:`PLDPart`); every other
-    step (and a noiseless one, which stays infinite) as :func:`gaussian_pairs`."""
-    if not uses_group_privacy(e.sampling, e.relation, q):
-        return gaussian_pairs(e, q, sigmas, counts, side)
-    noisy = sigmas > 0
-    out: list = []
-    if noisy.any():
-        out.append(PLDPart(ReplaceOnePoisson(q, sigmas[noisy], counts[noisy])))
-    if not noisy.all():
-        out.extend(gaussian_pairs(e, q, sigmas[~noisy], counts[~noisy], side))
-    return out
-
-
-register_event(SampledGaussian, pld=lambda e, side: _gaussian_pld_pairs(
-    e, e.q, np.array([e.sigma]), np.array([e.count]), side))
-register_event(GaussianSchedule, pld=lambda e, side: _gaussian_pld_pairs(
-    e, e.q, *np.unique(e.sigmas, return_counts=True), side))
