@@ -40,7 +40,9 @@ from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability, keywords_after_first
 from ..defenses import Defense
 from ..records import ResultsFile
-from . import fdp, game, stats
+from ..scoring import bounds as stats
+from ..scoring import fdp
+from . import game
 from .report import PrivacyReport
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
@@ -137,23 +139,15 @@ class _Canary:
 def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
             n_eval: int) -> tuple[dict[str, tuple[str, str, stats.Threshold]], dict]:
     """Per target, the (canary, statistic, threshold) with the best bound on the selection
-    split, and every candidate's selection score (for eps).
-
-    A candidate's score is the bound its best threshold is predicted to give on ``n_eval``
-    held-out runs (:func:`stats.best_rule`: pessimistic predicted counts, no distribution
-    assumed), so the largest of many scores is not won by a lucky tail."""
-    best: dict[str, tuple[float, tuple[str, str, stats.Threshold]]] = {}
-    scores: dict[str, dict[str, float]] = {}
-    for name, g in games.items():
-        for stat in wanted:
-            out, into = g.sel[0][stat], g.sel[1][stat]
-            for target in ("eps", "mu"):
-                rule, score = stats.best_rule(out, into, alpha, delta, target, (n_eval, n_eval))
-                if target == "eps":
-                    scores.setdefault(name, {})[stat] = round(score, 4)
-                if target not in best or score > best[target][0]:
-                    best[target] = (score, (name, stat, rule))
-    return {t: v[1] for t, v in best.items()}, scores
+    split (:func:`leakaudit.scoring.bounds.select` over every (canary, statistic)), and
+    every candidate's selection score (for eps)."""
+    candidates = {(name, stat): (g.sel[0][stat], g.sel[1][stat])
+                  for name, g in games.items() for stat in wanted}
+    winners, scores = stats.select(candidates, alpha, delta, (n_eval, n_eval))
+    table: dict[str, dict[str, float]] = {}
+    for (name, stat), score in scores.items():
+        table.setdefault(name, {})[stat] = score
+    return {t: (*w.key, w.rule) for t, w in winners.items()}, table
 
 
 def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
@@ -305,26 +299,16 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     share = {"eps": 0.8 * total, "mu": 0.2 * total}
     if general:
         share = {k: v * 2.0 / 3.0 for k, v in share.items()}
-    got: dict[str, tuple[float, float, float]] = {}
+    got: dict[str, stats.Tested] = {}
     for target, (name, stat, rule) in winners.items():
-        alpha = share[target]
         e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        fp, fn = stats.error_counts(e_out, e_in, rule)
-        fpr = stats.clopper_pearson_upper(fp, trials, alpha / 2)
-        fnr = stats.clopper_pearson_upper(fn, trials, alpha / 2)
-        got[target] = (stats.eps_lower_bound(fpr, fnr, delta) if target == "eps"
-                       else stats.gdp_mu_lower(fpr, fnr), fpr, fnr)
+        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
     curve_points: list[tuple[float, float]] = []
     if general:
         name, stat, rule = winners["eps"]
-        sel_out = games[name].sel[0][stat]
-        rules = stats.curve_rules(sel_out, rule.sign)
         e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        a = total / 3.0 / max(1, len(rules)) / 2
-        for r in rules:
-            fp, fn = stats.error_counts(e_out, e_in, r)
-            curve_points.append((stats.clopper_pearson_upper(fp, trials, a),
-                                 stats.clopper_pearson_upper(fn, trials, a)))
+        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
+                                                            rule.sign), e_out, e_in, total / 3.0)
     eps_lower, mu_lower = got["eps"][0], got["mu"][0]
     claim_v, claim_by, mu_claimed = _verdict(probe.claimed, eps_claimed, eps_lower, mu_lower,
                                              curve_points, delta)
@@ -340,7 +324,7 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             "eps_lower_gdp": stats.gdp_epsilon(mu_lower, delta),
             "claim_violated": claim_v, "sound_violated": sound_v,
             "violated_by": sound_by or claim_by,
-            "fpr_ub": got["eps"][1], "fnr_ub": got["eps"][2],
+            "fpr_ub": got["eps"].fpr, "fnr_ub": got["eps"].fnr,
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),
             "noise_floor": games[winners["eps"][0]].reference.noise_floor,

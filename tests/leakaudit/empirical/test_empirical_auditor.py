@@ -10,7 +10,8 @@ import torch
 
 from accounting import PrivacyLedger
 from leakaudit.defenses import Defense, ops
-from leakaudit.empirical import api, audit_release, game, stats
+from leakaudit.empirical import api, audit_release, game
+from leakaudit.scoring import bounds as stats
 
 SMALL = ((40,), (6, 5), (3,))
 
