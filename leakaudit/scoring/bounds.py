@@ -234,23 +234,43 @@ class Tested(NamedTuple):
 
 
 def select(candidates: Mapping[Hashable, tuple[np.ndarray, np.ndarray]], alpha: float,
-           delta: float, n_eval: tuple[int, int], targets: Sequence[str] = ("eps", "mu")
+           delta: float, n_eval: tuple[int, int], targets: Sequence[str] = ("eps", "mu"),
+           margin: float = 0.0, by: str | None = None
            ) -> tuple[dict[str, Winner], dict[Hashable, float]]:
     """Per target, the candidate (key -> selection scores (out, into)) and threshold with
     the largest predicted bound on ``n_eval`` held-out runs per side (:func:`best_rule`), and
     every candidate's predicted eps bound. Only the winner is tested afterwards, on runs the
-    choice never saw, so choosing among many candidates costs no confidence."""
-    best: dict[str, Winner] = {}
+    choice never saw, so choosing among many candidates costs no confidence.
+
+    ``by``: the target whose predicted bound chooses the candidate for every target (each
+    target then gets its own threshold on it); None: each target's own. The mu prediction
+    is decided by central cuts and varies little between selection splits; the eps one is
+    decided in a tail by a few runs, so among many candidates of equal power the largest eps
+    prediction is luck (the winner's curse) and often a weak statistic's. ``margin``:
+    candidates are taken in their given order (a pre-registered preference) and a later one
+    replaces the one in hand only when its predicted bound is larger by ``margin``
+    (relative, and at least ``margin`` / 2 absolute)."""
+    rules: dict[tuple[Hashable, str], tuple[Threshold, float]] = {}
     scores: dict[Hashable, float] = {}
+    wanted = tuple(dict.fromkeys([*targets, *([by] if by else [])]))
     for key, (out, into) in candidates.items():
-        for target in targets:
-            rule, score = best_rule(out, into, alpha, delta, target, n_eval)
-            if target == "eps":
-                scores[key] = round(score, 4)
-            if target not in best or score > best[target].score:
-                best[target] = Winner(key, rule, score)
-    if not best:
+        for target in wanted:
+            rules[key, target] = best_rule(out, into, alpha, delta, target, n_eval)
+        if "eps" in wanted:
+            scores[key] = round(rules[key, "eps"][1], 4)
+    if not candidates:
         raise ValueError("candidates: need at least one (out, into) pair of scores")
+    best: dict[str, Winner] = {}
+    for target in targets:
+        judge = by or target
+        pick: Hashable | None = None
+        for key in candidates:
+            score = rules[key, judge][1]
+            if pick is None or score > rules[pick, judge][1] + margin * max(
+                    0.5, abs(rules[pick, judge][1])):
+                pick = key
+        rule, score = rules[pick, target]
+        best[target] = Winner(pick, rule, score)
     return best, scores
 
 
