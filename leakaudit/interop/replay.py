@@ -143,7 +143,8 @@ def record(release: Any, *, trials: int, pairs: int, seed: int
 def replay_row(*, library: str, version: str, mode: str, relation: str,
                out: np.ndarray, into: np.ndarray, paired_in: np.ndarray, paired_out: np.ndarray,
                sensitivity: float, noise_std: float, mu_claimed: float, mu_sound: float,
-               delta: float, confidence: float, seed: int, note: str = "") -> dict[str, Any]:
+               delta: float, confidence: float, seed: int, note: str = "",
+               findings: list[str] | None = None) -> dict[str, Any]:
     """One report row from recorded releases (rows of flattened releases).
 
     Args:
@@ -154,8 +155,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         noise_std: the std the accountant assumes, in the release's units.
         mu_claimed, mu_sound: sensitivity / std of one release as claimed (the library's
             accountant, its relation) and as the sound ledger has it (the game's relation).
+        findings: what the adapter found in the setup before any release (a sampler the
+            accountant does not assume, parameters trained outside the DP step): flagged.
     """
     bound = 2.0 if relation == "replace-one" else 1.0
+    findings = list(findings or [])
     moves = np.linalg.norm(paired_in - paired_out, axis=1)
     contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
     half = out.shape[0] // 2
@@ -166,7 +170,6 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
     n_out, n_in = (float(np.sqrt(np.mean(((a[:half] - a[half:2 * half]) ** 2) / 2.0)))
                    for a in (out, into))
     tol = noise_tolerance(half, out.shape[1])
-    findings = []
     if contribution > bound * (1.0 + 1e-3):
         findings.append(f"the canary moves the release by {contribution:.3g} x the declared "
                         f"sensitivity (bound {bound:g} under {relation})")
