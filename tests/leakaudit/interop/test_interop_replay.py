@@ -230,6 +230,35 @@ def test_flower_central_fixed_clipping_real_aggregate_from_one_call():
     assert swap["eps_sound"] > swap["eps_claimed"]
 
 
+def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_multiplier():
+    lf, _, FedAvg = _flower()
+    from flwr.serverapp.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
+    )
+
+    def audit(lr):
+        dp = DifferentialPrivacyServerSideAdaptiveClipping(
+            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, initial_clipping_norm=1.0,
+            clipped_count_stddev=2.0, clip_norm_lr=lr)
+        row = lf.audit_dp(dp, dim=300, trials=100, pairs=4).rows()[0]
+        assert dp.clipping_norm == 1.0          # each replay is round 1, and left as it was
+        return dp, row
+
+    # a clip that does not move: the update's share of the requested z (z_Delta), no finding
+    dp, row = audit(1e-12)
+    assert dp.noise_multiplier == pytest.approx((1.0 - 1.0 / 16.0) ** -0.5)
+    assert "z_Delta = 1.033" in row["finding"] and not row["flagged"], row["finding"]
+    assert row["mu_claimed"] == pytest.approx(1.0) and 1.0 < row["contribution"] <= 2.0 + 1e-9
+    # Flower noises the aggregate with the clip already moved by this round's noisy count:
+    # the noise std is not the one declared for the round's sensitivity
+    _, row = audit(0.2)
+    assert row["flagged"] and "noise std" in row["finding"], row["finding"]
+    with pytest.raises(ValueError, match="client-side adaptive-clipping wrapper"):
+        lf.audit_dp(DifferentialPrivacyClientSideAdaptiveClipping(
+            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, clipped_count_stddev=2.0))
+
+
 def test_flower_wrapper_with_half_the_noise_is_flagged():
     lf, Fixed, FedAvg = _flower()
 
