@@ -1,14 +1,15 @@
 """privacy_audit: claimed, sound and measured epsilon of one release per defense and point.
 
-The game is described in :mod:`leakaudit.empirical.game`; the bounds in
-:mod:`leakaudit.empirical.stats`. Per (defense, point):
+The game is described in :mod:`leakaudit.empirical.game`; scores become bounds in
+:mod:`leakaudit.scoring.bounds` (the engine every audit shares). Per (defense, point):
 
 1. for each canary (:func:`game.canaries`: at the clip, 100 C spread, 100 C in one tensor at a
    time), canary-out reference runs give the mean and per-coordinate deviation the
    statistics are taken around (:func:`game.statistics`);
 2. a selection split (``select_fraction * trials`` runs per side and canary) scores every
-   (canary, statistic) by the bound its best threshold gives there; the best one is chosen
-   for eps and for mu (the report names the canary and statistic that won);
+   (canary, statistic) by the mu bound its best threshold is predicted to give; the best
+   one (the first by a :data:`MARGIN`) is chosen for eps and for mu, each with its own
+   threshold (the report names the canary and statistic that won);
 3. the release is run once with the winning canary to read the defense's own ledgers of
    exactly that release (q = 1): eps_claimed, eps_sound, and mu where a ledger is a
    composition of Gaussians (mu-GDP);
@@ -64,7 +65,7 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
 def ledger_mu(ledger: PrivacyLedger) -> float | None:
     """mu of a ledger that is a composition of Gaussian mechanisms without sampling (q = 1),
     each step at its sensitivity (2C for fixed-size batches and replace-one): see
-    :func:`leakaudit.empirical.fdp.ledger_mu`; None if it records anything else."""
+    :func:`leakaudit.scoring.fdp.ledger_mu`; None if it records anything else."""
     return fdp.ledger_mu(ledger)
 
 
@@ -415,7 +416,6 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
                   seed: int = 0, defense_params: dict[str, dict[str, Any]] | None = None,
                   statistic: str | Sequence[str] | None = None, progress: bool = False,
                   results: str | None = None, skip_silent: bool = False,
-                  point: int | Sequence[int] | None = None,
                   **game_options: Any) -> PrivacyReport:
     """Measured lower bounds on eps next to the claimed and sound eps of each defense.
 
@@ -424,7 +424,7 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             otherwise) or :class:`~leakaudit.defenses.Defense` objects (a user's own subclass
             with its own ``privatize_batch`` works: it is run as training runs it).
         points: the leak point(s) whose release is audited: 2, 1 or 0 (the name of
-            :func:`leakaudit.audit` and of the CLI; ``point=`` is a deprecated alias).
+            :func:`leakaudit.audit` and of the CLI).
         trials: held-out runs with the canary, and as many without (>= 100), on which the
             bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
             per side (at most :data:`MAX_SELECTION`) choose the thresholds, and up to 1,000
@@ -440,10 +440,6 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             defenses audited by name, is a ValueError naming it.
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
-    if point is not None:
-        warnings.warn("privacy_audit(point=...) is deprecated: use points=", DeprecationWarning,
-                      stacklevel=2)
-        points = point
     points = [points] if isinstance(points, int) else list(points)
     params = defense_params or {}
     wanted = STATISTICS if statistic is None else (

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from .game import GameSetup
-
 __all__ = ["Subspace", "make_subspace", "subspace_weights", "SUBSPACE_GROUPS", "SUBSPACE_SEED",
            "RIDGE"]
+
+
+class Game(Protocol):
+    """What a subspace needs of a game (:class:`leakaudit.empirical.game.GameSetup`)."""
+
+    canary: list[torch.Tensor]
+
+    @property
+    def direction(self) -> torch.Tensor: ...
 
 
 #: groups of the random partition of one tensor's coordinates, at most
@@ -50,7 +56,7 @@ class Subspace:
         return p.T @ p
 
 
-def make_subspace(setup: GameSetup, runs: int) -> Subspace:
+def make_subspace(setup: Game, runs: int) -> Subspace:
     """The :class:`Subspace` of a game whose reference has ``runs`` canary-out runs: at most
     ``runs // 2`` directions (a covariance estimated from fewer runs than twice its
     dimension has spurious null directions), at most :data:`SUBSPACE_GROUPS` per tensor."""

@@ -16,11 +16,11 @@ Two kinds of evidence, one row per audited mechanism (:class:`ReplayReport`):
   of a few standard errors of the estimate over every coordinate).
 - **the canary game** on the recorded releases: the white-box projection on the canary's
   contribution (the Neyman-Pearson test for a Gaussian mechanism) and the energy about the
-  canary-out mean (a noise scale that differs between the worlds, Opacus #819), each turned
-  into eps and mu lower bounds by :func:`game_bounds` (the distinguishing game of
-  :mod:`leakaudit.empirical.stats` in its simplest form: the adapters sit apart from the
-  empirical audit; Bonferroni over the two statistics), against the claimed and sound eps
-  of one release.
+  canary-out mean (a noise scale that differs between the worlds, Opacus #819), turned into
+  eps and mu lower bounds by the engine every audit shares (:func:`game_bounds`:
+  :func:`leakaudit.scoring.bounds.bounds_from_candidates`, half the runs choose the
+  statistic and threshold per target, the other half test it), against the claimed and
+  sound eps of one release.
 
 No torch, Opacus or Flower here (numpy, scipy and the accountant only).
 """
@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._jsonsafe import finite_json, from_finite_json
+from ..neighbours import distance
 from ..reporting import csv_table, latex_table, markdown_table, write_tables
 from ..scoring.bounds import bounds_from_candidates, gdp_epsilon
 
@@ -158,7 +159,7 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         findings: what the adapter found in the setup before any release (a sampler the
             accountant does not assume, parameters trained outside the DP step): flagged.
     """
-    bound = 2.0 if relation == "replace-one" else 1.0
+    bound = distance(relation)
     findings = list(findings or [])
     moves = np.linalg.norm(paired_in - paired_out, axis=1)
     contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
