@@ -48,8 +48,9 @@ from benchmarks._common import (
     write_outputs,
 )
 from leakaudit.defenses import ClientContext, Defense, RoundContext
-from leakaudit.empirical import PrivacyReport, privacy_audit, stats
+from leakaudit.empirical import PrivacyReport, privacy_audit
 from leakaudit.empirical.mutants import SHAPES as SMALL_SHAPES
+from leakaudit.scoring import bounds as stats
 
 #: runs per side of each section; ``game``: the release's shapes (None: LeNet's, else the
 #: small shapes of the mutation suite with 8 background examples)
@@ -241,7 +242,7 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
              "model after one round; statistics projection, energy and quantile-clip's next "
              f"clip; {trials:,} runs per side, threshold on a random half, Clopper-Pearson "
              "(95 %, Bonferroni over the statistics) on the other half "
-             "(`leakaudit.empirical.stats.bounds_from_scores`); sound = "
+             "(`leakaudit.scoring.bounds.bounds_from_scores`); sound = "
              "`Run.epsilon(1e-5, 'sound')`.")
     out.line()
     out.table(["defense", "client sampling", "game", "sound eps", "measured eps >=",

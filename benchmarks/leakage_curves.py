@@ -544,7 +544,7 @@ def above_bound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     interval: the two-sided 95 % Clopper-Pearson lower end of the image count (``images``;
     a row without it counts as one image per unit of share, i.e. no interval) above the
     bound."""
-    from leakaudit.empirical.stats import clopper_pearson_lower
+    from leakaudit.scoring.bounds import clopper_pearson_lower
 
     alpha = (1.0 - ID_CONFIDENCE) / 2
     out = []
@@ -612,7 +612,7 @@ def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> 
     left out); each defense's identification bound as open markers at the sigmas where it
     was computed (no line between them: a bound is not interpolated); the best mean PSNR
     against sigma. One colour per defense; the legend sits outside the panels."""
-    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
 
     alpha = (1.0 - ID_CONFIDENCE) / 2
     fig = Figure(figsize=(17, 4.4 * len(batch_sizes)), layout="constrained")
@@ -785,7 +785,7 @@ def grid_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> d
 
 def _interval(share: float, n: int) -> str:
     """The two-sided 95 % Clopper-Pearson interval of ``share`` of ``n`` images."""
-    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
 
     if n <= 0:
         return "-"
@@ -1032,7 +1032,7 @@ def identification_cell(defense: Any, ds: data.Dataset, model: torch.nn.Module,
     nothing else in the batch) from the defense's public parameters; the scorer alone
     compares its choice with the target. Bound: Phi(Phi^-1(1/k) + mu) with mu the attacked
     release's add/remove mu from its sound ledger (:func:`release_mu`)."""
-    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
 
     rng = np.random.default_rng([seed, 7])
     members = np.sort(rng.choice(len(ds.y_train), size=pool, replace=False))

@@ -1,14 +1,15 @@
 """privacy_audit: claimed, sound and measured epsilon of one release per defense and point.
 
-The game is described in :mod:`leakaudit.empirical.game`; the bounds in
-:mod:`leakaudit.empirical.stats`. Per (defense, point):
+The game is described in :mod:`leakaudit.empirical.game`; scores become bounds in
+:mod:`leakaudit.scoring.bounds` (the engine every audit shares). Per (defense, point):
 
 1. for each canary (:func:`game.canaries`: at the clip, 100 C spread, 100 C in one tensor at a
    time), canary-out reference runs give the mean and per-coordinate deviation the
    statistics are taken around (:func:`game.statistics`);
 2. a selection split (``select_fraction * trials`` runs per side and canary) scores every
-   (canary, statistic) by the bound its best threshold gives there; the best one is chosen
-   for eps and for mu (the report names the canary and statistic that won);
+   (canary, statistic) by the mu bound its best threshold is predicted to give; the best
+   one (the first by a :data:`MARGIN`) is chosen for eps and for mu, each with its own
+   threshold (the report names the canary and statistic that won);
 3. the release is run once with the winning canary to read the defense's own ledgers of
    exactly that release (q = 1): eps_claimed, eps_sound, and mu where a ledger is a
    composition of Gaussians (mu-GDP);
@@ -40,12 +41,14 @@ from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability, keywords_after_first
 from ..defenses import Defense
 from ..records import ResultsFile
-from . import fdp, game, stats
+from ..scoring import bounds as stats
+from ..scoring import fdp
+from . import game
 from .report import PrivacyReport
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
 
-STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate", "subspace")
+STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate", "subspace", "lattice")
 
 
 def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
@@ -62,12 +65,18 @@ def release_epsilon(ledger: PrivacyLedger, delta: float) -> float:
 def ledger_mu(ledger: PrivacyLedger) -> float | None:
     """mu of a ledger that is a composition of Gaussian mechanisms without sampling (q = 1),
     each step at its sensitivity (2C for fixed-size batches and replace-one): see
-    :func:`leakaudit.empirical.fdp.ledger_mu`; None if it records anything else."""
+    :func:`leakaudit.scoring.fdp.ledger_mu`; None if it records anything else."""
     return fdp.ledger_mu(ledger)
 
 
 #: at most this many selection runs per side and candidate game
 MAX_SELECTION = 2000
+
+#: a candidate game or statistic replaces an earlier one (the plain canaries and the
+#: projection first) only when its predicted bound is this much larger (relative): with
+#: dozens of candidates of equal power the largest prediction is luck
+#: (:func:`leakaudit.scoring.bounds.select`)
+MARGIN = 0.1
 
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
 CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)
@@ -91,9 +100,9 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
             raise ValueError(f"canaries must be a non-empty list of names, got {canaries!r}")
         for c in canaries:
             name, _, background = str(c).partition("+")
-            if (name not in ("dirac", "large") and not name.startswith("large@")) or \
+            if (name not in ("dirac", "large", "lattice") and not name.startswith("large@")) or \
                     (background and background not in game.BACKGROUNDS):
-                raise ValueError("canaries must be among dirac, large, large@<k>, each "
+                raise ValueError("canaries must be among dirac, large, large@<k>, lattice, each "
                                  f"optionally +<background> ({', '.join(game.BACKGROUNDS)}), "
                                  f"got {c!r}")
 
@@ -137,23 +146,16 @@ class _Canary:
 def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
             n_eval: int) -> tuple[dict[str, tuple[str, str, stats.Threshold]], dict]:
     """Per target, the (canary, statistic, threshold) with the best bound on the selection
-    split, and every candidate's selection score (for eps).
-
-    A candidate's score is the bound its best threshold is predicted to give on ``n_eval``
-    held-out runs (:func:`stats.best_rule`: pessimistic predicted counts, no distribution
-    assumed), so the largest of many scores is not won by a lucky tail."""
-    best: dict[str, tuple[float, tuple[str, str, stats.Threshold]]] = {}
-    scores: dict[str, dict[str, float]] = {}
-    for name, g in games.items():
-        for stat in wanted:
-            out, into = g.sel[0][stat], g.sel[1][stat]
-            for target in ("eps", "mu"):
-                rule, score = stats.best_rule(out, into, alpha, delta, target, (n_eval, n_eval))
-                if target == "eps":
-                    scores.setdefault(name, {})[stat] = round(score, 4)
-                if target not in best or score > best[target][0]:
-                    best[target] = (score, (name, stat, rule))
-    return {t: v[1] for t, v in best.items()}, scores
+    split (:func:`leakaudit.scoring.bounds.select` over every (canary, statistic)), and
+    every candidate's selection score (for eps)."""
+    candidates = {(name, stat): (g.sel[0][stat], g.sel[1][stat])
+                  for name, g in games.items() for stat in wanted}
+    winners, scores = stats.select(candidates, alpha, delta, (n_eval, n_eval), margin=MARGIN,
+                                   by="mu")
+    table: dict[str, dict[str, float]] = {}
+    for (name, stat), score in scores.items():
+        table.setdefault(name, {})[stat] = score
+    return {t: (*w.key, w.rule) for t, w in winners.items()}, table
 
 
 def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
@@ -223,10 +225,11 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
     ``trials`` given by position, the old form, still work and warn).
 
     Every canary (:func:`game.canaries`) and, for instance-level releases, every worst-case
-    dataset (:data:`game.SCENARIOS`, named ``canary+background``), or the named ``canaries``,
-    plays the game on its own reference and selection runs (``select_fraction * trials`` per
-    side, at most :data:`MAX_SELECTION`); a worst-case dataset the defense's code cannot run
-    is left out and named in the row's ``skipped``. A defense whose batching declaration is
+    dataset or call (:data:`game.SCENARIOS`, named ``canary+background``), or the named
+    ``canaries``, plays the game on its own reference and selection runs (``select_fraction *
+    trials`` per side, at most :data:`MAX_SELECTION`); an empty batch the defense's code
+    cannot take is replaced by one zero gradient (named in the row's ``replaced``), any
+    other game it cannot run is a ValueError naming it. A defense whose batching declaration is
     inherited past a hook it overrides, or whose two trials in one call do not come back as
     two, runs one trial per call, with a warning (never refused). The canary,
     statistic and threshold with the largest bound on the selection split are chosen for
@@ -252,6 +255,45 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
     return PrivacyReport(config=config, records=[row])
 
 
+def _pool(defense: Defense, setup: game.GameSetup, shapes: tuple[tuple[int, ...], ...],
+          generator: torch.Generator) -> dict[str, game.GameSetup]:
+    """Every game the audit may choose: each canary against the random background and, for
+    instance-level releases, each worst-case dataset or call (:data:`game.SCENARIOS`)."""
+    bound = game.canary_bound(defense)
+    found = game.canaries(shapes, bound)
+    pool = {c: game.with_canary(setup, c, v) for c, v in found.items() if c != "lattice"}
+    if setup.adjacency == "instance":   # a client-level game has no background to choose
+        for c, b in game.SCENARIOS:
+            pool[game.scenario_name(c, b)] = game.with_scenario(
+                setup, c, found[c], b, bound, generator, pristine=defense)
+    return pool
+
+
+def _play(defense: Defense, pool: dict[str, game.GameSetup], names: Sequence[str],
+          setup: game.GameSetup, n_ref: int, n_sel: int, generator: torch.Generator,
+          vec: bool, chunk: int, wanted: Sequence[str]) -> tuple[dict[str, _Canary], list[str]]:
+    """The reference and selection runs of every game named; an empty batch the code cannot
+    take is replaced by one zero gradient (named in the second value); any other game that
+    cannot run is a ValueError naming it and why."""
+    games: dict[str, _Canary] = {}
+    replaced: list[str] = []
+    for c in names:
+        try:
+            games[c] = _Canary(defense, pool[c], n_ref, n_sel, generator, vec, chunk, wanted)
+        except Exception as err:  # noqa: BLE001 - named below, never silently dropped
+            why = f"{type(err).__name__}: {str(err)[:120]}"
+            if not c.endswith("+empty"):
+                raise ValueError(f"defense {defense.name!r} cannot run the audit's game {c!r} "
+                                 f"({why})") from err
+            canary = c.split("+")[0]
+            alt = game.scenario_name(canary, "zero-row")
+            games[alt] = _Canary(defense, game.with_scenario(
+                setup, canary, pool[c].canary, "zero-row", game.canary_bound(defense),
+                generator), n_ref, n_sel, generator, vec, chunk, wanted)
+            replaced.append(f"{c} -> {alt} ({why})")
+    return games, replaced
+
+
 def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
                  confidence: float, seed: int, wanted: Sequence[str],
                  canaries: Sequence[str] | None, shapes: Sequence[Sequence[int]],
@@ -264,12 +306,7 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     shapes_t = tuple(tuple(int(x) for x in s) for s in shapes)
     setup = game.make_setup(defense, point, shapes_t, background, background_scale,
                             local_steps, generator)
-    bound = game.canary_bound(defense)
-    pool = {c: game.with_canary(setup, c, v) for c, v in game.canaries(shapes_t, bound).items()}
-    if setup.adjacency == "instance":   # a client-level game has no background to choose
-        for c, b in game.SCENARIOS:
-            pool[game.scenario_name(c, b)] = game.with_scenario(
-                setup, c, pool[c].canary, b, bound, generator)
+    pool = _pool(defense, setup, shapes_t, generator)
     names = list(pool) if canaries is None else list(canaries)
     for c in names:
         if c not in pool:
@@ -281,18 +318,13 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
                           f"one call did not come back as two ({why}): the empirical audit "
                           "runs one trial per call (slow)", stacklevel=3)
             vec = False
+    if vec and canaries is None:     # a batched call is a fresh copy already
+        names = [c for c in names if not c.endswith("+fresh")]
     # past a few thousand runs per side a choice among the candidates no longer improves
     n_sel = max(20, min(int(round(select_fraction * trials)), MAX_SELECTION))
     n_ref = max(50, min(1000, trials // 10))
-    games: dict[str, _Canary] = {}
-    skipped: list[str] = []
-    for c in names:
-        try:
-            games[c] = _Canary(defense, pool[c], n_ref, n_sel, generator, vec, chunk, wanted)
-        except Exception as err:  # noqa: BLE001 - a worst-case dataset the code cannot take
-            if "+" not in c or canaries is not None:
-                raise
-            skipped.append(f"{c} ({type(err).__name__}: {str(err)[:80]})")
+    games, skipped = _play(defense, pool, names, setup, n_ref, n_sel, generator, vec, chunk,
+                           wanted)
     winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
     probe = game.probe(defense, games[winners["eps"][0]].setup, generator)
     eps_claimed = release_epsilon(probe.claimed, delta)
@@ -305,26 +337,16 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     share = {"eps": 0.8 * total, "mu": 0.2 * total}
     if general:
         share = {k: v * 2.0 / 3.0 for k, v in share.items()}
-    got: dict[str, tuple[float, float, float]] = {}
+    got: dict[str, stats.Tested] = {}
     for target, (name, stat, rule) in winners.items():
-        alpha = share[target]
         e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        fp, fn = stats.error_counts(e_out, e_in, rule)
-        fpr = stats.clopper_pearson_upper(fp, trials, alpha / 2)
-        fnr = stats.clopper_pearson_upper(fn, trials, alpha / 2)
-        got[target] = (stats.eps_lower_bound(fpr, fnr, delta) if target == "eps"
-                       else stats.gdp_mu_lower(fpr, fnr), fpr, fnr)
+        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
     curve_points: list[tuple[float, float]] = []
     if general:
         name, stat, rule = winners["eps"]
-        sel_out = games[name].sel[0][stat]
-        rules = stats.curve_rules(sel_out, rule.sign)
         e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        a = total / 3.0 / max(1, len(rules)) / 2
-        for r in rules:
-            fp, fn = stats.error_counts(e_out, e_in, r)
-            curve_points.append((stats.clopper_pearson_upper(fp, trials, a),
-                                 stats.clopper_pearson_upper(fn, trials, a)))
+        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
+                                                            rule.sign), e_out, e_in, total / 3.0)
     eps_lower, mu_lower = got["eps"][0], got["mu"][0]
     claim_v, claim_by, mu_claimed = _verdict(probe.claimed, eps_claimed, eps_lower, mu_lower,
                                              curve_points, delta)
@@ -340,11 +362,11 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             "eps_lower_gdp": stats.gdp_epsilon(mu_lower, delta),
             "claim_violated": claim_v, "sound_violated": sound_v,
             "violated_by": sound_by or claim_by,
-            "fpr_ub": got["eps"][1], "fnr_ub": got["eps"][2],
+            "fpr_ub": got["eps"].fpr, "fnr_ub": got["eps"].fnr,
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),
             "noise_floor": games[winners["eps"][0]].reference.noise_floor,
-            "skipped": "; ".join(skipped),
+            "replaced": "; ".join(skipped),
             "selection": selection, "seed": seed, "confidence": confidence, "delta": delta}
 
 

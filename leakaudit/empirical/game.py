@@ -74,13 +74,14 @@ from ..defenses.base import ClientContext, Defense, RoundContext, untrusted_hook
 from ..grads import torch_threads
 from ..neighbours import canary_out
 from ..optim import make_optimizer
+from .subspace import Subspace, make_subspace, subspace_weights
 
 __all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
            "make_setup", "canaries", "with_canary", "Probe", "probe", "run_trials", "Trials",
            "Reference", "statistics", "vectorisable", "fit_llr", "log_likelihood_ratio",
            "LARGE", "SCENARIOS", "BACKGROUNDS", "scenario_name", "worst_background",
            "with_scenario", "Subspace", "make_subspace", "subspace_weights",
-           "batches_as_declared", "NotBatched"]
+           "batches_as_declared", "NotBatched", "CALLS", "LATTICE", "lattice_offset"]
 
 #: parameter shapes of the LeNet of the DLG papers (28x28x1 inputs, 10 classes): 13,426 values
 LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5), (12,),
@@ -88,6 +89,9 @@ LENET_SHAPES: tuple[tuple[int, ...], ...] = ((12, 1, 5, 5), (12,), (12, 12, 5, 5
 POINTS = (0, 1, 2)
 #: norm of the large canaries, in units of the clip bound
 LARGE = 100.0
+#: norm of the lattice canary, in units of the clip bound (an irrational share of C: a
+#: release on a lattice of any simple spacing moves off it by this)
+LATTICE = (math.sqrt(5.0) - 1.0) / 2.0
 #: the sites whose processing a release at each point has gone through
 _UPSTREAM = {2: {"example"}, 1: {"example", "client"}, 0: {"example", "client", "server"}}
 
@@ -125,6 +129,9 @@ class GameSetup:
     local_steps: int
     lr: float = 0.1
     canary_name: str = "dirac"
+    declared: int | None = None      # the batch size the release is told (None: the in-batch)
+    round: int = 0                   # the round the release is run in
+    pristine: Defense | None = None  # run each trial on a fresh copy of this (None: one copy)
 
     @property
     def direction(self) -> torch.Tensor:
@@ -143,14 +150,16 @@ class GameSetup:
 
     @property
     def batch_size(self) -> int:
-        """Size of the canary-in batch (the expected batch at q = 1)."""
-        return int(self.background[0].shape[0]) + 1
+        """The batch size the release is told: the canary-in batch (the expected batch at
+        q = 1), or ``declared`` (a Poisson batch above its expected size)."""
+        return int(self.background[0].shape[0]) + 1 if self.declared is None else self.declared
 
 
 def canaries(shapes: tuple[tuple[int, ...], ...], bound: float) -> dict[str, list[torch.Tensor]]:
     """The canaries, by name: ``dirac`` (C in coordinate 0 of every tensor), ``large``
-    (LARGE * C in all, spread over coordinate 0 of every tensor) and ``large@k`` (LARGE * C in
-    coordinate 0 of tensor k only)."""
+    (LARGE * C in all, spread over coordinate 0 of every tensor), ``large@k`` (LARGE * C in
+    coordinate 0 of tensor k only) and ``lattice`` (:data:`LATTICE` * C in all, spread as
+    ``large``; played only against the zero background, :data:`SCENARIOS`)."""
     def dirac(values: list[float]) -> list[torch.Tensor]:
         out = []
         for s, v in zip(shapes, values):
@@ -161,6 +170,7 @@ def canaries(shapes: tuple[tuple[int, ...], ...], bound: float) -> dict[str, lis
     t = len(shapes)
     found = {"dirac": dirac([bound] * t),
              "large": dirac([LARGE * bound / math.sqrt(t)] * t)}
+    found["lattice"] = dirac([LATTICE * bound / math.sqrt(t)] * t)
     if t > 1:
         for k in range(t):
             found[f"large@{k}"] = dirac([LARGE * bound if i == k else 0.0 for i in range(t)])
@@ -172,17 +182,32 @@ def with_canary(setup: GameSetup, name: str, canary: list[torch.Tensor]) -> Game
     return replace(setup, canary=canary, canary_name=name)
 
 
-#: worst-case datasets (canary, background): the game picks the background as it picks the
+#: worst-case datasets and calls (canary, background): the game picks them as it picks the
 #: canary, on the selection split, and pays for the choice there. ``opposed``: the first
 #: background example replaced by -C along the canary (the rest sums to about -C against
 #: it: clipping the batch or the aggregate instead of each example then moves the release
 #: by 2C, not C); ``single``: one background example; ``empty``: none (the canary alone
-#: against an empty batch); ``at-clip`` / ``above-clip``: every background example at
-#: exactly C / at LARGE * C, random directions.
+#: against an empty batch; where the code cannot take 0 rows, ``zero-row``: one zero
+#: gradient); ``zero``: every background example a zero gradient (noise drawn only where the
+#: data is nonzero, a clip from the batch's own norms); ``split``: half the background at C,
+#: half small (a clip or noise scale from a batch statistic such as the median moves with
+#: one example); ``at-clip`` / ``above-clip``: every background example at exactly C / at
+#: LARGE * C, random directions; ``above-declared``: the release is told a batch size one
+#: below the canary-in batch (a Poisson batch above its expected size: rows past the
+#: declared size must be clipped too); ``round-1``: the release is run as round 1 of 2 (a
+#: noise scale that changes with the round); ``fresh``: each trial on a fresh copy of the
+#: defense as the caller built it (a generator seeded once in ``__init__`` then draws the
+#: same noise in every trial); the ``lattice`` canary against the zero background (noise
+#: rounded to a lattice before it is added: the ``lattice`` statistic).
 SCENARIOS: tuple[tuple[str, str], ...] = (
     ("large", "opposed"), ("dirac", "opposed"), ("dirac", "single"), ("dirac", "empty"),
-    ("dirac", "at-clip"), ("large", "above-clip"))
-BACKGROUNDS = ("opposed", "single", "empty", "at-clip", "above-clip")
+    ("dirac", "at-clip"), ("large", "above-clip"), ("dirac", "zero"), ("dirac", "split"),
+    ("large", "above-declared"), ("dirac", "round-1"), ("dirac", "fresh"),
+    ("lattice", "zero"))
+BACKGROUNDS = ("opposed", "single", "empty", "zero-row", "zero", "split", "at-clip",
+               "above-clip", "above-declared", "round-1", "fresh")
+#: scenarios that change the call, not the data (the background stays the random one)
+CALLS = ("above-declared", "round-1", "fresh")
 
 
 def scenario_name(canary: str, background: str) -> str:
@@ -195,10 +220,22 @@ def worst_background(kind: str, setup: GameSetup, canary: list[torch.Tensor], bo
     """The background of a worst-case dataset ``kind`` (:data:`BACKGROUNDS`) for ``canary``,
     built from ``setup``'s random background (same count and directions where kept)."""
     bg = setup.background
+    if kind in CALLS:
+        return [g.clone() for g in bg]
     if kind == "empty":
         return [g[:0].clone() for g in bg]
+    if kind == "zero-row":
+        return [torch.zeros_like(g[:1]) for g in bg]
+    if kind == "zero":
+        return [torch.zeros_like(g) for g in bg]
     if kind == "single":
         return [g[:1].clone() for g in bg]
+    if kind == "split":
+        half = bg[0].shape[0] // 2
+        raw = [torch.randn(g[:half].shape, generator=generator) for g in bg]
+        scale = (bound / ops.flat_norms(raw)).view(-1)
+        return [torch.cat([r * scale.view(-1, *([1] * (r.dim() - 1))), g[half:]])
+                for r, g in zip(raw, bg)]
     if kind == "opposed":
         flat = torch.cat([c.reshape(-1) for c in canary])
         unit = flat / flat.norm()
@@ -219,11 +256,23 @@ def worst_background(kind: str, setup: GameSetup, canary: list[torch.Tensor], bo
 
 
 def with_scenario(setup: GameSetup, canary_name: str, canary: list[torch.Tensor],
-                  background: str, bound: float, generator: torch.Generator) -> GameSetup:
-    """The game of one worst-case dataset: ``canary`` against background ``background``."""
+                  background: str, bound: float, generator: torch.Generator,
+                  pristine: Defense | None = None) -> GameSetup:
+    """The game of one worst-case dataset or call: ``canary`` against background
+    ``background`` (:data:`SCENARIOS`); ``pristine``: the defense as the caller built it
+    (``fresh``)."""
     bg = worst_background(background, setup, canary, bound, generator)
+    calls: dict[str, Any] = {}
+    if background == "above-declared":
+        calls["declared"] = int(bg[0].shape[0])
+    elif background == "round-1":
+        calls["round"] = 1
+    elif background == "fresh":
+        if pristine is None:
+            raise ValueError("background 'fresh' needs the defense as the caller built it")
+        calls["pristine"] = copy.deepcopy(pristine)
     return replace(setup, canary=canary, background=bg,
-                   canary_name=scenario_name(canary_name, background))
+                   canary_name=scenario_name(canary_name, background), **calls)
 
 
 def make_setup(defense: Defense, point: int, shapes: tuple[tuple[int, ...], ...],
@@ -288,12 +337,14 @@ def _contexts(setup: GameSetup, generator: torch.Generator
     """Contexts of the audited release: one client, one round, q = 1, public metadata only."""
     claimed, sound = PrivacyLedger(), PrivacyLedger()
     b = setup.batch_size
-    round_ctx = RoundContext(round=0, rounds=1, clients=1, clients_per_round=1,
+    round_ctx = RoundContext(round=setup.round, rounds=setup.round + 1, clients=1,
+                             clients_per_round=1,
                              local_steps=setup.local_steps, batch_size=b, client_sizes=(b,),
                              participants=(0,), claimed=[claimed], sound=[sound])
 
     def ctx(step: int) -> ClientContext:
-        return ClientContext(round=0, client=0, local_step=step, n_examples=b, batch_size=b,
+        return ClientContext(round=setup.round, client=0, local_step=step, n_examples=b,
+                             batch_size=b,
                              lr=setup.lr, generator=generator, round_ctx=round_ctx,
                              claimed=claimed, sound=sound)
     return ctx, round_ctx
@@ -362,7 +413,8 @@ def _looped(defense: Defense, setup: GameSetup, canary_in: bool, n: int,
     rows = []
     for _ in range(n):
         ctx, _ = _contexts(setup, generator)
-        rows.append(_flatten(_release(defense, setup, canary_in, ctx), None))
+        run = defense if setup.pristine is None else copy.deepcopy(setup.pristine)
+        rows.append(_flatten(_release(run, setup, canary_in, ctx), None))
     return torch.cat(rows)
 
 
@@ -431,62 +483,6 @@ def probe(template: Defense, setup: GameSetup, generator: torch.Generator) -> Pr
     return Probe(claimed=round_ctx.claimed[0], sound=round_ctx.sound[0], extra=extra)
 
 
-#: groups of the random partition of one tensor's coordinates, at most
-SUBSPACE_GROUPS = 32
-#: the seed of the subspace's random partitions and signs (pre-registered: a fixed function)
-SUBSPACE_SEED = 20231
-
-
-@dataclass(frozen=True)
-class Subspace:
-    """Where a release may hide a functional without noise: per parameter tensor, its sum,
-    its part along the canary, and a random signed partition of its coordinates into groups
-    (a sparse random projection, fixed by :data:`SUBSPACE_SEED`), G + 2T directions in all,
-    kept as the dense (D, G + 2T) float32 matrix ``pt`` = P^T (a matmul is faster on CPU
-    than the equivalent scatter-adds)."""
-
-    pt: torch.Tensor
-    groups: int
-    tensors: int
-
-    @property
-    def dims(self) -> int:
-        return self.groups + 2 * self.tensors
-
-    def project(self, rows: torch.Tensor) -> torch.Tensor:
-        """(m, D) releases -> (m, G + 2T): group sums, tensor sums, per-tensor canary part."""
-        return rows.float() @ self.pt
-
-    def gram(self) -> torch.Tensor:
-        """G = P P^T (float64): the covariance of the projections of unit isotropic noise."""
-        p = self.pt.double()
-        return p.T @ p
-
-
-def make_subspace(setup: GameSetup, runs: int) -> Subspace:
-    """The :class:`Subspace` of a game whose reference has ``runs`` canary-out runs: at most
-    ``runs // 2`` directions (a covariance estimated from fewer runs than twice its
-    dimension has spurious null directions), at most :data:`SUBSPACE_GROUPS` per tensor."""
-    sizes = [c.numel() for c in setup.canary]
-    t = len(sizes)
-    per = max(1, min(SUBSPACE_GROUPS, (max(runs // 2, 1) - 2 * t) // t))
-    gen = torch.Generator().manual_seed(SUBSPACE_SEED)
-    group, tensor, start = [], [], 0
-    for k, n in enumerate(sizes):
-        g = min(n, per)
-        group.append(torch.randperm(n, generator=gen) % g + start)
-        tensor.append(torch.full((n,), k, dtype=torch.long))
-        start += g
-    d = sum(sizes)
-    sign = torch.randint(0, 2, (d,), generator=gen).float() * 2.0 - 1.0
-    cols, tensors = torch.arange(d), torch.cat(tensor)
-    pt = torch.zeros(d, start + 2 * t)
-    pt[cols, torch.cat(group)] = sign
-    pt[cols, start + tensors] = 1.0
-    pt[cols, start + t + tensors] = setup.direction.float()
-    return Subspace(pt=pt, groups=start, tensors=t)
-
-
 @dataclass(frozen=True)
 class Reference:
     """Mean and per-coordinate standard deviation of canary-out releases (float64), and,
@@ -518,43 +514,6 @@ class Reference:
         space, s1, s2 = sub
         weights, floor = subspace_weights(space, s1, s2, n, direction)
         return cls(mean=mean, sd=sd, subspace=space, weights=weights, noise_floor=floor)
-
-
-#: ridge on the whitened noise covariance before it is inverted (relative to its scale)
-RIDGE = 1e-6
-
-
-def subspace_weights(space: Subspace, s1: torch.Tensor, s2: torch.Tensor, n: int,
-                     direction: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """Fisher's discriminant in the subspace, a = S^+ P u (S the noise covariance of the n
-    canary-out runs' projections, P u the canary's projection), and the noise floor.
-
-    Both are taken against the declared isotropic noise: the projections are whitened by
-    G = P P^T (the covariance isotropic unit noise would have there; its null directions,
-    linear dependencies of the directions, dropped), so that isotropic noise of any scale
-    has covariance s^2 I. The floor is the smallest eigenvalue of the whitened covariance
-    over their mean: about (1 - sqrt(r/n))^2 for isotropic noise (Marchenko-Pastur, r
-    whitened dimensions), 0 where some functional of the release carries no noise. A ridge
-    of :data:`RIDGE` (relative) keeps the inverse finite; the discriminant puts its weight
-    on a noise-free functional the canary moves, and the statistic then separates the
-    worlds without error (the true eps is infinite)."""
-    mean = s1 / n
-    cov = (s2 / n - torch.outer(mean, mean)) * n / max(n - 1, 1)
-    gram = space.gram()
-    lam, vec = torch.linalg.eigh(gram)
-    keep = lam > 1e-9 * float(lam.max())
-    w = vec[:, keep] / lam[keep].sqrt()
-    m = w.T @ cov @ w
-    m = 0.5 * (m + m.T)
-    scale = float(m.diagonal().mean())
-    if not scale > 0:   # no noise at all: any direction the canary moves separates
-        scale = 1.0
-    eig = torch.linalg.eigvalsh(m)
-    floor = float(eig.min()) / scale if n > 1 else math.nan
-    target = w.T @ (space.pt.double().T @ direction.double())
-    eye = torch.eye(m.shape[0], dtype=m.dtype)
-    b = torch.linalg.solve(m + RIDGE * scale * eye, target)
-    return w @ b, floor
 
 
 class Trials(NamedTuple):
@@ -602,7 +561,34 @@ def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
     if reference.subspace is not None and reference.weights is not None:
         y = reference.subspace.project(r)
         out["subspace"] = (y.double() @ reference.weights).numpy()
+    out["lattice"] = lattice_offset(rows, torch.cat([c.reshape(-1) for c in setup.canary]) != 0)
     return out
+
+
+#: at most this many coordinates off the canary estimate a release's lattice spacing
+LATTICE_COORDINATES = 1024
+
+
+def lattice_offset(rows: torch.Tensor, canary: torch.Tensor) -> np.ndarray:
+    """How far the canary's coordinates lie off the lattice of the other coordinates, per
+    run: the spacing h is the smallest positive gap between the values of (at most
+    :data:`LATTICE_COORDINATES`) coordinates the canary does not touch, and the statistic
+    the mean over the canary's coordinates of the distance of (value - a reference value)
+    to hZ, in units of h (0 to 1/2). Noise rounded to a lattice before it is added to a
+    zero-gradient batch puts every coordinate on one lattice without the canary, and the
+    canary's off it with one; continuous noise gives a spacing near 0 and no signal."""
+    rows = rows.double()
+    other = torch.nonzero(~canary).reshape(-1)[:LATTICE_COORDINATES]
+    mine = torch.nonzero(canary).reshape(-1)
+    if other.numel() < 2 or mine.numel() == 0:
+        return np.zeros(rows.shape[0])
+    vals = rows[:, other].sort(dim=1).values
+    gaps = vals.diff(dim=1)
+    scale = vals.abs().amax(dim=1, keepdim=True).clamp(min=1e-30)
+    gaps = torch.where(gaps > 1e-9 * scale, gaps, torch.full_like(gaps, math.inf))
+    h = gaps.min(dim=1).values.clamp(max=1e30).unsqueeze(1)
+    x = (rows[:, mine] - vals[:, :1]) / h
+    return (x - x.round()).abs().mean(dim=1).nan_to_num(0.0).numpy()
 
 
 def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,

@@ -2,36 +2,15 @@
 or, for small runs, from several runs with one canary each.
 
 One run (Steinke, Nasr, Jagielski, NeurIPS 2023, "Privacy auditing with one (1) training
-run"): m canaries, each included independently with probability 1/2 (S_i = +-1). After the
-run the auditor scores every canary, guesses "in" for the k+ highest scores and "out" for
-the k- lowest, abstains on the rest: r = k+ + k- guesses, v of them correct. Two bounds:
-
-* eps (Steinke et al., Thm 3.1 / Prop. 5.2, their Algorithm 2), for an (eps, delta)-DP run:
-
-      P[v correct or more] <= P[Bin(r, e^eps / (1 + e^eps)) >= v]
-                              + 2 m delta max_{i=1..v} P[v > Bin(r, .) >= v - i] / i
-
-  eps_lower is the largest eps whose p-value is below the test's level (:func:`eps_one_run`);
-* mu (Mahloujifar, Melis, Chaudhuri, ICML 2025, "Auditing f-differential privacy in one
-  run"), for a mu-GDP run: the whole Gaussian trade-off curve instead of one (eps, delta)
-  point (:mod:`leakaudit.empirical.fdp`); mu_lower is the largest mu-GDP rejected, reported
-  with eps_lower_gdp, its eps at delta (valid only if the run is mu-GDP). Tighter than the
-  eps bound for Gaussian noise (the paper's point; tested on the idealised game).
-
-Guess counts. ``guesses="adaptive"`` (the training-run audit's default): ONE guess count per
-target, chosen from the scores alone, never from the inclusions: an equal-weight mixture of
-two Gaussians with one scale is fitted to the unlabelled scores (EM), and the count (among
-:data:`ADAPTIVE_FRACTIONS`, guessed "in" at the top and as many "out" at the bottom, or
-"in" only) whose bound at the fitted model's expected number of right guesses is largest is
-used. The guesses are then a function of the run's output only, which is all both theorems
-ask of the auditor (Steinke et al., Alg. 1: any guesser T = A(output); Mahloujifar et al.,
-the same game), so no Bonferroni is paid: the confidence is split only in half between eps
-and mu. A list of (share in, share out) pairs (e.g. :data:`GUESSES`, the pre-registered
-grid of earlier versions) is tried instead with the half-level split among its entries
-(Bonferroni). :func:`idealised_bound` gives what the same rule attains on the papers'
-idealised game (each canary its own Gaussian mechanism at the ledger's mu) with the same
-canary count: the gap between a measured bound and it is what the score loses, the rest of
-the gap to the ledger is the bound's own (its cap near ln m).
+run"): m canaries, each included independently with probability 1/2; the scores become eps
+and mu lower bounds in :mod:`leakaudit.scoring.onerun` (Steinke et al.'s eps bound and
+Mahloujifar, Melis, Chaudhuri's f-DP bound, ICML 2025), with the guess counts planned from
+the sound ledger's mu before any score is read (``guesses="planned"``; a pre-registered grid
+with Bonferroni where the ledger has no finite mu). Each row carries the idealised gap:
+:func:`leakaudit.scoring.onerun.idealised_bound` gives what the same rule attains on the
+papers' idealised game (each canary its own Gaussian mechanism at the ledger's mu) with the
+same canary count: the gap between a measured bound and it is what the score loses, the rest
+of the gap to the ledger is the bound's own (its cap near ln m).
 
 Dirac canaries (``canary="dirac"``, Steinke et al. Sec. 7, jax_privacy's white-box
 gradient canaries): canary i is the gradient 100 C e_{j_i} in its own coordinate j_i (the
@@ -62,7 +41,7 @@ of DP-FedAvg under fixed-size client sampling).
 
 Multi-run (``runs=R``): R independent runs (seeds drawn from ``seed``), ONE canary (the same
 direction in every run) included in a random half of them; each run's score goes to
-:func:`leakaudit.empirical.stats.bounds_from_scores` (selection split, Clopper-Pearson).
+:func:`leakaudit.empirical.bounds_from_scores` (selection split, Clopper-Pearson).
 
 Pitfalls (read before trusting a number):
 
@@ -89,7 +68,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy import stats as sps
 
 from accounting import PrivacyLedger, tightest_epsilon
 
@@ -97,203 +75,22 @@ from ..defenses import Defense
 from ..defenses import get as get_defense
 from ..defenses.base import ClientContext, DefenseWrapper
 from ..neighbours import canary_out
-from . import fdp, game, stats
+from ..scoring import fdp
+from ..scoring.bounds import bounds_from_scores, gdp_epsilon
+from ..scoring.onerun import idealised_bound, one_run_bound
+from . import game
 from .report import PrivacyReport
 
-__all__ = ["p_value_one_run", "eps_one_run", "one_run_bound", "privacy_audit_training",
-           "canary_kind", "GUESSES", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS",
-           "ADAPTIVE_FRACTIONS", "fit_shift", "choose_guesses", "idealised_bound"]
+__all__ = ["privacy_audit_training", "canary_kind", "MULTI_RUN_OPTIONS", "MIN_RUNS", "KINDS"]
 
-#: guess counts tried, as fractions of m: (share guessed "in", share guessed "out")
-GUESSES: tuple[tuple[float, float], ...] = (
-    (0.5, 0.5), (0.25, 0.25), (0.1, 0.1), (0.05, 0.05), (0.02, 0.02),
-    (0.45, 0.0), (0.25, 0.0), (0.1, 0.0), (0.02, 0.0))
 #: options of the repeated-release audit (``privacy_audit``) refused here
 MULTI_RUN_OPTIONS = ("trials", "statistic", "select_fraction", "background",
                      "background_scale", "shapes", "point", "vectorise", "chunk")
 #: the fewest runs of the multi-run mode: 4 canary-in and 4 canary-out runs
-#: (``stats.bounds_from_scores`` needs 4 per side)
+#: (``bounds_from_scores`` needs 4 per side)
 MIN_RUNS = 8
 #: canary kinds: per-example gradients (random directions or one coordinate each), clients
 KINDS = ("gradient", "dirac", "client")
-#: the guess shares the adaptive rule chooses among (each guessed "in" at the top, and
-#: either as many "out" at the bottom or none)
-ADAPTIVE_FRACTIONS: tuple[float, ...] = (
-    0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
-    0.15, 0.2, 0.3, 0.45)
-
-
-def p_value_one_run(m: int, r: int, v: int, eps: float, delta: float) -> float:
-    """P[>= v correct of r guesses] for an (eps, delta)-DP run with m canaries (Steinke,
-    Nasr, Jagielski 2023, Algorithm 2)."""
-    if not 0 <= v <= r <= m:
-        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
-    q = 1.0 / (1.0 + math.exp(-eps))
-    beta = float(sps.binom.sf(v - 1, r, q))
-    alpha, total = 0.0, 0.0
-    if delta > 0 and v > 0:
-        pmf = sps.binom.pmf(np.arange(v - 1, -1, -1), r, q)   # P[Bin = v - i], i = 1..v
-        cums = np.cumsum(pmf) / np.arange(1, v + 1)
-        alpha = float(cums.max())
-    total = beta + 2.0 * m * delta * alpha
-    return min(total, 1.0)
-
-
-def eps_one_run(m: int, r: int, v: int, delta: float, p: float) -> float:
-    """The largest eps with p-value below ``p`` (bisection, as the paper), 0 if none."""
-    if not 0 < p < 1:
-        raise ValueError(f"p must be in (0, 1), got {p!r}")
-    if p_value_one_run(m, r, v, 0.0, delta) >= p:
-        return 0.0
-    lo, hi = 0.0, 1.0
-    while p_value_one_run(m, r, v, hi, delta) < p:
-        lo, hi = hi, hi * 2.0
-        if hi > 1e3:
-            return math.inf
-    for _ in range(40):
-        mid = (lo + hi) / 2.0
-        if p_value_one_run(m, r, v, mid, delta) < p:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def level_per_test(confidence: float, guesses: int) -> float:
-    """The level of each test: (1 - confidence) split in half between eps and mu, and each
-    half among the ``guesses`` guess counts (Bonferroni)."""
-    return (1.0 - confidence) / 2.0 / guesses
-
-
-def fit_shift(scores: np.ndarray, iterations: int = 50) -> float:
-    """mu of the equal-weight mixture 1/2 N(a, s^2) + 1/2 N(a + mu s, s^2) fitted to the
-    UNLABELLED ``scores`` by EM (weights fixed at 1/2, one scale; Dempster, Laird, Rubin
-    1977); 0 for constant scores. Uses no inclusion: the guesses chosen from it stay a
-    function of the run's output."""
-    x = np.asarray(scores, float)
-    sd = float(x.std())
-    if x.size < 2 or sd == 0.0 or not np.isfinite(sd):
-        return 0.0
-    lo, hi = np.quantile(x, [0.25, 0.75])
-    s = sd
-    for _ in range(iterations):
-        z_hi, z_lo = -0.5 * ((x - hi) / s) ** 2, -0.5 * ((x - lo) / s) ** 2
-        w = 1.0 / (1.0 + np.exp(np.clip(z_lo - z_hi, -700, 700)))   # P[high component | x]
-        if w.sum() <= 0 or (1 - w).sum() <= 0:
-            break
-        hi, lo = float((w * x).sum() / w.sum()), float(((1 - w) * x).sum() / (1 - w).sum())
-        var = float((w * (x - hi) ** 2 + (1 - w) * (x - lo) ** 2).mean())
-        s = max(math.sqrt(var), 1e-12 * sd)
-    return max(0.0, (hi - lo) / s)
-
-
-def _expected_right(m: int, mu: float, f_in: float, f_out: float) -> tuple[int, int]:
-    """(guesses, expected right guesses) of the top ``f_in`` m "in" and bottom ``f_out`` m
-    "out" guesses on the idealised game: scores N(mu, 1) in, N(0, 1) out, each in w.p. 1/2."""
-    from scipy.optimize import brentq
-
-    k_in, k_out = int(f_in * m), int(f_out * m)
-    v = 0.0
-    if k_in:
-        t = brentq(lambda t: 0.5 * (sps.norm.sf(t - mu) + sps.norm.sf(t)) - f_in, -40, 40)
-        v += m * 0.5 * sps.norm.sf(t - mu)
-    if k_out:
-        t = brentq(lambda t: 0.5 * (sps.norm.cdf(t - mu) + sps.norm.cdf(t)) - f_out, -40, 40)
-        v += m * 0.5 * sps.norm.cdf(t)
-    return k_in + k_out, int(min(k_in + k_out, round(v)))
-
-
-def _candidates(m: int) -> list[tuple[float, float]]:
-    out = []
-    for f in ADAPTIVE_FRACTIONS:
-        if int(f * m) >= 1:
-            out += [(f, f), (min(2 * f, 0.9), 0.0)]
-    return out
-
-
-def choose_guesses(m: int, mu: float, delta: float, p: float
-                   ) -> dict[str, tuple[float, float]]:
-    """The guess shares (in, out) that maximise the eps bound and the mu bound at level
-    ``p`` on the idealised game at ``mu`` with ``m`` canaries (expected right guesses),
-    among :data:`ADAPTIVE_FRACTIONS`; keys "eps" and "mu"."""
-    best = {"eps": ((0.5, 0.5), -1.0), "mu": ((0.5, 0.5), -1.0)}
-    if mu <= 0.0:
-        return {k: v[0] for k, v in best.items()}
-    for fr in _candidates(m):
-        r, v = _expected_right(m, mu, *fr)
-        if r == 0 or v <= r / 2:
-            continue
-        e = eps_one_run(m, r, v, delta, p)
-        if e > best["eps"][1]:
-            best["eps"] = (fr, e)
-        u = fdp.mu_one_run(m, r, v, p, tol=1e-3)
-        if u > best["mu"][1]:
-            best["mu"] = (fr, u)
-    return {k: v[0] for k, v in best.items()}
-
-
-def idealised_bound(m: int, mu: float, delta: float, confidence: float = 0.95
-                    ) -> dict[str, float]:
-    """What the adaptive one-run bound gives on the papers' idealised game (every canary's
-    score N(mu, 1) in, N(0, 1) out; m canaries) at the expected right guesses: the
-    reference a measured bound with m canaries is compared with (its "idealised gap")."""
-    if mu is None or not math.isfinite(mu) or mu <= 0:
-        return {"eps_ideal": math.nan, "mu_ideal": math.nan, "eps_ideal_gdp": math.nan}
-    p = level_per_test(confidence, 1)
-    pick = choose_guesses(m, mu, delta, p)
-    r, v = _expected_right(m, mu, *pick["eps"])
-    eps = eps_one_run(m, r, v, delta, p)
-    r, v = _expected_right(m, mu, *pick["mu"])
-    mu_l = fdp.mu_one_run(m, r, v, p)
-    return {"eps_ideal": eps, "mu_ideal": mu_l, "eps_ideal_gdp": stats.gdp_epsilon(mu_l, delta)}
-
-
-def one_run_bound(scores: np.ndarray, included: np.ndarray, delta: float,
-                  confidence: float = 0.95,
-                  guesses: Sequence[tuple[float, float]] | str = GUESSES) -> dict[str, Any]:
-    """eps_lower (Steinke et al.) and mu_lower (Mahloujifar et al.) from canary scores
-    (higher = "in") and the true inclusions. ``guesses``: a list of (share of m guessed in,
-    share guessed out), each bound the best over it at the level :func:`level_per_test`
-    (Bonferroni over both targets and the list); or "adaptive": one count per target
-    chosen from the unlabelled scores (:func:`fit_shift`, :func:`choose_guesses`), at
-    level (1 - confidence) / 2 each (the module docstring says why that is sound)."""
-    scores, included = np.asarray(scores, float), np.asarray(included, bool)
-    m = scores.size
-    if m < 2 or included.size != m:
-        raise ValueError(f"canaries: need >= 2 scores with one inclusion each, got {m}")
-    if isinstance(guesses, str):
-        if guesses != "adaptive":
-            raise ValueError(f"guesses must be 'adaptive' or a list of (in, out) shares, "
-                             f"got {guesses!r}")
-        p = level_per_test(confidence, 1)
-        fitted = fit_shift(scores)
-        pick = choose_guesses(m, fitted, delta, p)
-        plan = {"eps": [pick["eps"]], "mu": [pick["mu"]]}
-    else:
-        p = level_per_test(confidence, len(guesses))
-        plan = {"eps": list(guesses), "mu": list(guesses)}
-        fitted = math.nan
-    order = np.argsort(scores, kind="stable")
-    best: dict[str, Any] = {"eps_lower": 0.0, "guesses": 0, "correct": 0, "m": m,
-                            "mu_lower": 0.0, "mu_guesses": 0, "mu_correct": 0,
-                            "fitted_mu": fitted}
-    for target in ("eps", "mu"):
-        for f_in, f_out in plan[target]:
-            k_in, k_out = int(f_in * m), int(f_out * m)
-            if k_in + k_out == 0 or k_in + k_out > m:
-                continue
-            v = int(included[order[m - k_in:]].sum()) if k_in else 0
-            v += int((~included[order[:k_out]]).sum()) if k_out else 0
-            if target == "eps":
-                eps = eps_one_run(m, k_in + k_out, v, delta, p)
-                if eps > best["eps_lower"]:
-                    best.update(eps_lower=eps, guesses=k_in + k_out, correct=v)
-            else:
-                mu = fdp.mu_one_run(m, k_in + k_out, v, p)
-                if mu > best["mu_lower"]:
-                    best.update(mu_lower=mu, mu_guesses=k_in + k_out, mu_correct=v)
-    best["eps_lower_gdp"] = stats.gdp_epsilon(best["mu_lower"], delta)
-    return best
 
 
 class _CanaryBatch:
@@ -599,7 +396,7 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
                            canary: str | None = None, rounds: int = 5, delta: float = 1e-5,
                            confidence: float = 0.95, seed: int = 0,
                            defense_params: dict[str, Any] | None = None,
-                           guesses: Sequence[tuple[float, float]] | str = "adaptive",
+                           guesses: Sequence[tuple[float, float]] | str = "planned",
                            **simulate_options: Any) -> PrivacyReport:
     """eps_lower and mu_lower of a whole training run next to its eps_claimed and eps_sound
     (at ``delta``), in one row.
@@ -607,8 +404,9 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     One run (default, ``canaries`` = m, 1000 if not given) or ``runs`` = R runs with one
     canary each (multi-run mode); see the module docstring for the bounds, the canaries
     (``canary``: "gradient", "dirac" or "client", by default what the defense protects) and the
-    pitfalls; ``guesses``: "adaptive" (one count per bound, chosen from the unlabelled
-    scores) or a list of (in, out) shares (Bonferroni), see :func:`one_run_bound`. The
+    pitfalls; ``guesses``: "planned" (one count per bound, fixed from the sound ledger's
+    mu before the scores are read) or a list of (in, out) shares (Bonferroni), see
+    :func:`leakaudit.scoring.onerun.one_run_bound`. The
     one-run row also carries the idealised gap: ``eps_ideal`` / ``mu_ideal`` /
     ``eps_ideal_gdp``, what the same rule gives on the idealised game with the same canary
     count at ``ideal_mu`` (the sound ledger's mu, or the mu-GDP with its eps at delta).
@@ -652,8 +450,8 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     base = {"defense": inner.name, "params": inner.describe(), "point": 0 if kind ==
             "client" else 2, "rounds": rounds, "seed": seed, "confidence": confidence,
             "delta": delta, "kind": kind, "level": inner.level, "reason": ""}
-    if isinstance(guesses, str) and guesses != "adaptive":
-        raise ValueError(f"guesses must be 'adaptive' or a list of (in, out) shares, "
+    if isinstance(guesses, str) and guesses != "planned":
+        raise ValueError(f"guesses must be 'planned' or a list of (in, out) shares, "
                          f"got {guesses!r}")
     if runs is None:
         row = _one_run(inner, kind, m, ds, rounds, seed, delta, confidence, simulate_options,
@@ -679,23 +477,23 @@ def _ideal_mu(eps: dict[str, float], delta: float) -> float:
     if not math.isfinite(target) or target <= 0:
         return math.nan
     lo, hi = 0.0, 1.0
-    while stats.gdp_epsilon(hi, delta) < target:
+    while gdp_epsilon(hi, delta) < target:
         lo, hi = hi, 2 * hi
     for _ in range(50):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if stats.gdp_epsilon(mid, delta) < target else (lo, mid)
+        lo, hi = (mid, hi) if gdp_epsilon(mid, delta) < target else (lo, mid)
     return lo
 
 
 def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
              delta: float, confidence: float, options: dict[str, Any],
-             guesses: Sequence[tuple[float, float]] | str = "adaptive") -> dict[str, Any]:
+             guesses: Sequence[tuple[float, float]] | str = "planned") -> dict[str, Any]:
     included = torch.rand(m, generator=torch.Generator().manual_seed(int(seed) + 104729)) < 0.5
     scores, claimed, sound, steps, excluded = _simulate(inner, kind, m, included, ds, rounds,
                                                         seed, int(seed) + 7919, options)
-    found = one_run_bound(scores, included.numpy(), delta, confidence, guesses)
     eps = _epsilons(claimed, sound, delta)
-    ideal_mu = _ideal_mu(eps, delta)
+    ideal_mu = _ideal_mu(eps, delta)       # from the ledger: the counts are fixed before
+    found = one_run_bound(scores, included.numpy(), delta, confidence, guesses, ideal_mu)
     return {"mode": "one-run", "trials": 1,
             "canary": f"{m} {kind} canaries (one run)",
             "statistic": "one-run: Steinke et al. 2023 (eps), Mahloujifar et al. 2025 (mu)",
@@ -704,9 +502,7 @@ def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
             "correct": found["correct"], "mu_guesses": found["mu_guesses"],
             "mu_correct": found["mu_correct"], "canaries": m,
             "included": int(included.sum()), "steps": steps,
-            "excluded": excluded, "guess_rule": "adaptive" if isinstance(guesses, str)
-            else f"{len(guesses)} pre-registered (Bonferroni)",
-            "fitted_mu": found["fitted_mu"], "ideal_mu": ideal_mu,
+            "excluded": excluded, "guess_rule": found["guess_rule"], "ideal_mu": ideal_mu,
             **idealised_bound(m, ideal_mu, delta, confidence),
             "relation": sound.relation, **eps}
 
@@ -736,12 +532,12 @@ def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed:
         if any(math.isnan(e[k]) for e in seen.values()):
             worst[k] = math.nan
     worst["relation"] = "; ".join(sorted({e["relation"] for e in seen.values()}))
-    got = stats.bounds_from_scores(scores[~into], scores[into], confidence=confidence,
+    got = bounds_from_scores(scores[~into], scores[into], confidence=confidence,
                                    delta=delta, seed=seed)
     return {"mode": "multi-run", "trials": runs, "canary": f"1 {kind} canary in "
             f"{runs // 2} of {runs} runs", "statistic": "multi-run: projection "
             "(bounds_from_scores)", "eps_lower": got["eps_lower"],
             "mu_lower": got["mu_lower"],
-            "eps_lower_gdp": stats.gdp_epsilon(got["mu_lower"], delta), "canaries": 1,
+            "eps_lower_gdp": gdp_epsilon(got["mu_lower"], delta), "canaries": 1,
             "excluded": excluded,
             "runs": runs, **worst}

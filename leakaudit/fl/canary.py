@@ -19,7 +19,7 @@ denominator of client-level DP aggregation is a public constant of the algorithm
 set to the canary-out population's default in both worlds.
 
 Turning the statistics into a lower bound on eps is the auditor's job
-(:mod:`leakaudit.empirical.stats`); this module only runs the simulator.
+(:mod:`leakaudit.scoring.bounds`); this module only runs the simulator.
 """
 
 from __future__ import annotations

@@ -795,7 +795,7 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
         dp.noise_multiplier)
     rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1,
                                                                              canary.size))]
-    legacy = isinstance(dp, _LEGACY_FIXED)
+    legacy = isinstance(dp, _LEGACY_FIXED + _LEGACY_ADAPTIVE)
     client_side = isinstance(dp, (DifferentialPrivacyClientSideFixedClipping,
                                   *_LEGACY_FIXED[1:]))
     aggregate = _legacy_central_release if legacy else _central_release
@@ -804,15 +804,28 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
         updates = [canary if world_in else other, *rest]
         if client_side:
             updates = [_client_clipped(u, clip, legacy) for u in updates]
-        return aggregate(dp, updates, s)
+        try:         # an adaptive wrapper moves its clip every call: each replay is round 1
+            return aggregate(dp, updates, s)
+        finally:
+            dp.clipping_norm = clip
 
+    mu_sound = 1.0 / central_noise_multiplier(z, k, 1.0 / k, relation)
+    mu_claimed, note = 1.0 / z, ("clipped by Flower's fixedclipping_mod at each client"
+                                 if client_side else "")
+    if isinstance(dp, _ADAPTIVE):
+        # Flower splits the requested z into the update's z_Delta (dp.noise_multiplier) and
+        # the clipped count's 2 sigma_b (Andrew et al. 2021, Thm 1); a round releases both
+        count_std = float(dp.clipped_count_stddev or 0.0)
+        z_round = (z ** -2 + (2 * count_std) ** -2) ** -0.5 if count_std and z else z
+        mu_claimed = 1.0 / z_round
+        mu_sound = math.hypot(mu_sound, 1.0 / count_std if count_std else math.inf)
+        note = (f"adaptive clipping: the update's effective multiplier z_Delta = {z:.4g} "
+                f"(requested {z_round:.4g}, the clipped count's std {count_std:.4g}), clip "
+                f"{clip:g} at the start of the round")
     return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
             "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
-            "mu_claimed": 1.0 / z,
-            "mu_sound": 1.0 / central_noise_multiplier(z, k, 1.0 / k, relation),
-            "detached": getattr(dp, "accountant", None),
-            "note": "clipped by Flower's fixedclipping_mod at each client" if client_side
-            else ""}
+            "mu_claimed": mu_claimed, "mu_sound": mu_sound,
+            "detached": getattr(dp, "accountant", None), "note": note}
 
 
 def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray:
@@ -890,11 +903,14 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     one report row (:class:`leakaudit.interop.replay.ReplayReport`).
 
     Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``, either
-    import path): the wrapper's real ``aggregate_train`` on K replies (weights ``dim``
-    zeros plus an update), the canary's update of norm 10 C in one of them and updates of
-    norm C/2 in the others; the out world replaces it by its negative (replace-one and
-    add-remove: Flower's cohort has a fixed size K) or by zeros (zero-out). ``LocalDpMod``:
-    its real ``__call__`` around a client returning the canary's (or the other) update.
+    import path) and server-side adaptive clipping (its clip reset to the round's start
+    before each run; declared: its effective update multiplier z_Delta, claimed: the
+    requested z that also pays for the clipped count): the wrapper's real
+    ``aggregate_train`` on K replies (weights ``dim`` zeros plus an update), the canary's
+    update of norm 10 C in one of them and updates of norm C/2 in the others; the out world
+    replaces it by its negative (replace-one and add-remove: Flower's cohort has a fixed
+    size K) or by zeros (zero-out). ``LocalDpMod``: its real ``__call__`` around a client
+    returning the canary's (or the other) update.
     Each run draws Flower's noise from numpy's global generator seeded per run (restored
     afterwards); the wrapper's accountant, if any, is detached while replaying.
 
@@ -907,8 +923,12 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     from .._validate import check_probability
     from .replay import record, replay_row
 
-    if not isinstance(dp, _FIXED + _LOCAL):
-        raise ValueError(f"dp must be one of Flower's fixed-clipping DP wrappers or a "
+    if isinstance(dp, (DifferentialPrivacyClientSideAdaptiveClipping, *_LEGACY_ADAPTIVE[1:])):
+        raise ValueError("dp: the client-side adaptive-clipping wrapper is not replayed (its "
+                         "clients clip and report the bit through adaptiveclipping_mod); "
+                         "the server-side one is")
+    if not isinstance(dp, _FIXED + _LOCAL + _ADAPTIVE):
+        raise ValueError(f"dp must be one of Flower's central DP wrappers or a "
                          f"LocalDpMod (either import path), got {type(dp).__module__}."
                          f"{type(dp).__name__}")
     neighbouring = check_relation("neighbouring", neighbouring)

@@ -664,6 +664,10 @@ class _Stepper:
     def __call__(self, x: torch.Tensor, y: torch.Tensor, seed: int) -> np.ndarray:
         opt = self.optimizer
         opt.zero_grad(set_to_none=True)
+        for p in self.model.parameters():   # also those outside the DP optimizer (a second
+            p.grad = None                   # optimizer's): one replayed step each time
+            if getattr(p, "grad_sample", None) is not None:
+                p.grad_sample = None
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)  # any draw from torch's generator (dropout, a noise
             opt.generator = torch.Generator().manual_seed(seed)  # not on opt.generator)
@@ -672,6 +676,27 @@ class _Stepper:
                 self.criterion(self.model(x), y).backward()
             opt.step()
         return torch.cat([p.grad.detach().reshape(-1) for p in opt.params]).double().numpy()
+
+
+def setup_findings(optimizer: Any, model: nn.Module, sampler: _Sampler) -> list[str]:
+    """What is wrong in the setup before any step runs: a loader that is not the Poisson
+    sampling every Opacus accountant assumes (its eps then holds for no run of this loader),
+    and parameters of ``model`` that are trained (``requires_grad``) but not held by the DP
+    optimizer (updated, if at all, by another optimizer, without clipping or noise)."""
+    found = []
+    if sampler.kind != "poisson":
+        rate = getattr(optimizer, "expected_batch_size", None)
+        found.append(f"the loader draws {sampler.what}, while Opacus's accountant assumes "
+                     f"Poisson sampling (expected batch {rate}): its eps does not hold for "
+                     "this loader (interop.opacus.ledgers gives the sound one)")
+    held = {id(p) for p in optimizer.params}
+    names = [n for n, p in _plain_module(model).named_parameters()
+             if p.requires_grad and id(p) not in held]
+    if names:
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        found.append(f"parameters trained outside the DP optimizer: {shown} (another "
+                     "optimizer would update them without clipping or noise)")
+    return found
 
 
 def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
@@ -767,7 +792,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
                      out=out, into=into, paired_in=p_in, paired_out=p_out,
                      sensitivity=sensitivity, noise_std=noise_std, mu_claimed=claimed_mu,
                      mu_sound=sound_mu, delta=delta, confidence=confidence, seed=seed,
-                     note=note)
+                     note=note, findings=setup_findings(optimizer, model, sampler))
     row["noise_multiplier"], row["max_grad_norm"] = sigma, float(optimizer.max_grad_norm)
     row["sampling"] = sampler.sampling
     report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,

@@ -16,11 +16,11 @@ Two kinds of evidence, one row per audited mechanism (:class:`ReplayReport`):
   of a few standard errors of the estimate over every coordinate).
 - **the canary game** on the recorded releases: the white-box projection on the canary's
   contribution (the Neyman-Pearson test for a Gaussian mechanism) and the energy about the
-  canary-out mean (a noise scale that differs between the worlds, Opacus #819), each turned
-  into eps and mu lower bounds by :func:`game_bounds` (the distinguishing game of
-  :mod:`leakaudit.empirical.stats` in its simplest form: the adapters sit apart from the
-  empirical audit; Bonferroni over the two statistics), against the claimed and sound eps
-  of one release.
+  canary-out mean (a noise scale that differs between the worlds, Opacus #819), turned into
+  eps and mu lower bounds by the engine every audit shares (:func:`game_bounds`:
+  :func:`leakaudit.scoring.bounds.bounds_from_candidates`, half the runs choose the
+  statistic and threshold per target, the other half test it), against the claimed and
+  sound eps of one release.
 
 No torch, Opacus or Flower here (numpy, scipy and the accountant only).
 """
@@ -38,8 +38,9 @@ import numpy as np
 from .._jsonsafe import finite_json, from_finite_json
 from ..neighbours import distance
 from ..reporting import csv_table, latex_table, markdown_table, write_tables
+from ..scoring.bounds import bounds_from_candidates, gdp_epsilon
 
-__all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds", "gaussian_epsilon",
+__all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds",
            "noise_tolerance"]
 
 COLUMNS = ("library", "version", "mode", "relation", "trials", "contribution", "bound",
@@ -111,65 +112,13 @@ class ReplayReport:
         return write_tables(self, directory, stem)
 
 
-def gaussian_epsilon(mu: float, delta: float) -> float:
-    """eps(delta) of one Gaussian release with sensitivity / std = mu (Balle & Wang 2018,
-    Thm 8: the exact Gaussian mechanism of ``accounting.composition``)."""
-    from accounting.composition import analytic_gaussian_epsilons
-
-    if mu <= 0.0:
-        return 0.0
-    if math.isinf(mu):
-        return math.inf
-    return float(analytic_gaussian_epsilons(np.array([1.0 / mu]), delta)[0])
-
-
-def _upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
-    """One-sided (1 - alpha) Clopper-Pearson upper bounds on rates k / n (1 when k = n)."""
-    from scipy import stats
-
-    k = np.asarray(k, float)
-    return np.where(k >= n, 1.0, stats.beta.ppf(1.0 - alpha, k + 1, np.maximum(n - k, 1)))
-
-
-def _bound(fpr: np.ndarray, fnr: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
-    """eps (Kairouz et al. 2015, Thm 2.1) and mu (Dong et al. 2019, Def. 2.6) lower bounds
-    of tests with these upper bounds on their error rates, one direction."""
-    from scipy import special
-
-    with np.errstate(divide="ignore", invalid="ignore"):
-        eps = np.maximum(np.log(np.maximum(1.0 - delta - fnr, 1e-300) / fpr),
-                         np.log(np.maximum(1.0 - delta - fpr, 1e-300) / fnr))
-    mu = special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) - special.ndtri(
-        np.clip(fnr, 1e-300, 1.0))
-    return np.maximum(np.nan_to_num(eps, nan=0.0), 0.0), np.maximum(mu, 0.0)
-
-
-def game_bounds(out: np.ndarray, into: np.ndarray, *, confidence: float, delta: float,
-                seed: int) -> tuple[float, float]:
-    """(eps, mu) lower bounds at ``confidence`` from scores of canary-out and canary-in runs:
-    a random half of each side picks the threshold and direction (the best bound there),
-    the other half gives Clopper-Pearson bounds (alpha/2 per rate). The same game as
-    :func:`leakaudit.empirical.stats.bounds_from_scores` in its simplest form (the adapters
-    sit apart from the empirical audit)."""
-    rng = np.random.default_rng(seed)
-    out, into = rng.permutation(np.asarray(out, float)), rng.permutation(np.asarray(into, float))
-    h0, h1 = out.size // 2, into.size // 2
-    alpha = (1.0 - confidence) / 2.0
-    cuts = np.unique(np.concatenate([out[:h0], into[:h1]]))
-    best = (-1.0, 1, 0.0)
-    for sign in (1, -1):
-        fp = (sign * out[:h0, None] > sign * cuts[None, :]).sum(axis=0)
-        fn = (~(sign * into[:h1, None] > sign * cuts[None, :])).sum(axis=0)
-        _, mu = _bound(_upper(fp, h0, alpha), _upper(fn, h1, alpha), delta)
-        j = int(np.argmax(mu))
-        if mu[j] > best[0]:
-            best = (float(mu[j]), sign, float(cuts[j]))
-    _, sign, cut = best
-    fp = int((sign * out[h0:] > sign * cut).sum())
-    fn = int((~(sign * into[h1:] > sign * cut)).sum())
-    eps, mu = _bound(_upper(np.array([fp]), out.size - h0, alpha / 2),
-                     _upper(np.array([fn]), into.size - h1, alpha / 2), delta)
-    return float(eps[0]), float(mu[0])
+def game_bounds(scores: dict[str, tuple[np.ndarray, np.ndarray]], *, confidence: float,
+                delta: float, seed: int) -> dict[str, Any]:
+    """eps and mu lower bounds at ``confidence`` from the statistics' scores of canary-out
+    and canary-in runs (name -> (out, into)): the empirical audit's game
+    (:func:`leakaudit.scoring.bounds.bounds_from_candidates`, half the runs select)."""
+    return bounds_from_candidates(scores, confidence=confidence, delta=delta,
+                                  select_fraction=0.5, seed=seed)
 
 
 def noise_tolerance(pairs: int, dim: int) -> float:
@@ -195,7 +144,8 @@ def record(release: Any, *, trials: int, pairs: int, seed: int
 def replay_row(*, library: str, version: str, mode: str, relation: str,
                out: np.ndarray, into: np.ndarray, paired_in: np.ndarray, paired_out: np.ndarray,
                sensitivity: float, noise_std: float, mu_claimed: float, mu_sound: float,
-               delta: float, confidence: float, seed: int, note: str = "") -> dict[str, Any]:
+               delta: float, confidence: float, seed: int, note: str = "",
+               findings: list[str] | None = None) -> dict[str, Any]:
     """One report row from recorded releases (rows of flattened releases).
 
     Args:
@@ -206,8 +156,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         noise_std: the std the accountant assumes, in the release's units.
         mu_claimed, mu_sound: sensitivity / std of one release as claimed (the library's
             accountant, its relation) and as the sound ledger has it (the game's relation).
+        findings: what the adapter found in the setup before any release (a sampler the
+            accountant does not assume, parameters trained outside the DP step): flagged.
     """
     bound = distance(relation)
+    findings = list(findings or [])
     moves = np.linalg.norm(paired_in - paired_out, axis=1)
     contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
     half = out.shape[0] // 2
@@ -218,7 +171,6 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
     n_out, n_in = (float(np.sqrt(np.mean(((a[:half] - a[half:2 * half]) ** 2) / 2.0)))
                    for a in (out, into))
     tol = noise_tolerance(half, out.shape[1])
-    findings = []
     if contribution > bound * (1.0 + 1e-3):
         findings.append(f"the canary moves the release by {contribution:.3g} x the declared "
                         f"sensitivity (bound {bound:g} under {relation})")
@@ -234,16 +186,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
     centre = paired_out.mean(axis=0)  # runs apart from the game's: no bias to either world
     scores = {"projection": (out @ direction, into @ direction),
               "energy": (((out - centre) ** 2).sum(axis=1), ((into - centre) ** 2).sum(axis=1))}
-    conf = 1.0 - (1.0 - confidence) / len(scores)
-    best = {"eps_lower": 0.0, "mu_lower": 0.0, "statistic": "-"}
-    for name, (s_out, s_in) in scores.items():
-        eps, mu = game_bounds(s_out, s_in, confidence=conf, delta=delta, seed=seed)
-        if eps > best["eps_lower"] or mu > best["mu_lower"]:
-            best["statistic"] = name
-        best["eps_lower"] = max(best["eps_lower"], eps)
-        best["mu_lower"] = max(best["mu_lower"], mu)
-    eps_claimed = gaussian_epsilon(mu_claimed, delta)
-    eps_sound = gaussian_epsilon(mu_sound, delta)
+    got = game_bounds(scores, confidence=confidence, delta=delta, seed=seed)
+    best = {"eps_lower": got["eps_lower"], "mu_lower": got["mu_lower"],
+            "statistic": got["eps_candidate"]}
+    eps_claimed = gdp_epsilon(mu_claimed, delta)
+    eps_sound = gdp_epsilon(mu_sound, delta)
     if best["mu_lower"] > mu_claimed or best["eps_lower"] > eps_claimed:
         findings.append(f"the game measures mu >= {best['mu_lower']:.3g} "
                         f"(eps >= {best['eps_lower']:.3g}) against the claimed "

@@ -103,7 +103,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("accounting",),
     ("leakaudit._validate", "leakaudit._jsonsafe", "leakaudit.grads", "leakaudit.data",
      "leakaudit.models", "leakaudit.optim", "leakaudit.metrics", "leakaudit.records",
-     "leakaudit.reporting", "leakaudit.neighbours"),
+     "leakaudit.reporting", "leakaudit.neighbours", "leakaudit.scoring"),
     ("leakaudit.defenses",),
     ("leakaudit.fl",),
     ("leakaudit.attacks",),

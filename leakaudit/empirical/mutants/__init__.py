@@ -36,6 +36,15 @@ from .noise import (
     RealisedNormaliser,
 )
 from .user import UserDPSGD
+from .worlds import (
+    ClipFirstRows,
+    DecayingNoise,
+    LatticeNoise,
+    MedianClip,
+    NoiseWhereNonzero,
+    SeededOnce,
+    UnderstatedRate,
+)
 
 __all__ = ["MUTANTS", "CORRECT", "SHAPES", "Mutant", "UserDPSGD"]
 
@@ -83,6 +92,21 @@ MUTANTS: dict[str, Mutant] = {
         ClipTheSum, "the batch's summed gradient is clipped to C, not each example", 2000),
     "clip-the-batch": Mutant(
         ClipTheBatch, "one clip factor for the batch (C over its largest norm)", 2000),
+    # bugs that show only in a world the game must choose (a dataset, a call, a statistic)
+    "noise-where-nonzero": Mutant(
+        NoiseWhereNonzero, "noise drawn only where the summed gradient is nonzero", 2000),
+    "median-clip": Mutant(
+        MedianClip, "clip and noise scaled by the batch's median per-example norm", 2000),
+    "seeded-once": Mutant(
+        SeededOnce, "a generator seeded once in __init__ draws the noise", 2000),
+    "lattice-noise": Mutant(
+        LatticeNoise, "noise rounded to a lattice of spacing sigma C / 2", 2000),
+    "clip-first-rows": Mutant(
+        ClipFirstRows, "only the first ctx.batch_size rows are clipped", 2000),
+    "decaying-noise": Mutant(
+        DecayingNoise, "the noise halves every round, the ledger states round 0's sigma", 2000),
+    "understated-rate": Mutant(
+        UnderstatedRate, "accounted as Poisson with q = 0.25, every example is used", 2000),
 }
 
 #: the same mechanism written correctly (sigma 2 and sigma 1)

@@ -15,7 +15,8 @@ from accounting.composition import analytic_gaussian_epsilons
 from leakaudit import defenses as D
 from leakaudit.defenses import ops as _ops
 from leakaudit.defenses.base import ClientContext, Defense
-from leakaudit.empirical import PrivacyReport, audit_release, game, privacy_audit, stats
+from leakaudit.empirical import PrivacyReport, audit_release, game, privacy_audit
+from leakaudit.scoring import bounds as stats
 
 SMALL = ((40,), (6, 5), (3,))        # 73 coordinates: fast, for the mean-channel properties
 

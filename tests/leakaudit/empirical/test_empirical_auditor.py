@@ -10,7 +10,8 @@ import torch
 
 from accounting import PrivacyLedger
 from leakaudit.defenses import Defense, ops
-from leakaudit.empirical import api, audit_release, game, stats
+from leakaudit.empirical import api, audit_release, game
+from leakaudit.scoring import bounds as stats
 
 SMALL = ((40,), (6, 5), (3,))
 
@@ -62,7 +63,7 @@ def test_an_audit_of_a_release_that_ignores_the_data_finds_nothing():
 # ----------------------------------------------------------------------------- canaries
 def test_canaries_test_each_part_of_the_mechanism():
     found = game.canaries(SMALL, 2.0)
-    assert set(found) == {"dirac", "large", "large@0", "large@1", "large@2"}
+    assert set(found) == {"dirac", "large", "large@0", "large@1", "large@2", "lattice"}
 
     def norm(ts):
         return float(torch.sqrt(sum(t.pow(2).sum() for t in ts)))
@@ -72,6 +73,7 @@ def test_canaries_test_each_part_of_the_mechanism():
         c = found[f"large@{k}"]
         assert norm(c) == pytest.approx(game.LARGE * 2.0)
         assert [float(t.abs().sum()) > 0 for t in c] == [i == k for i in range(3)]
+    assert norm(found["lattice"]) == pytest.approx(game.LATTICE * 2.0)   # inside the clip
 
 
 def test_coordinate_statistic_corrects_for_the_number_of_coordinates():

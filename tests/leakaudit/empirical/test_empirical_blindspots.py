@@ -184,6 +184,7 @@ def test_the_game_chooses_the_background_among_the_scenarios():
                canaries=["large", "large+opposed", "dirac+at-clip"])
     assert r["sound_violated"] and "+opposed" in r["canary"] + r["mu_canary"], r
     full = _audit(CORRECT["user-dp-sgd"](), 100, statistic="projection")
+    # user code cannot take an empty batch: one zero gradient is played instead, named
     assert set(full["selection"]) >= {game.scenario_name(c, b) for c, b in game.SCENARIOS
-                                      if b != "empty"}   # user code cannot take an empty batch
-    assert "dirac+empty" in full["skipped"]
+                                      if b != "empty"} | {"dirac+zero-row"}
+    assert "dirac+empty -> dirac+zero-row" in full["replaced"]

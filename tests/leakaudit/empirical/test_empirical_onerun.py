@@ -12,25 +12,27 @@ import pytest
 from scipy import stats as sps
 
 import leakaudit
-from leakaudit.empirical import fdp, onerun
-from leakaudit.empirical.stats import gdp_epsilon
+from leakaudit.empirical import onerun
+from leakaudit.scoring import fdp
+from leakaudit.scoring import onerun as one_run
+from leakaudit.scoring.bounds import gdp_epsilon
 
-P = onerun.level_per_test(0.95, len(onerun.GUESSES))
+P = one_run.level_per_test(0.95, len(one_run.GUESSES))
 
 
 def test_p_value_is_the_binomial_tail_plus_the_delta_term():
     m, r, v, eps = 1000, 200, 150, 1.0
     q = 1 / (1 + math.exp(-eps))
-    assert onerun.p_value_one_run(m, r, v, eps, 0.0) == pytest.approx(sps.binom.sf(v - 1, r, q))
-    assert onerun.p_value_one_run(m, r, v, eps, 1e-5) > onerun.p_value_one_run(m, r, v, eps, 0)
+    assert one_run.p_value_one_run(m, r, v, eps, 0.0) == pytest.approx(sps.binom.sf(v - 1, r, q))
+    assert one_run.p_value_one_run(m, r, v, eps, 1e-5) > one_run.p_value_one_run(m, r, v, eps, 0)
     # all r guesses right, delta = 0: eps = logit(p^(1/r)) exactly
     p = 0.05
     q_all = p ** (1 / r)
-    assert onerun.eps_one_run(m, r, r, 0.0, p) == pytest.approx(math.log(q_all / (1 - q_all)),
+    assert one_run.eps_one_run(m, r, r, 0.0, p) == pytest.approx(math.log(q_all / (1 - q_all)),
                                                                 rel=1e-6)
     # more correct guesses, a larger bound; a coin's accuracy, none
-    assert onerun.eps_one_run(m, r, 160, 1e-5, p) > onerun.eps_one_run(m, r, 140, 1e-5, p)
-    assert onerun.eps_one_run(m, r, r // 2, 1e-5, p) == 0.0
+    assert one_run.eps_one_run(m, r, 160, 1e-5, p) > one_run.eps_one_run(m, r, 140, 1e-5, p)
+    assert one_run.eps_one_run(m, r, r // 2, 1e-5, p) == 0.0
 
 
 def test_gdp_floor_is_the_gaussian_trade_off_curve():
@@ -76,7 +78,7 @@ def _expected_bounds(m: int, mu: float, delta: float) -> dict[str, tuple[float, 
     grid = np.linspace(-8, 9, 20001)
     mix = 0.5 * sps.norm.cdf(grid - mu) + 0.5 * sps.norm.cdf(grid)
     out = {"eps": [0.0, 0.0], "mu": [0.0, 0.0]}
-    for f_in, f_out in onerun.GUESSES:
+    for f_in, f_out in one_run.GUESSES:
         k_in, k_out = int(f_in * m), int(f_out * m)
         hi, lo = np.interp(1 - f_in, mix, grid), np.interp(f_out, mix, grid)
         v = m * 0.5 * sps.norm.sf(hi - mu) * (k_in > 0) + m * 0.5 * sps.norm.cdf(lo) * (k_out > 0)
@@ -84,7 +86,7 @@ def _expected_bounds(m: int, mu: float, delta: float) -> dict[str, tuple[float, 
         sd = math.sqrt(r * (v / r) * (1 - v / r)) if 0 < v < r else 1.0
         for i, vv in enumerate((v - 3 * sd, v + 3 * sd)):
             vv = int(min(r, max(0, round(vv))))
-            out["eps"][i] = max(out["eps"][i], onerun.eps_one_run(m, r, vv, delta, P))
+            out["eps"][i] = max(out["eps"][i], one_run.eps_one_run(m, r, vv, delta, P))
             out["mu"][i] = max(out["mu"][i], fdp.mu_one_run(m, r, vv, P))
     return {k: (v[0], v[1]) for k, v in out.items()}
 
@@ -99,7 +101,7 @@ def test_idealised_gaussian_check_matches_the_theorems_within_sampling_error(see
     rng = np.random.default_rng(seed)
     included = rng.random(m) < 0.5
     scores = rng.normal(size=m) + mu * included
-    got = onerun.one_run_bound(scores, included, delta)
+    got = one_run.one_run_bound(scores, included, delta)
     band = _expected_bounds(m, mu, delta)
     assert band["eps"][0] <= got["eps_lower"] <= band["eps"][1], (got, band)
     assert band["mu"][0] <= got["mu_lower"] <= band["mu"][1], (got, band)
@@ -132,7 +134,7 @@ def test_bad_input_names_the_argument_before_any_work(monkeypatch):
     with pytest.raises(ValueError, match="canary must be one of"):
         audit("none", canaries=100, canary="example")
     with pytest.raises(ValueError, match="canaries"):
-        onerun.one_run_bound(np.zeros(1), np.zeros(1, bool), 1e-5)
+        one_run.one_run_bound(np.zeros(1), np.zeros(1, bool), 1e-5)
 
 
 def test_canary_kind_follows_what_the_defense_protects():

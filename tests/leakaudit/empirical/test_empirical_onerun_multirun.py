@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 import leakaudit
 from leakaudit.data import resolve
-from leakaudit.empirical.stats import clopper_pearson_upper
+from leakaudit.scoring.bounds import clopper_pearson_upper
 
 
 def _tiny() -> object:

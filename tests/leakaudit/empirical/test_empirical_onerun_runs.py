@@ -7,21 +7,22 @@ import math
 import pytest
 
 import leakaudit
-from leakaudit.empirical import fdp, onerun
+from leakaudit.scoring import fdp
+from leakaudit.scoring import onerun as one_run
 
 RUN = dict(canaries=500, rounds=2, clients=10, local_steps=3, batch_size=64)
-P = onerun.level_per_test(0.95, len(onerun.GUESSES))
+P = one_run.level_per_test(0.95, len(one_run.GUESSES))
 
 
 @pytest.mark.slow
 def test_one_run_of_none_gives_the_largest_bound_its_guesses_allow():
     # the pre-registered grid (Bonferroni): its best count is all right
-    row = leakaudit.privacy_audit_training("none", seed=0, guesses=onerun.GUESSES,
+    row = leakaudit.privacy_audit_training("none", seed=0, guesses=one_run.GUESSES,
                                            **RUN).rows()[0]
     assert row["guess_rule"] == "9 pre-registered (Bonferroni)"
     assert row["mode"] == "one-run" and row["guesses"] == row["correct"] >= 100
     assert row["eps_lower"] == pytest.approx(
-        onerun.eps_one_run(RUN["canaries"], row["guesses"], row["guesses"], 1e-5, P))
+        one_run.eps_one_run(RUN["canaries"], row["guesses"], row["guesses"], 1e-5, P))
     assert row["mu_guesses"] == row["mu_correct"]
     assert row["mu_lower"] == pytest.approx(
         fdp.mu_one_run(RUN["canaries"], row["mu_guesses"], row["mu_guesses"], P))

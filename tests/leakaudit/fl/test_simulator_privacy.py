@@ -26,8 +26,8 @@ import pytest
 import torch
 
 from leakaudit import defenses as D
-from leakaudit.empirical import stats
 from leakaudit.fl.canary import CanaryGame
+from leakaudit.scoring import bounds as stats
 
 DELTA = 1e-5
 GAME = CanaryGame()                # 4 background clients of 2 examples, 1024 parameters

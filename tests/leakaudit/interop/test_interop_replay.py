@@ -120,7 +120,52 @@ def test_opacus_in_order_loader_is_replayed_under_replace_one():
     row = audit_optimizer(opt, model, loader, engine=engine, trials=100, pairs=4).rows()[0]
     assert row["relation"] == "replace-one" and row["bound"] == 2.0
     assert 1.0 < row["contribution"] <= 2.0  # the canary and its replacement, each <= C
-    assert row["eps_sound"] > row["eps_claimed"] and not row["flagged"]
+    assert row["eps_sound"] > row["eps_claimed"] and row["flagged"]
+    # the replayed step itself is right: the only finding is the loader the accountant
+    # does not assume
+    assert row["finding"].startswith("the loader draws fixed-size batches of 8 in order")
+    assert "assumes Poisson sampling" in row["finding"] and ";" not in row["finding"]
+
+
+def _loader_of(dataset, sampler):
+    engine, model, opt, _, _ = _private(dataset)
+    return engine, model, opt, DataLoader(dataset, batch_size=8, sampler=sampler)
+
+
+@pytest.mark.parametrize("kind", ["shuffle", "weighted"])
+def test_a_loader_the_accountant_does_not_assume_is_a_named_finding(kind):
+    from torch.utils.data import RandomSampler, WeightedRandomSampler
+
+    data = _data(64)
+    sampler = RandomSampler(data) if kind == "shuffle" else WeightedRandomSampler(
+        torch.ones(64), 64, replacement=True)
+    engine, model, opt, loader = _loader_of(data, sampler)
+    row = audit_optimizer(opt, model, loader, engine=engine, trials=16, pairs=2).rows()[0]
+    assert row["flagged"] and "assumes Poisson sampling" in row["finding"], row["finding"]
+    what = "shuffled permutation" if kind == "shuffle" else \
+        "WeightedRandomSampler with replacement"
+    assert what in row["finding"]
+    # Opacus's own Poisson loader: no such finding
+    engine, model, opt, loader, _ = _private(data)
+    row = audit_optimizer(opt, model, loader, engine=engine, trials=16, pairs=2).rows()[0]
+    assert "Poisson" not in row["finding"]
+
+
+def test_parameters_trained_outside_the_dp_optimizer_are_a_named_finding():
+    data = _data(32)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    engine = opacus.PrivacyEngine()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, opt, loader = engine.make_private(
+            module=net, optimizer=torch.optim.SGD(net[2].parameters(), lr=0.1),
+            data_loader=DataLoader(data, batch_size=8), noise_multiplier=1.0,
+            max_grad_norm=1.0, noise_generator=torch.Generator().manual_seed(1))
+    torch.optim.SGD(net[0].parameters(), lr=0.1)   # the user's second, non-private optimizer
+    row = audit_optimizer(opt, model, loader, engine=engine, trials=16, pairs=2).rows()[0]
+    assert row["flagged"]
+    assert "parameters trained outside the DP optimizer: 0.weight, 0.bias" in row["finding"]
 
 
 def test_replay_report_follows_the_report_protocol(tmp_path):
@@ -183,6 +228,35 @@ def test_flower_central_fixed_clipping_real_aggregate_from_one_call():
     swap = lf.audit_dp(dp, dim=300, trials=60, pairs=2).rows()[0]
     assert swap["contribution"] == pytest.approx(2.0, abs=1e-6)
     assert swap["eps_sound"] > swap["eps_claimed"]
+
+
+def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_multiplier():
+    lf, _, FedAvg = _flower()
+    from flwr.serverapp.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
+    )
+
+    def audit(lr):
+        dp = DifferentialPrivacyServerSideAdaptiveClipping(
+            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, initial_clipping_norm=1.0,
+            clipped_count_stddev=2.0, clip_norm_lr=lr)
+        row = lf.audit_dp(dp, dim=300, trials=100, pairs=4).rows()[0]
+        assert dp.clipping_norm == 1.0          # each replay is round 1, and left as it was
+        return dp, row
+
+    # a clip that does not move: the update's share of the requested z (z_Delta), no finding
+    dp, row = audit(1e-12)
+    assert dp.noise_multiplier == pytest.approx((1.0 - 1.0 / 16.0) ** -0.5)
+    assert "z_Delta = 1.033" in row["finding"] and not row["flagged"], row["finding"]
+    assert row["mu_claimed"] == pytest.approx(1.0) and 1.0 < row["contribution"] <= 2.0 + 1e-9
+    # Flower noises the aggregate with the clip already moved by this round's noisy count:
+    # the noise std is not the one declared for the round's sensitivity
+    _, row = audit(0.2)
+    assert row["flagged"] and "noise std" in row["finding"], row["finding"]
+    with pytest.raises(ValueError, match="client-side adaptive-clipping wrapper"):
+        lf.audit_dp(DifferentialPrivacyClientSideAdaptiveClipping(
+            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, clipped_count_stddev=2.0))
 
 
 def test_flower_wrapper_with_half_the_noise_is_flagged():

@@ -1,6 +1,12 @@
-"""Statistics of the distinguishing game: confidence bounds and privacy lower bounds.
+"""The score-to-bound engine: scores of canary-out and canary-in runs in, privacy lower bounds
+out (as jax_privacy's ``CanaryScoreAuditor``), for every audit of the project (the empirical
+audit, the one-run audit's multi-run mode, record/replay).
 
-Pure functions (numpy/scipy, no torch). A test that tells "canary in" from "canary out"
+Pure functions (numpy/scipy, no torch): a selection split (:func:`split`), the choice of a
+candidate score and its threshold on it (:func:`select`), the held-out test of the chosen rule
+(:func:`test_rule`, Clopper-Pearson), trade-off curve points (:func:`curve_rules`,
+:func:`curve_points`), and the whole game in one call (:func:`bounds_from_candidates`,
+:func:`bounds_from_scores`). A test that tells "canary in" from "canary out"
 with false-positive rate FPR and false-negative rate FNR bounds the privacy of any
 (eps, delta)-DP mechanism from below (Kairouz, Oh, Viswanath 2015, Thm 2.1:
 FPR + e^eps FNR >= 1 - delta and FNR + e^eps FPR >= 1 - delta), and of any mu-GDP one
@@ -10,7 +16,8 @@ FPR + e^eps FNR >= 1 - delta and FNR + e^eps FPR >= 1 - delta), and of any mu-GD
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy import special, stats
@@ -20,7 +27,8 @@ from accounting.composition import analytic_gaussian_epsilons
 __all__ = ["clopper_pearson_upper", "clopper_pearson_lower", "eps_lower_bound",
            "gdp_mu_lower", "gdp_epsilon", "Threshold", "choose_threshold", "error_counts",
            "score_rule", "best_rule", "predicted_count", "bounds_from_scores", "curve_rules",
-           "MAX_CUTS"]
+           "MAX_CUTS", "Winner", "Tested", "select", "test_rule", "curve_points", "split",
+           "bounds_from_candidates", "finite"]
 
 #: at most this many candidate cuts per direction are scored (all of both tails kept)
 MAX_CUTS = 4000
@@ -207,37 +215,152 @@ def choose_threshold(out: np.ndarray, into: np.ndarray, alpha: float, delta: flo
     return best_rule(out, into, alpha, delta, target, n_eval)[0]
 
 
+class Winner(NamedTuple):
+    """The candidate chosen for one target on the selection split: its key, its rule and
+    the bound predicted for it on the held-out runs."""
+
+    key: Hashable
+    rule: Threshold
+    score: float
+
+
+class Tested(NamedTuple):
+    """A rule tested on held-out runs: the bound (eps or mu) and the Clopper-Pearson upper
+    bounds on its error rates."""
+
+    bound: float
+    fpr: float
+    fnr: float
+
+
+def select(candidates: Mapping[Hashable, tuple[np.ndarray, np.ndarray]], alpha: float,
+           delta: float, n_eval: tuple[int, int], targets: Sequence[str] = ("eps", "mu"),
+           margin: float = 0.0, by: str | None = None
+           ) -> tuple[dict[str, Winner], dict[Hashable, float]]:
+    """Per target, the candidate (key -> selection scores (out, into)) and threshold with
+    the largest predicted bound on ``n_eval`` held-out runs per side (:func:`best_rule`), and
+    every candidate's predicted eps bound. Only the winner is tested afterwards, on runs the
+    choice never saw, so choosing among many candidates costs no confidence.
+
+    ``by``: the target whose predicted bound chooses the candidate for every target (each
+    target then gets its own threshold on it); None: each target's own. The mu prediction
+    is decided by central cuts and varies little between selection splits; the eps one is
+    decided in a tail by a few runs, so among many candidates of equal power the largest eps
+    prediction is luck (the winner's curse) and often a weak statistic's. ``margin``:
+    candidates are taken in their given order (a pre-registered preference) and a later one
+    replaces the one in hand only when its predicted bound is larger by ``margin``
+    (relative, and at least ``margin`` / 2 absolute)."""
+    rules: dict[tuple[Hashable, str], tuple[Threshold, float]] = {}
+    scores: dict[Hashable, float] = {}
+    wanted = tuple(dict.fromkeys([*targets, *([by] if by else [])]))
+    for key, (out, into) in candidates.items():
+        for target in wanted:
+            rules[key, target] = best_rule(out, into, alpha, delta, target, n_eval)
+        if "eps" in wanted:
+            scores[key] = round(rules[key, "eps"][1], 4)
+    if not candidates:
+        raise ValueError("candidates: need at least one (out, into) pair of scores")
+    best: dict[str, Winner] = {}
+    for target in targets:
+        judge = by or target
+        pick: Hashable | None = None
+        for key in candidates:
+            score = rules[key, judge][1]
+            if pick is None or score > rules[pick, judge][1] + margin * max(
+                    0.5, abs(rules[pick, judge][1])):
+                pick = key
+        rule, score = rules[pick, target]
+        best[target] = Winner(pick, rule, score)
+    return best, scores
+
+
+def test_rule(out: np.ndarray, into: np.ndarray, rule: Threshold, alpha: float, delta: float,
+              target: str) -> Tested:
+    """The bound of ``rule`` on held-out runs at level ``alpha`` (alpha/2 per error rate):
+    eps (Kairouz et al. 2015, Thm 2.1) or mu (Dong et al. 2019, Def. 2.6)."""
+    fp, fn = error_counts(out, into, rule)
+    fpr = clopper_pearson_upper(fp, np.asarray(out).size, alpha / 2)
+    fnr = clopper_pearson_upper(fn, np.asarray(into).size, alpha / 2)
+    bound = eps_lower_bound(fpr, fnr, delta) if target == "eps" else gdp_mu_lower(fpr, fnr)
+    return Tested(bound, fpr, fnr)
+
+
+def curve_points(rules: Sequence[Threshold], out: np.ndarray, into: np.ndarray, alpha: float
+                 ) -> list[tuple[float, float]]:
+    """(FPR, FNR) upper bounds of each rule on held-out runs, ``alpha`` shared among the
+    rules (Bonferroni, alpha/2 per rate): points a trade-off curve must lie below."""
+    a = alpha / max(1, len(rules)) / 2
+    points = []
+    for r in rules:
+        fp, fn = error_counts(out, into, r)
+        points.append((clopper_pearson_upper(fp, np.asarray(out).size, a),
+                       clopper_pearson_upper(fn, np.asarray(into).size, a)))
+    return points
+
+
+def split(out: np.ndarray, into: np.ndarray, select_fraction: float, seed: int
+          ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((selection out, selection into), (held-out out, held-out into)): a random
+    ``select_fraction`` of each side (at least one run) chooses, the rest tests."""
+    rng = np.random.default_rng(seed)
+    out, into = rng.permutation(finite(out)), rng.permutation(finite(into))
+    k0, k1 = (max(1, int(round(select_fraction * a.size))) for a in (out, into))
+    return (out[:k0], into[:k1]), (out[k0:], into[k1:])
+
+
+def bounds_from_candidates(candidates: Mapping[Hashable, tuple[np.ndarray, np.ndarray]], *,
+                           confidence: float = 0.95, delta: float = 1e-5,
+                           select_fraction: float = 0.5, seed: int = 0,
+                           shares: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """eps and mu lower bounds from several candidate scores of the same runs (key ->
+    (canary-out scores, canary-in scores), row i of every candidate from run i).
+
+    One random ``select_fraction`` of the runs (the same for every candidate) chooses the
+    candidate, the threshold and its direction per target (:func:`select`); the rest gives
+    Clopper-Pearson bounds at ``shares[target] * (1 - confidence)`` (default half each),
+    split between the two rates. Each direction's GDP bound is clamped at 0: a test that
+    points the wrong way on the held-out runs, or scores with no signal, is no evidence
+    (jax_privacy's ``epsilon_from_gdp`` reported eps 3.5 on null scores before its PR #270,
+    from |mu|). Returns ``eps_lower``, ``mu_lower``, ``{target}_direction`` and
+    ``{target}_candidate`` (the key that won)."""
+    if not candidates:
+        raise ValueError("candidates: need at least one (out, into) pair of scores")
+    sizes = {(np.asarray(o).size, np.asarray(i).size) for o, i in candidates.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"candidates: every candidate scores the same runs, got sizes {sizes}")
+    n_out, n_in = sizes.pop()
+    if n_out < 4 or n_in < 4:
+        raise ValueError("out and into need at least 4 scores each")
+    total = 1.0 - confidence
+    share = dict(shares or {"eps": 0.5, "mu": 0.5})
+    parts = {k: split(o, i, select_fraction, seed) for k, (o, i) in candidates.items()}
+    held = next(iter(parts.values()))[1]
+    n_eval = (held[0].size, held[1].size)
+    got: dict[str, Any] = {}
+    for target in ("eps", "mu"):
+        alpha = share[target] * total
+        winners, _ = select({k: p[0] for k, p in parts.items()}, alpha, delta, n_eval,
+                            (target,))
+        w = winners[target]
+        tested = test_rule(*parts[w.key][1], w.rule, alpha, delta, target)
+        got[f"{target}_lower"] = tested.bound
+        got[f"{target}_direction"] = w.rule.sign
+        got[f"{target}_candidate"] = w.key
+    return got
+
+
 def bounds_from_scores(out: np.ndarray, into: np.ndarray, *, confidence: float = 0.95,
                        delta: float = 1e-5, select_fraction: float = 0.5, seed: int = 0
                        ) -> dict[str, float]:
-    """eps and mu lower bounds from scores of canary-out and canary-in runs.
-
-    A random ``select_fraction`` of each side chooses the threshold and its direction (for
-    eps and for mu separately); the rest gives Clopper-Pearson bounds at (1 - confidence)/2
-    per target, split between the two rates. Each direction's GDP bound is clamped at 0: a
-    test that points the wrong way on the held-out runs, or scores with no signal, is no
-    evidence (jax_privacy's ``epsilon_from_gdp`` reported eps 3.5 on null scores before its
-    PR #270, from |mu|). Identical distributions give 0 with probability >= confidence;
-    reversed scores (canary-in lower) give the same bound as the mirrored ones.
+    """eps and mu lower bounds from scores of canary-out and canary-in runs: the game of
+    :func:`bounds_from_candidates` with one candidate (a random ``select_fraction`` of each
+    side chooses the threshold and its direction, the rest gives Clopper-Pearson bounds at
+    (1 - confidence)/2 per target). Identical distributions give 0 with probability >=
+    confidence; reversed scores (canary-in lower) give the same bound as the mirrored ones.
     """
-    out, into = finite(out), finite(into)
-    if out.size < 4 or into.size < 4:
-        raise ValueError("out and into need at least 4 scores each")
-    rng = np.random.default_rng(seed)
-    out, into = rng.permutation(out), rng.permutation(into)
-    k0, k1 = (max(1, int(round(select_fraction * a.size))) for a in (out, into))
-    alpha = (1.0 - confidence) / 2.0
-    n_eval = (out.size - k0, into.size - k1)
-    got: dict[str, float] = {}
-    for target in ("eps", "mu"):
-        rule = choose_threshold(out[:k0], into[:k1], alpha, delta, target, n_eval)
-        fp, fn = error_counts(out[k0:], into[k1:], rule)
-        fpr = clopper_pearson_upper(fp, n_eval[0], alpha / 2)
-        fnr = clopper_pearson_upper(fn, n_eval[1], alpha / 2)
-        got[f"{target}_lower"] = eps_lower_bound(fpr, fnr, delta) if target == "eps" \
-            else gdp_mu_lower(fpr, fnr)
-        got[f"{target}_direction"] = rule.sign
-    return got
+    got = bounds_from_candidates({"score": (out, into)}, confidence=confidence, delta=delta,
+                                 select_fraction=select_fraction, seed=seed)
+    return {k: v for k, v in got.items() if not k.endswith("_candidate")}
 
 
 def curve_rules(out: np.ndarray, sign: int,

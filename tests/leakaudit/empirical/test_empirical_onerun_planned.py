@@ -1,5 +1,6 @@
-"""Training-run audit: the adaptive guess count (chosen from the unlabelled scores, no
-Bonferroni), the idealised-game gap, and white-box Dirac gradient canaries."""
+"""Training-run audit: the planned guess count (fixed from the ledger's mu before the scores
+are read, no Bonferroni), no crash at any separation, the idealised-game gap, and white-box
+Dirac gradient canaries."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 
 import leakaudit
 from leakaudit.defenses.fed_cdp import FedCDP
-from leakaudit.empirical import onerun
-from leakaudit.empirical.stats import gdp_epsilon
+from leakaudit.scoring import onerun as one_run
+from leakaudit.scoring.bounds import gdp_epsilon
 
 #: jax_privacy's golden f-DP figures on the idealised game, 10k in + 10k out (eps at 1e-5)
 JAX_GOLDEN = {1.0: 2.16, 2.0: 4.72, 4.0: 9.13}
@@ -24,28 +25,47 @@ def _ideal(mu: float, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return rng.normal(size=m) + mu * included, included
 
 
-def test_fit_shift_recovers_the_mixture_without_the_labels():
-    scores, _ = _ideal(2.0, 20_000, 0)
-    assert onerun.fit_shift(scores) == pytest.approx(2.0, abs=0.15)
-    assert onerun.fit_shift(3.0 * scores + 7.0) == pytest.approx(2.0, abs=0.15)   # scale-free
-    assert onerun.fit_shift(np.ones(100)) == 0.0
-
-
-def test_a_release_that_ignores_the_data_gets_nothing_adaptive():
+def test_a_release_that_ignores_the_data_gets_nothing():
     # every canary scores the same: the guesses carry no information
     included = np.random.default_rng(0).random(1000) < 0.5
-    got = onerun.one_run_bound(np.zeros(1000), included, 1e-5, guesses="adaptive")
+    got = one_run.one_run_bound(np.zeros(1000), included, 1e-5, planned_mu=1.0)
     assert got["eps_lower"] == 0.0 and got["mu_lower"] == 0.0
     with pytest.raises(ValueError, match="guesses"):
-        onerun.one_run_bound(np.zeros(10), included[:10], 1e-5, guesses="best")
+        one_run.one_run_bound(np.zeros(10), included[:10], 1e-5, guesses="adaptive")
+
+
+def test_the_planned_count_reads_only_ranks_and_beats_the_grid_on_skewed_scores():
+    # cubed scores rank the canaries as the Gaussian ones do: the planned counts (fixed
+    # from mu before the scores) give the same bound; the Bonferroni grid pays for 9 counts
+    scores, included = _ideal(1.0, 20_000, 0)
+    plain = one_run.one_run_bound(scores, included, 1e-5, planned_mu=1.0)
+    cubed = one_run.one_run_bound(scores ** 3, included, 1e-5, planned_mu=1.0)
+    grid = one_run.one_run_bound(scores ** 3, included, 1e-5, guesses=one_run.GUESSES)
+    assert cubed["eps_lower"] == plain["eps_lower"] and cubed["mu_lower"] == plain["mu_lower"]
+    assert cubed["eps_lower"] > grid["eps_lower"] + 0.3 and cubed["mu_lower"] > grid["mu_lower"]
+    assert plain["guess_rule"] == "planned at mu 1"
+
+
+def test_no_separation_makes_the_one_run_bound_raise():
+    # a fitted or planned shift far beyond the old root bracket [-40, 40] (a release without
+    # noise); infinite scores; an infinite or missing ledger mu falls back to the grid
+    scores, included = _ideal(1e6, 1000, 0)
+    for planned in (None, math.inf, 1e3, 50.0, 0.5):
+        got = one_run.one_run_bound(scores, included, 1e-5, planned_mu=planned)
+        assert got["eps_lower"] > 3.5 and got["mu_lower"] > 1.0, (planned, got)
+    assert one_run.one_run_bound(scores, included, 1e-5)["guess_rule"] == \
+        "9 pre-registered (Bonferroni)"
+    inf = np.where(included, np.inf, -np.inf)
+    assert one_run.one_run_bound(inf, included, 1e-5, planned_mu=2.0)["eps_lower"] > 3.0
+    assert one_run.idealised_bound(1000, 200.0, 1e-5)["eps_ideal"] > 5.0
 
 
 @pytest.mark.slow
-def test_adaptive_bound_is_honest_on_scores_independent_of_the_inclusions():
+def test_planned_bound_is_honest_on_scores_independent_of_the_inclusions():
     rng, reps, positive = np.random.default_rng(1), 40, 0
     for _ in range(reps):
         included = rng.random(500) < 0.5
-        got = onerun.one_run_bound(rng.normal(size=500), included, 1e-5, guesses="adaptive")
+        got = one_run.one_run_bound(rng.normal(size=500), included, 1e-5, planned_mu=1.0)
         positive += got["eps_lower"] > 0 or got["mu_lower"] > 0
     # each bound at level 0.025: at most 5 % of the runs (+3 sd) may report anything
     assert positive / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
@@ -54,23 +74,23 @@ def test_adaptive_bound_is_honest_on_scores_independent_of_the_inclusions():
 @pytest.mark.slow
 @pytest.mark.parametrize("mu", [1.0, pytest.param(2.0, marks=pytest.mark.slow),
                                 pytest.param(4.0, marks=pytest.mark.slow)])
-def test_adaptive_bound_reaches_jax_privacy_golden_figures_and_stays_valid(mu):
+def test_planned_bound_reaches_jax_privacy_golden_figures_and_stays_valid(mu):
     scores, included = _ideal(mu, 20_000, 0)
-    got = onerun.one_run_bound(scores, included, 1e-5, guesses="adaptive")
-    grid = onerun.one_run_bound(scores, included, 1e-5)          # 9 counts, Bonferroni
+    got = one_run.one_run_bound(scores, included, 1e-5, planned_mu=mu)
+    grid = one_run.one_run_bound(scores, included, 1e-5, guesses=one_run.GUESSES)
     assert got["eps_lower_gdp"] >= JAX_GOLDEN[mu]
     assert got["eps_lower_gdp"] > grid["eps_lower_gdp"] and got["eps_lower"] > grid["eps_lower"]
     assert got["mu_lower"] < mu and got["eps_lower"] < gdp_epsilon(mu, 1e-5)
     # the idealised gap of the ideal game itself: the measured bound is the expected one
-    ideal = onerun.idealised_bound(20_000, mu, 1e-5)
+    ideal = one_run.idealised_bound(20_000, mu, 1e-5)
     assert got["mu_lower"] == pytest.approx(ideal["mu_ideal"], abs=0.12)
     assert got["eps_lower"] == pytest.approx(ideal["eps_ideal"], abs=0.5)
 
 
 def test_idealised_bound_grows_with_the_canaries_and_is_nan_without_a_finite_mu():
-    small, large = (onerun.idealised_bound(m, 1.0, 1e-5) for m in (1000, 10_000))
+    small, large = (one_run.idealised_bound(m, 1.0, 1e-5) for m in (1000, 10_000))
     assert 0 < small["mu_ideal"] < large["mu_ideal"] < 1.0
-    assert math.isnan(onerun.idealised_bound(1000, math.inf, 1e-5)["mu_ideal"])
+    assert math.isnan(one_run.idealised_bound(1000, math.inf, 1e-5)["mu_ideal"])
 
 
 DIRAC = dict(canaries=300, canary="dirac", rounds=1, clients=2, local_steps=2,
@@ -102,7 +122,7 @@ def test_dirac_canaries_on_full_batch_fed_cdp_match_the_idealised_game():
     assert row["mu_sound"] == pytest.approx(math.sqrt(2)) and row["ideal_mu"] == row["mu_sound"]
     assert 0 < row["mu_lower"] <= row["mu_sound"] and not row["sound_violated"]
     assert row["mu_lower"] == pytest.approx(row["mu_ideal"], abs=0.35)
-    assert row["fitted_mu"] == pytest.approx(math.sqrt(2), abs=0.5)
+    assert row["guess_rule"] == f"planned at mu {math.sqrt(2):.3g}"
 
 
 def test_dirac_canaries_need_one_coordinate_each():
@@ -110,18 +130,19 @@ def test_dirac_canaries_need_one_coordinate_each():
         leakaudit.privacy_audit_training("fed-cdp", **{**DIRAC, "canaries": 10**6})
     with pytest.raises(ValueError, match="releases nothing"):
         leakaudit.privacy_audit_training("fed-sdp-server", **{**DIRAC, "canaries": 10})
-    with pytest.raises(ValueError, match="guesses must be 'adaptive'"):
+    with pytest.raises(ValueError, match="guesses must be 'planned'"):
         leakaudit.privacy_audit_training("fed-cdp", canaries=10, guesses="best")
 
 
 @pytest.mark.slow
-def test_adaptive_bound_rejects_the_true_mu_no_more_often_than_its_level():
-    # the idealised game at the true mu: a bound above the truth (eps or mu, each at level
-    # 2.5 %) in at most 5 % (+3 sd) of the runs, though the count is chosen from the scores
+@pytest.mark.parametrize("planned", [1.0, 0.5, 2.0])
+def test_planned_bound_rejects_the_true_mu_no_more_often_than_its_level(planned):
+    # the idealised game at the true mu 1, delta 1e-5: a bound above the truth (eps or mu,
+    # each at level 2.5 %) in at most 5 % (+3 sd) of the runs, whatever mu planned the count
     reps, wrong = 30, 0
     for seed in range(reps):
         scores, included = _ideal(1.0, 1000, 100 + seed)
-        got = onerun.one_run_bound(scores, included, 1e-5, guesses="adaptive")
+        got = one_run.one_run_bound(scores, included, 1e-5, planned_mu=planned)
         wrong += got["mu_lower"] > 1.0 or got["eps_lower"] > gdp_epsilon(1.0, 1e-5)
     assert wrong / reps <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / reps)
 
