@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .._validate import Moved, check_int, check_keys, check_probability, legacy_call
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
+from ..workload import Workload
 from .cells import AttackBudget
 from .engines import EngineConfig, fold_engine
 from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
@@ -114,16 +114,9 @@ def audit_observations(
                       restarts=budget.restarts, image=image,
                       key=lambda i, t, a: f"{i}|{a}")
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
-               desc="audit observations: attack")
-    runner = runs_on.start() if pending else None
-    try:
-        if runner is not None:
-            run_jobs(pending, runner, store, on_done=lambda: bar.update(1))
-    finally:
-        if runner is not None:
-            runner.close()
-        bar.close()
+    with Workload(runs_on, total=len(jobs), done=len(jobs) - len(pending),
+                  desc="audit observations: attack", progress=progress) as work:
+        run_jobs(pending, work, store, on_done=work.advance)
     for rec in stored(store, [key for key, _ in jobs]):
         report.add_cell(rec)
     return report

@@ -25,9 +25,10 @@ from torch import nn
 
 from .. import attacks as attacks_mod
 from .._validate import check_selection
+from ..engines import Engine
 from ..records import GroundTruth, Observation, ResultsFile
+from ..workload import Workload
 from .cells import AttackSpec, CellJob, content_key, relabelled
-from .engines import Engine
 
 __all__ = ["Target", "build_jobs", "protocol_options", "records", "resolve_attacks", "run_jobs",
            "with_weights"]
@@ -124,7 +125,7 @@ def build_jobs(targets: Sequence[Target], attacks: Sequence[str | attacks_mod.At
     return jobs
 
 
-def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile,
+def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine | Workload, store: ResultsFile,
              on_done: Callable[[], Any] = lambda: None,
              memo: dict[str, dict[str, Any]] | None = None) -> None:
     """Run the cells on ``runner``; each record is stored (by this process, the one writer)
@@ -165,10 +166,10 @@ def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile
                 put(i, memo[contents[i]])
 
     follow()
-    for k, rec in runner.run([jobs[i] for i in sorted(runs)]):
-        i = index[k]
-        memo[contents[i]] = rec
-        put(i, rec)
+    for done in runner.run([jobs[i] for i in sorted(runs)]):
+        i = index[done.key]
+        memo[contents[i]] = done.record
+        put(i, done.record)
         follow()
 
 
