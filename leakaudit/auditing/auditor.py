@@ -4,11 +4,11 @@ Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
 The settings are objects built and checked once (:class:`AuditPlan`: what is attacked and
-with what budget, at which ``stages``; :class:`~.engines.EngineConfig`: where;
-:class:`leakaudit.fl.FLConfig`: each federated run, built by :func:`_training_run` and
-:func:`_attacked_round` and run by the one call of the simulator, :func:`_simulate`); the
-defenses are resolved by :func:`leakaudit.fl.resolve_defenses`, as everywhere (a bare name
-with the profile's defense parameters, ``AuditProfile.defense_params``, as its base).
+with what budget, at which ``stages``; :class:`~.engines.EngineConfig`: where); below the
+API the resolved settings travel as one object (:class:`.trainings.Setting`: plan, data,
+model, clients, seed), which makes each federated run; the defenses are resolved by
+:func:`leakaudit.fl.resolve_defenses`, as everywhere (a bare name with the profile's
+defense parameters, ``AuditProfile.defense_params``, as its base).
 
 Per defense a *training* run (the profile's federated setting, with the profile's defense
 parameters, at which the quick profile's defended models learn) gives test accuracy and the
@@ -28,12 +28,17 @@ the audit is :func:`leakaudit.audit_observations`'s: the same job builder and ru
 defenses give the very same observation (points 0 and 1 of a defense acting elsewhere,
 point 2 of every defense acting after the local step), the others reuse its record.
 
-Every finished cell is appended to the results file; a rerun with the same file skips what
-is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
-(:mod:`.engines`): "serial" (this process), "process" (a local process pool) or "ray" (Ray tasks,
-on a local Ray instance or a cluster). Whatever the engine, results come back to this process,
-which alone writes the results file, as each cell finishes: resuming works the same way and
-the same seed gives the same table.
+The trainings (the profile's run under each defense, and a shorter run per stage of fewer
+rounds) and the attack cells are *units* of an engine (:mod:`leakaudit.engines`): "serial"
+(this process), "process" (a local process pool) or "ray" (Ray tasks, on a local Ray or a
+cluster). The trainings run first, all at once on the engine; each stores its record and the
+weights a stage attacks, so a resumed audit never trains again. Whatever the engine, results
+come back to this process, which alone writes the results file, as each unit finishes; a
+rerun with the same file skips what is done. Every simulation of the audit runs on one torch
+thread (a unit's, and the attacked round's here), so the same seed gives the same table on
+every engine and every machine. One progress bar counts every unit, and a line at the end
+says how many ran, their CPU time and how many were reused
+(:class:`leakaudit.workload.Workload`).
 """
 
 from __future__ import annotations
@@ -173,7 +178,8 @@ class AuditPlan:
     batch_size: int = 1
     local_steps: int = 1
     stages: tuple[str, ...] = ("initial",)
-    #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
+    #: where the attacks run ("cpu", "cuda", ...; "auto": the GPU of the worker that runs the
+    #: cell if it has one, else its CPU; None: the CPU, where the model is built)
     device: str | None = None
     delta: float = 1e-5
     trained: bool = False
@@ -233,7 +239,8 @@ class AuditPlan:
                 threshold=threshold),
             batch_size=check_int("batch_size", batch_size, 1),
             local_steps=check_int("local_steps", local_steps, 1),
-            stages=chosen_stages, device=None if where is None else str(where),
+            stages=chosen_stages, device=None if where is None
+            else "auto" if device == "auto" else str(where),
             delta=check_probability("delta", delta), trained=check_bool("trained", trained))
 
     def replace(self, **changes: Any) -> AuditPlan:
@@ -346,12 +353,14 @@ def audit(
             (defense, stage) with the attacked weights' accuracy and eps spent; device, delta,
             whether ``model`` is already trained); default ``AuditPlan.make()`` (the "quick"
             profile, the "initial" stage).
-        engine: where the attack cells run: "process" (default; a local pool of spawned
-            processes: call audit() under ``if __name__ == "__main__":`` in a script),
-            "serial" (this process) or "ray" (one Ray task per cell; ``pip install
+        engine: where the units run (trainings and attack cells): "process" (default; a
+            local pool of spawned processes: call audit() under
+            ``if __name__ == "__main__":`` in a script), "serial" (this process) or "ray"
+            (one Ray task per unit; ``pip install
             leakaudit[ray]``), or an :class:`EngineConfig` with the workers and the Ray
-            address. Training runs in this process for every engine, and the same seed
-            gives the same results whatever the engine and the number of workers.
+            address (None: a local Ray, or the cluster ``RAY_ADDRESS`` names). The trainings
+            and the attack cells run there, and the same seed gives the same results
+            whatever the engine and the number of workers.
         seed: the one seed (data split, model, training, attacks).
         results: path of the JSON-lines results file (resume); None keeps results in memory.
         progress: a progress bar.

@@ -172,3 +172,20 @@ def test_the_multi_run_game_trains_on_the_engine_and_resumes(tmp_path, monkeypat
     again = leakaudit.privacy_audit_training("fed-cdp", results=str(partial), **kw)
     assert _rows(again) == _rows(rep) and len(ran) == 3
     assert sorted(partial.read_text().splitlines()) == sorted(lines)
+
+
+def test_device_auto_is_chosen_by_the_worker_and_changes_nothing_on_a_cpu(monkeypatch):
+    plan = AuditPlan.make(attacks=("idlg",), points=(2,), examples=1, max_iterations=2,
+                          trained=True, device="auto")
+    assert plan.device == "auto"  # resolved where the cell runs, not where it is planned
+    here = audit(["none"], plan=plan, engine="serial", progress=False)
+    cpu = audit(["none"], plan=plan.replace(device=None), engine="serial", progress=False)
+    assert _table(here)[1] == _table(cpu)[1]
+    seen = []
+    real = leakaudit.attacks.base.check_device
+    monkeypatch.setattr(leakaudit.attacks.base, "check_device",
+                        lambda name, value: seen.append(value) or real(name, value))
+    audit(["none"], plan=plan, engine="serial", progress=False)
+    assert seen == ["auto"]  # the worker's own check: CUDA where it has it, else its CPU
+    monkeypatch.setattr(leakaudit._validate.torch.cuda, "is_available", lambda: True)
+    assert str(leakaudit._validate.check_device("device", "auto")) == "cuda"
