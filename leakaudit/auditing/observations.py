@@ -21,7 +21,7 @@ from ..records import GroundTruth, Observation, ResultsFile, fingerprint
 from ..workload import Workload
 from .cells import AttackBudget
 from .engines import EngineConfig, fold_engine
-from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
+from .pipeline import CellSetting, Target, build_jobs, resolve_attacks, run_jobs
 from .pipeline import records as stored
 from .report import AuditReport
 
@@ -107,11 +107,9 @@ def audit_observations(
     report = AuditReport(config=config, threshold=budget.threshold, delta=delta)
     for label, record in records.items():
         report.add_defense(label, label, dict(record))
-    image = len(input_shape) == 3
-    jobs = build_jobs(_targets(observations, truths, seed), chosen, model,
-                      input_shape=input_shape, num_classes=num_classes,
-                      threshold=budget.threshold, max_iterations=budget.max_iterations,
-                      restarts=budget.restarts, image=image,
+    cells = CellSetting(input_shape=input_shape, num_classes=num_classes,
+                        image=len(input_shape) == 3, budget=budget)
+    jobs = build_jobs(_targets(observations, truths, seed), chosen, model, cells,
                       key=lambda i, t, a: f"{i}|{a}")
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
     with Workload(runs_on, total=len(jobs), done=len(jobs) - len(pending),

@@ -27,7 +27,7 @@ from .._jsonsafe import finite_json
 from ..fl.simulate import evaluate
 from ..grads import torch_threads
 from .cells import CellJob
-from .pipeline import Target, build_jobs, with_weights
+from .pipeline import CellSetting, Target, build_jobs, with_weights
 
 if TYPE_CHECKING:
     from .auditor import AuditPlan
@@ -174,9 +174,9 @@ class Setting:
                           example=e, seed=self.seed + e)
                    for p in plan.points for e, obs in enumerate(run.observations_at(p))
                    if e < plan.examples]
-        return build_jobs(targets, plan.attacks, self.model, input_shape=ds.input_shape,
-                          num_classes=ds.num_classes, threshold=plan.threshold,
-                          max_iterations=plan.max_iterations, restarts=plan.restarts,
-                          image=ds.kind == "image", device=plan.device,
+        cells = CellSetting(input_shape=tuple(ds.input_shape), num_classes=ds.num_classes,
+                            image=ds.kind == "image", budget=plan.budget,
+                            device=plan.device)
+        return build_jobs(targets, plan.attacks, self.model, cells,
                           key=lambda i, t, a: key(t) + f"|{a}|{t.example}",
                           pending=pending.__contains__)
