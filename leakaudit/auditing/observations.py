@@ -111,13 +111,18 @@ def audit_observations(
                         image=len(input_shape) == 3, budget=budget)
     jobs = build_jobs(_targets(observations, truths, seed), chosen, model, cells,
                       key=lambda i, t, a: f"{i}|{a}")
+    _run_pending(jobs, store, runs_on, progress)
+    for rec in stored(store, [key for key, _ in jobs]):
+        report.add_cell(rec)
+    return report
+
+
+def _run_pending(jobs: list, store: ResultsFile, runs_on: EngineConfig, progress: bool) -> None:
+    """Run the jobs the results file does not hold yet, each result stored as it ends."""
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
     with Workload(runs_on, total=len(jobs), done=len(jobs) - len(pending),
                   desc="audit observations: attack", progress=progress) as work:
         run_jobs(pending, work, store, on_done=work.advance)
-    for rec in stored(store, [key for key, _ in jobs]):
-        report.add_cell(rec)
-    return report
 
 
 def _digest(observations: list) -> str:

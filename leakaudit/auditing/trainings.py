@@ -14,7 +14,7 @@ import base64
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,9 +28,6 @@ from ..fl.simulate import evaluate
 from ..grads import torch_threads
 from .cells import CellJob
 from .pipeline import CellSetting, Target, build_jobs, with_weights
-
-if TYPE_CHECKING:
-    from .auditor import AuditPlan
 
 __all__ = ["Setting", "Training", "pack_weights", "unpack_weights"]
 
@@ -84,10 +81,12 @@ class Training:
 
 @dataclass(frozen=True)
 class Setting:
-    """What every run of one audit shares: the ``plan``, the ``dataset``, the starting
-    ``model``, the population of ``clients`` and the ``seed``."""
+    """What every run of one audit shares: the ``plan`` (the audit's
+    :class:`~.auditor.AuditPlan`, which this module does not import: the auditor imports
+    it), the ``dataset``, the starting ``model``, the population of ``clients`` and the
+    ``seed``."""
 
-    plan: AuditPlan
+    plan: Any
     dataset: data_mod.Dataset
     model: nn.Module
     clients: int

@@ -4,7 +4,7 @@ every attacked example, so that the MSE written under a panel is the table's."""
 import numpy as np
 import pytest
 
-from leakaudit.auditing.report import FIGURE_EXAMPLES, AuditReport, _fmt
+from leakaudit.auditing.report import FIGURE_EXAMPLES, AuditReport, format_number
 
 DEFENSES = ("none()", "fed-cdp(clip=4.0, sigma=6.0)", "prune(rate=0.1)")
 ATTACKS = ("dlg", "idlg", "cpl")
@@ -67,5 +67,5 @@ def test_the_figure_has_a_title_a_legend_every_example_and_the_tables_mse(exampl
         rebuilt = sum(c["success"] for c in cells[:shown])
         # the table's MSE (the mean over every example), not the first example's
         assert ax.xaxis.label.get_text() == (
-            f"MSE {_fmt(table[key]['mse'], 2)}, {rebuilt}/{shown} rebuilt")
+            f"MSE {format_number(table[key]['mse'], 2)}, {rebuilt}/{shown} rebuilt")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,6 +6,7 @@ run does not redo it."""
 import json
 
 import pytest
+import torch
 
 import leakaudit
 from leakaudit import engines, workload
@@ -187,5 +188,5 @@ def test_device_auto_is_chosen_by_the_worker_and_changes_nothing_on_a_cpu(monkey
                         lambda name, value: seen.append(value) or real(name, value))
     audit(["none"], plan=plan, engine="serial", progress=False)
     assert seen == ["auto"]  # the worker's own check: CUDA where it has it, else its CPU
-    monkeypatch.setattr(leakaudit._validate.torch.cuda, "is_available", lambda: True)
-    assert str(leakaudit._validate.check_device("device", "auto")) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert str(real("device", "auto")) == "cuda"  # on a worker with a GPU
