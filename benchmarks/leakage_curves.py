@@ -56,14 +56,11 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import functools
 import math
-import multiprocessing
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +80,10 @@ from benchmarks._common import (
 )
 from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
+from leakaudit.auditing.pipeline import protocol_options, with_weights
 from leakaudit.auditing.results import ResultsFile
+from leakaudit.engines import ENGINE_HELP, ENGINES, EngineConfig
+from leakaudit.workload import Workload
 
 COLUMNS = ("defense", "point", "attack", "model", "stage", "batch_size", "local_steps",
            "sigma", "eps_release", "eps_train", "mu", "asr", "psnr", "ssim",
@@ -233,10 +233,9 @@ def attack_observation(obs: fl.Observation, model: torch.nn.Module, ds: data.Dat
                        options: dict[str, Any] | None = None,
                        restarts: int = 1) -> attacks.Reconstruction:
     """Attack one observation with what the attacker sees (never the truth)."""
-    net = _with_weights(model, obs.weights)
-    opts = dict(options or {})
-    if attack.startswith("fedavg"):
-        opts.update(local_steps=obs.local_steps, client_lr=obs.lr)
+    net = with_weights(model, obs.weights)
+    # what the protocol tells the attack, as it declares it (Attack.protocol)
+    opts = {**dict(options or {}), **protocol_options(attack, obs)}
     return attacks.reconstruct(attack, net, obs.as_gradient(),
                                input_shape=tuple(ds.input_shape), num_classes=ds.num_classes,
                                batch_size=obs.batch_size, max_iterations=iterations,
@@ -302,12 +301,6 @@ def release_bound(run: fl.Run, defense: Any, point: int, kappas: dict[str, float
 def thumbnail(x: torch.Tensor) -> list[list[int]]:
     """One image (C, H, W) in [0, 1] as 8-bit rows of its first channel (for the figure)."""
     return (x[0].clamp(0, 1) * 255).round().to(torch.uint8).tolist()
-
-
-def _with_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> torch.nn.Module:
-    net = copy.deepcopy(model)
-    net.load_state_dict(weights, strict=False)
-    return net
 
 
 def run_job(job: dict[str, Any]) -> list[dict[str, Any]]:
@@ -451,22 +444,37 @@ def stage_weights(prof: Profile, ds: data.Dataset, seed: int) -> dict[tuple[str,
     return out
 
 
-def execute(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile, workers: int) -> None:
-    """Run the jobs not in ``store`` yet; each result is stored as it finishes (resume)."""
-    pending = [(k, j) for k, j in jobs if not store.has("job", k)]
-    if workers <= 1 or len(pending) <= 1:
-        for key, job in pending:
-            store.put("job", key, {"rows": run_job(job)})
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(run_job, job): key for key, job in pending}
-        for fut in as_completed(futures):
-            store.put("job", futures[fut], {"rows": fut.result()})
+@dataclasses.dataclass
+class Job:
+    """One job as a unit of the library's engines (:mod:`leakaudit.engines`)."""
+
+    job: dict[str, Any]
+
+    def run(self) -> dict[str, Any]:
+        return {"rows": run_job(self.job)}
+
+
+def engine_of(args: argparse.Namespace) -> EngineConfig:
+    """Where the jobs run: ``--engine`` with ``--workers`` (one worker: this process) and,
+    for Ray, ``--ray-address`` (or ``RAY_ADDRESS``)."""
+    if args.engine == "process" and args.workers <= 1:
+        return EngineConfig.make("serial")
+    return EngineConfig.make(args.engine, workers=args.workers,
+                             ray_address=args.ray_address)
+
+
+def execute(jobs: list[tuple[str, dict[str, Any]]], store: ResultsFile,
+            engine: EngineConfig) -> None:
+    """Run the jobs not in ``store`` yet on ``engine``; each result is stored as it
+    finishes (resume)."""
+    units = [(k, Job(j)) for k, j in jobs]
+    with Workload(engine, total=len(units), done=0, desc="leakage curves",
+                  progress=False) as work:
+        work.units(store, "job", units)
 
 
 def run_sweeps(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
-               kappas: dict[str, float], store: ResultsFile, workers: int,
+               kappas: dict[str, float], store: ResultsFile, engine: EngineConfig,
                first: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
     """The base pass (with ``first``, the grid and eps jobs, in one pool), then
     ``prof.refine`` passes adding the midpoints of every line's gaps."""
@@ -474,7 +482,7 @@ def run_sweeps(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
     sigmas = {line: list(prof.sigmas) for line in lines}
     jobs = [j for line in lines for j in sweep_jobs(prof, seed, weights, kappas, *line,
                                                     sigmas[line])]
-    execute(first + jobs, store, workers)
+    execute(first + jobs, store, engine)
     for _ in range(prof.refine):
         new = []
         for line in lines:
@@ -485,7 +493,7 @@ def run_sweeps(prof: Profile, seed: int, weights: dict[tuple[str, str], Any],
             new += list(sweep_jobs(prof, seed, weights, kappas, *line, extra))
         if not new:
             break
-        execute(new, store, workers)
+        execute(new, store, engine)
         jobs += new
     return jobs
 
@@ -888,6 +896,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "leakage_reconstructions.png")
     ap.add_argument("--data", default=None, help="dataset (default: the profile's)")
     ap.add_argument("--workers", type=at_least(1), default=2)
+    ap.add_argument("--engine", default="process", choices=ENGINES,
+                    help="where the jobs run: " + "; ".join(f"{k}: {v}" for k, v in
+                                                         ENGINE_HELP.items()))
+    ap.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="with --engine ray: the cluster (default: RAY_ADDRESS, else a "
+                    "local Ray)")
     ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--labels-only", action="store_true", help="only section (c)")
     ap.add_argument("--identification-only", action="store_true",
@@ -944,7 +958,8 @@ def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Names
     weights = stage_weights(prof, ds, args.seed)
     ident = identification_jobs(prof, args.seed)
     first = list(plan(prof, args.seed, weights, kappas)) + ident
-    jobs = first + run_sweeps(prof, args.seed, weights, kappas, store, args.workers, first)
+    jobs = first + run_sweeps(prof, args.seed, weights, kappas, store, engine_of(args),
+                              first)
     rows = collect(jobs, store)
     sweep_b = [b for b, _ in prof.sweep_attacks]
 
@@ -983,7 +998,7 @@ def identification_main(report: Report, prof: Profile, args: argparse.Namespace)
     """Only section (d) (``--identification-only``): its table, figure and CSV."""
     store = ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
     ident = identification_jobs(prof, args.seed)
-    execute(ident, store, args.workers)
+    execute(ident, store, engine_of(args))
     rows = [r for k, _ in ident for r in store.get("job", k)["rows"]]
     idc = identification_section(report, rows)
     plot_identification(rows, args.out / "leakage_identification.png")

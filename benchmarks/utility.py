@@ -31,9 +31,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
+import dataclasses
 import math
-import multiprocessing as mp
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,7 +51,9 @@ from benchmarks._common import (
     write_outputs,
 )
 from leakaudit import data, fl
+from leakaudit.engines import ENGINE_HELP, ENGINES, EngineConfig
 from leakaudit.fl import simulate
+from leakaudit.workload import Workload
 
 DELTA = 1e-5
 
@@ -199,42 +200,49 @@ def accuracy_within(row: dict[str, Any], budget: float) -> tuple[int, float] | N
     return fl.accuracy_within(row["eps_history"], row["accuracy"], budget)
 
 
+@dataclasses.dataclass
+class Training:
+    """One defense's training as a unit of the library's engines (:mod:`leakaudit.engines`):
+    its row, or the reason it failed (bad parameters, divergence)."""
+
+    name: str
+    params: dict[str, Any]
+    dataset: data.Dataset | str
+    settings: dict[str, Any]
+    seed: int
+    progress: bool
+    threads: int | None = None
+
+    def run(self) -> dict[str, Any]:
+        try:
+            return {"row": run_one(self.name, self.params, self.dataset, self.settings,
+                                   self.seed, self.progress, self.threads)}
+        except (ValueError, FloatingPointError) as exc:
+            return {"error": str(exc)}
+
+
 def _train_all(names: list[str], profile: str, ds: data.Dataset, settings: dict[str, Any],
-               seed: int, progress: bool, jobs: int,
+               seed: int, progress: bool, engine: EngineConfig,
                threads: int) -> tuple[list[dict[str, Any]], list[str]]:
-    """Train every defense, ``jobs`` at a time (worker processes load the data by name)."""
+    """Train every defense on ``engine`` (worker processes and Ray tasks load the data by
+    name; this process uses ``ds``)."""
     rows: dict[str, dict[str, Any]] = {}
     failed: list[str] = []
-
-    def done(name: str, row: dict[str, Any] | None, exc: Exception | None) -> None:
-        if exc is not None:
-            failed.append(f"{name} ({exc})")
-            print(f"  ... {name}: failed: {exc}", flush=True)
-            return
-        rows[name] = row
-        if not progress:
-            print(f"  ... {row['parameters']}: final {row['final_accuracy']:.3f} in "
-                  f"{row['seconds']:.0f} s", flush=True)
-
-    if jobs == 1:
-        for name in names:
-            try:
-                row = run_one(name, DEFENSE_PARAMS[profile].get(name, {}), ds, settings, seed,
-                              progress)
-            except (ValueError, FloatingPointError) as exc:  # bad parameters, divergence
-                done(name, None, exc)
+    here = engine.name == "serial"
+    units = [(name, Training(name, DEFENSE_PARAMS[profile].get(name, {}),
+                             ds if here else settings["dataset"], settings, seed,
+                             progress and here, None if here else threads))
+             for name in names]
+    with Workload(engine, total=len(units), done=0, desc="utility", progress=False) as work:
+        for done in work.run(units):
+            if "error" in done.record:
+                failed.append(f"{done.key} ({done.record['error']})")
+                print(f"  ... {done.key}: failed: {done.record['error']}", flush=True)
                 continue
-            done(name, row, None)
-    else:
-        with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
-            futures = {pool.submit(run_one, name, DEFENSE_PARAMS[profile].get(name, {}),
-                                   settings["dataset"], settings, seed, False, threads): name
-                       for name in names}
-            for fut in cf.as_completed(futures):
-                try:
-                    done(futures[fut], fut.result(), None)
-                except (ValueError, FloatingPointError) as exc:
-                    done(futures[fut], None, exc)
+            row = rows[done.key] = done.record["row"]
+            if not progress:
+                print(f"  ... {row['parameters']}: final {row['final_accuracy']:.3f} in "
+                      f"{row['seconds']:.0f} s", flush=True)
     return [rows[n] for n in names if n in rows], failed
 
 
@@ -253,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--jobs", type=at_least(1), default=min(4, os.cpu_count() or 1),
                     help="defenses trained at once in worker processes (default: the "
                     "CPU count, at most 4; 1 trains in this process)")
+    ap.add_argument("--engine", default="process", choices=ENGINES,
+                    help="where the trainings run (--jobs 1: this process): " + "; ".join(
+                        f"{k}: {v}" for k, v in ENGINE_HELP.items()))
+    ap.add_argument("--ray-address", default=None, metavar="ADDR",
+                    help="with --engine ray: the cluster (default: RAY_ADDRESS, else a "
+                    "local Ray)")
     ap.add_argument("--budget", type=float, default=None,
                     help="sound eps budget of the equal-privacy table (default: fed-cdp's "
                     "final sound eps in this run)")
@@ -321,8 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     clock = Stopwatch()
     try:
+        engine = (EngineConfig.make("serial") if args.engine == "process" and args.jobs == 1
+                  else EngineConfig.make(args.engine, workers=args.jobs,
+                                         ray_address=args.ray_address))
         rows, failed = _train_all(names, args.profile, ds, settings, args.seed, args.progress,
-                                  args.jobs, args.threads)
+                                  engine, args.threads)
     finally:
         torch.set_num_threads(before)
     total = clock.seconds

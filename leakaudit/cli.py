@@ -214,14 +214,14 @@ def _audit_command(sub: Any) -> None:
     a.add_argument("--out", default="results", help="directory for md/csv/tex/json/png and "
                    "the resumable results file (results.jsonl)")
     a.add_argument("--engine", default=_default(audit, "engine"), choices=ENGINES,
-                   help="where the attack cells run: " + "; ".join(
+                   help="where the trainings and the attack cells run: " + "; ".join(
                        f"{name}: {ENGINE_HELP[name]}" for name in ENGINES))
     a.add_argument("--workers", type=_int_at_least(1), default=None,
                    help="worker processes of --engine process, CPUs of a local Ray (default: "
                    "the CPUs, at most 4; refused with --engine serial)%(default).0s")
     a.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="with --engine ray: the Ray cluster to use (default: a local "
-                   "Ray)%(default).0s")
+                   help="with --engine ray: the Ray cluster to use, HOST:PORT (default: "
+                   "the one RAY_ADDRESS names, else a local Ray)%(default).0s")
     _attacked_client_flags(a, plan, STAGES, DEFAULT_STAGES)
 
 
@@ -241,8 +241,8 @@ def _attacked_client_flags(a: argparse.ArgumentParser, plan: Any, stages: dict[s
                        " training rounds)" for name, rounds in stages.items())
                    + f" (default: {' '.join(default_stages)})%(default).0s")
     a.add_argument("--device", default=_default(plan, "device"),
-                   help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
-                   "default: the CPU)%(default).0s")
+                   help="where the attacks run: cpu, cuda[:i] or auto (the GPU of the worker "
+                   "that runs the cell when it has one; default: the CPU)%(default).0s")
     a.add_argument("--empirical", type=_int_at_least(100), nargs="?", const=2000,
                    default=None, metavar="TRIALS",
                    help="also measure a lower bound on eps of each defense (privacy-audit "

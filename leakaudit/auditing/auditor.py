@@ -4,11 +4,11 @@ Data flows one way (docs/attacks.md, "The audit"):
   data -> simulator (+ defense) -> leak point -> attack -> metrics -> report.
 
 The settings are objects built and checked once (:class:`AuditPlan`: what is attacked and
-with what budget, at which ``stages``; :class:`~.engines.EngineConfig`: where;
-:class:`leakaudit.fl.FLConfig`: each federated run, built by :func:`_training_run` and
-:func:`_attacked_round` and run by the one call of the simulator, :func:`_simulate`); the
-defenses are resolved by :func:`leakaudit.fl.resolve_defenses`, as everywhere (a bare name
-with the profile's defense parameters, ``AuditProfile.defense_params``, as its base).
+with what budget, at which ``stages``; :class:`~.engines.EngineConfig`: where); below the
+API the resolved settings travel as one object (:class:`.trainings.Setting`: plan, data,
+model, clients, seed), which makes each federated run; the defenses are resolved by
+:func:`leakaudit.fl.resolve_defenses`, as everywhere (a bare name with the profile's
+defense parameters, ``AuditProfile.defense_params``, as its base).
 
 Per defense a *training* run (the profile's federated setting, with the profile's defense
 parameters, at which the quick profile's defended models learn) gives test accuracy and the
@@ -28,12 +28,17 @@ the audit is :func:`leakaudit.audit_observations`'s: the same job builder and ru
 defenses give the very same observation (points 0 and 1 of a defense acting elsewhere,
 point 2 of every defense acting after the local step), the others reuse its record.
 
-Every finished cell is appended to the results file; a rerun with the same file skips what
-is done (:mod:`.results`). The attack cells (:mod:`.cells`) are independent and run on an *engine*
-(:mod:`.engines`): "serial" (this process), "process" (a local process pool) or "ray" (Ray tasks,
-on a local Ray instance or a cluster). Whatever the engine, results come back to this process,
-which alone writes the results file, as each cell finishes: resuming works the same way and
-the same seed gives the same table.
+The trainings (the profile's run under each defense, and a shorter run per stage of fewer
+rounds) and the attack cells are *units* of an engine (:mod:`leakaudit.engines`): "serial"
+(this process), "process" (a local process pool) or "ray" (Ray tasks, on a local Ray or a
+cluster). The trainings run first, all at once on the engine; each stores its record and the
+weights a stage attacks, so a resumed audit never trains again. Whatever the engine, results
+come back to this process, which alone writes the results file, as each unit finishes; a
+rerun with the same file skips what is done. Every simulation of the audit runs on one torch
+thread (a unit's, and the attacked round's here), so the same seed gives the same table on
+every engine and every machine. One progress bar counts every unit, and a line at the end
+says how many ran, their CPU time and how many were reused
+(:class:`leakaudit.workload.Workload`).
 """
 
 from __future__ import annotations
@@ -43,9 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .. import attacks as attacks_mod
 from .. import data as data_mod
@@ -62,12 +65,13 @@ from .._validate import (
     check_selection,
     legacy_call,
 )
-from ..fl.simulate import evaluate
 from ..records import ResultsFile, fingerprint
+from ..workload import Workload
 from .cells import AttackBudget, CellJob
-from .engines import ENGINES, Engine, EngineConfig, fold_engine
-from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
+from .engines import ENGINES, EngineConfig, fold_engine
+from .pipeline import resolve_attacks, run_jobs
 from .report import AuditReport
+from .trainings import Setting, Training
 
 __all__ = ["audit", "AuditPlan", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES",
            "DEFAULT_STAGES", "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS", "STAGES"]
@@ -174,7 +178,8 @@ class AuditPlan:
     batch_size: int = 1
     local_steps: int = 1
     stages: tuple[str, ...] = ("initial",)
-    #: where the attacks run ("cpu", "cuda", ...; None: the CPU, where the model is built)
+    #: where the attacks run ("cpu", "cuda", ...; "auto": the GPU of the worker that runs the
+    #: cell if it has one, else its CPU; None: the CPU, where the model is built)
     device: str | None = None
     delta: float = 1e-5
     trained: bool = False
@@ -234,7 +239,8 @@ class AuditPlan:
                 threshold=threshold),
             batch_size=check_int("batch_size", batch_size, 1),
             local_steps=check_int("local_steps", local_steps, 1),
-            stages=chosen_stages, device=None if where is None else str(where),
+            stages=chosen_stages, device=None if where is None
+            else "auto" if device == "auto" else str(where),
             delta=check_probability("delta", delta), trained=check_bool("trained", trained))
 
     def replace(self, **changes: Any) -> AuditPlan:
@@ -347,12 +353,14 @@ def audit(
             (defense, stage) with the attacked weights' accuracy and eps spent; device, delta,
             whether ``model`` is already trained); default ``AuditPlan.make()`` (the "quick"
             profile, the "initial" stage).
-        engine: where the attack cells run: "process" (default; a local pool of spawned
-            processes: call audit() under ``if __name__ == "__main__":`` in a script),
-            "serial" (this process) or "ray" (one Ray task per cell; ``pip install
+        engine: where the units run (trainings and attack cells): "process" (default; a
+            local pool of spawned processes: call audit() under
+            ``if __name__ == "__main__":`` in a script), "serial" (this process) or "ray"
+            (one Ray task per unit; ``pip install
             leakaudit[ray]``), or an :class:`EngineConfig` with the workers and the Ray
-            address. Training runs in this process for every engine, and the same seed
-            gives the same results whatever the engine and the number of workers.
+            address (None: a local Ray, or the cluster ``RAY_ADDRESS`` names). The trainings
+            and the attack cells run there, and the same seed gives the same results
+            whatever the engine and the number of workers.
         seed: the one seed (data split, model, training, attacks).
         results: path of the JSON-lines results file (resume); None keeps results in memory.
         progress: a progress bar.
@@ -377,36 +385,27 @@ def audit(
                       plan.trained, clients)
               | _empirical_config(measure))
     store = ResultsFile(results, config)
+    setting = Setting(plan, ds, model, clients, seed)
     cells = [(d, *c) for d in defs for c in _cells(plan)]
-    todo = sum(not store.has("cell", _cell_key(*c)) for c in cells) + sum(
-        store.get("training", d.describe()) is None for d in defs)
-    total = len(cells) + len(defs)
-    # a resumed audit starts its bar at what is done: the rate (and the ETA) is this run's
-    bar = tqdm(total=total, initial=total - todo, disable=not progress, desc="audit")
+    units = [u for d in defs for u in _training_units(d, setting)]
+    pending = [u for u in units if _training_pending(u, store, cells)]
+    todo = sum(not store.has("cell", _cell_key(*c)) for c in cells) + len(pending)
+    total = len(cells) + len(units)
     report = AuditReport(config=config, threshold=plan.threshold, delta=plan.delta)
-    runner: Engine | None = None
     memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
-    try:
+    # one bar over every unit, started at what is done: the rate (and the ETA) is this run's
+    with Workload(runs_on, total=total, done=total - todo, desc="audit",
+                  progress=progress) as work:
+        _train(pending, setting, store, work)
         for d in defs:
-            stored = store.get("training", d.describe()) is not None
-            trained_net: dict[str, nn.Module] = {}  # the training run's model once trained
-            train = _training(d, store, bar, ds, model, plan, clients, seed, plan.delta,
-                              plan.trained, measure, trained_net)
+            work.describe(f"{d.name}: measure eps" if measure is not None else d.name)
+            train = _with_measured(store.get("training", d.describe()), d, store,
+                                   plan.points, measure, seed, plan.delta)
             report.add_defense(d.describe(), d.name, train)
-            if not stored:
-                bar.update(1)
             for stage in plan.stages:
-                jobs = _stage(d, stage, cells, store, bar, report, ds, model, plan, clients,
-                              seed, train, trained_net)
-                if not jobs:
-                    continue
-                if runner is None:  # started at the first pending cell: a full resume starts none
-                    runner = runs_on.start()
-                run_jobs(jobs, runner, store, on_done=lambda: bar.update(1), memo=memo)
-    finally:
-        if runner is not None:
-            runner.close()
-        bar.close()
+                jobs = _stage(d, stage, setting, cells, store, report)
+                work.describe(f"{d.name}: attack {stage}")
+                run_jobs(jobs, work, store, on_done=work.advance, memo=memo)
     return _with_cells(report, store, cells)
 
 
@@ -427,47 +426,109 @@ def _check_sizes(plan: AuditPlan, ds: data_mod.Dataset, clients: int) -> None:
                          f"clients), got {plan.batch_size}")
 
 
-def _stage(d: defenses_mod.Defense, stage: str, cells: list[tuple], store: ResultsFile,
-           bar: Any, report: AuditReport, ds: data_mod.Dataset, model: nn.Module,
-           plan: AuditPlan, clients: int, seed: int, train: dict[str, Any],
-           trained_net: dict[str, nn.Module]) -> list[tuple[str, CellJob]]:
-    """One stage of one defense: its record into the report (stored, or the stage's
-    weights made now and stored) and the jobs of its pending cells (none when resumed; the
-    progress bar started at the cells already done)."""
-    own = [c for c in cells if c[0] is d and c[1] == stage]
-    pending = [c for c in own if not store.has("cell", _cell_key(*c))]
+@dataclass(frozen=True)
+class _Unit:
+    """A training of the audit: its record's kind ("training": the profile's run, whose
+    record is the defense's row; "stage": the run to a stage's weights), its key, the
+    stages that attack its weights, and the unit itself."""
+
+    kind: str
+    key: str
+    defense: defenses_mod.Defense
+    stages: tuple[str, ...]
+    training: Training
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}|{self.key}"
+
+
+def _stage_rounds(plan: AuditPlan, stage: str) -> int:
+    """The training rounds before the attacked weights of ``stage`` (0: the given model)."""
+    rounds = STAGES[stage]
+    return (0 if plan.trained else plan.rounds) if rounds is None else rounds
+
+
+def _training_units(d: defenses_mod.Defense, setting: Setting) -> list[_Unit]:
+    """The trainings of defense ``d``: the profile's run (its weights serve the stages of
+    that many rounds) and one run per stage of fewer rounds."""
+    plan = setting.plan
+    rounds = {s: _stage_rounds(plan, s) for s in plan.stages}
+    full = tuple(s for s, r in rounds.items() if r == plan.rounds and not plan.trained)
+    units = [_Unit("training", d.describe(), d, full, setting.training(d))]
+    for s, r in rounds.items():
+        if r and s not in full:
+            units.append(_Unit("stage", f"{d.describe()}|{s}", d, (s,),
+                               setting.training(d, r)))
+    return units
+
+
+def _training_pending(unit: _Unit, store: ResultsFile, cells: list[tuple]) -> bool:
+    """Whether ``unit`` must run: its record is missing, or a stage with pending cells
+    attacks its weights and they are not stored."""
+    if not store.has(unit.kind, unit.key):
+        return True
+    return not store.has("weights", unit.id) and any(
+        c[0] is unit.defense and c[1] in unit.stages and not store.has("cell", _cell_key(*c))
+        for c in cells)
+
+
+def _train(units: list[_Unit], setting: Setting, store: ResultsFile, work: Workload) -> None:
+    """Run the pending trainings on the engine; each stores its weights and, unless stored,
+    its record as it finishes."""
+    by_id = {u.id: u for u in units}
+    if units:
+        work.describe(f"train ({len(units)} runs)")
+    for done in work.run([(u.id, u.training) for u in units]):
+        unit, rec = by_id[done.key], dict(done.record)
+        weights = rec.pop("weights")
+        if unit.stages:  # a stage attacks them: kept, so that a resumed audit need not train
+            store.put("weights", unit.id, weights)
+        if not store.has(unit.kind, unit.key):
+            store.put(unit.kind, unit.key, _training_record(unit, setting.plan, rec))
+        work.advance()
+
+
+def _training_record(unit: _Unit, plan: AuditPlan, rec: dict[str, Any]) -> dict[str, Any]:
+    """A training's record: the defense's row ("training") or a stage's ("stage")."""
+    d = unit.defense
+    if unit.kind == "stage":
+        stage = unit.stages[0]
+        return {"stage": stage, "rounds": _stage_rounds(plan, stage),
+                **{k: rec[k] for k in ("accuracy", "eps_claimed", "eps_sound")}}
+    return {"defense": d.describe(), "name": d.name, "level": d.level,
+            **{k: rec[k] for k in ("accuracy", "eps_claimed", "eps_sound", "eps_sound_rdp")},
+            "reason": d.claimed_vs_sound if d.level != "none" else "no DP guarantee",
+            "settings": rec["settings"]}
+
+
+def _stage(d: defenses_mod.Defense, stage: str, setting: Setting, cells: list[tuple],
+           store: ResultsFile, report: AuditReport) -> list[tuple[str, CellJob]]:
+    """One stage of one defense: its record into the report (stored, or made now from the
+    training's and stored) and the jobs of its pending cells (none when resumed)."""
+    plan = setting.plan
+    pending = {_cell_key(*c) for c in cells if c[0] is d and c[1] == stage
+               and not store.has("cell", _cell_key(*c))}
     key = f"{d.describe()}|{stage}"
-    done = store.get("stage", key)
-    if not pending and done is not None:
-        report.add_stage(d.describe(), stage, done)
-        return []
-    bar.set_description(f"{d.name}: {stage} weights")
-    start, info = _stage_model(d, ds, model, plan, clients, seed, stage, train, trained_net)
-    if done is None:
-        store.put("stage", key, info)
-    report.add_stage(d.describe(), stage, done or info)
+    rounds = _stage_rounds(plan, stage)
+    if not store.has("stage", key):  # a stage of its own training stored it already
+        train = store.get("training", d.describe())
+        info = {k: train[k] for k in ("accuracy", "eps_claimed", "eps_sound")}
+        if rounds == 0:
+            spent = None if plan.trained else 0.0  # given trained weights: eps unknown
+            info = {"accuracy": setting.accuracy(setting.model), "eps_claimed": spent,
+                    "eps_sound": spent}
+        store.put("stage", key, finite_json({"stage": stage, "rounds": rounds, **info}))
+    report.add_stage(d.describe(), stage, store.get("stage", key))
     if not pending:
         return []
-    bar.set_description(f"{d.name}: attack {stage}")
-    return _attack_jobs(d, ds, start, model, plan, clients, seed, stage,
-                        pending={_cell_key(*c) for c in pending})
-
-
-def _training(d: defenses_mod.Defense, store: ResultsFile, bar: Any, ds: data_mod.Dataset,
-              model: nn.Module, plan: AuditPlan, clients: int, seed: int, delta: float,
-              trained: bool, measure: MeasuredEps | None,
-              trained_net: dict[str, nn.Module]) -> dict[str, Any]:
-    """The defense's training record (stored, or trained now and stored, its model kept in
-    ``trained_net["model"]`` for the "trained" stage), with the measured eps when asked; the
-    progress bar says which phase runs."""
-    bar.set_description(f"{d.name}: train")
-    train = store.get("training", d.describe())
-    if train is None:
-        train = _train_record(d, ds, model, plan, clients, seed, delta, trained, trained_net)
-        store.put("training", d.describe(), train)
-    if measure is not None and "eps_measured" not in train:
-        bar.set_description(f"{d.name}: measure eps")
-    return _with_measured(train, d, store, plan.points, measure, seed, delta)
+    if rounds == 0:
+        start = copy.deepcopy(setting.model)
+    else:
+        unit = "training|" + d.describe() if rounds == plan.rounds else "stage|" + key
+        start = setting.weights(store.get("weights", unit))
+    return setting.attack_jobs(d, start, key=lambda t: f"{key}|{t.observation.point}",
+                               pending=pending)
 
 
 def _cells(plan: AuditPlan) -> list[tuple[str, int, str, int]]:
@@ -515,112 +576,6 @@ def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
     return train
 
 
-def _attack_round(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
-                  plan: AuditPlan, clients: int, seed: int) -> fl.Run:
-    """The attacked round: one round from the stage's weights ``start``, L local steps of
-    batch B, taps at the audited points for ``plan.examples`` clients (each holding exactly
-    B examples when L > 1: L local epochs)."""
-    taps = [fl.Tap(p, clients=plan.examples) for p in plan.points]
-    if plan.local_steps > 1:  # each attacked client holds B examples: L local epochs
-        holdings = _holdings(len(ds.y_train), plan.examples, plan.batch_size, seed)
-        config = _attacked_round(plan, plan.examples, seed, taps=taps, partition=holdings)
-    else:
-        config = _attacked_round(plan, clients, seed, taps=taps)
-    return _simulate(d, ds, start, config)
-
-
-def _training_run(plan: AuditPlan, clients: int, rounds: int, seed: int) -> fl.FLConfig:
-    """The profile's federated training run, ``rounds`` rounds."""
-    prof = plan.profile
-    return fl.FLConfig.make(clients=clients, clients_per_round=prof.clients_per_round,
-                            rounds=rounds, local_steps=prof.local_steps,
-                            batch_size=prof.batch_size, lr=prof.lr, optimizer=prof.optimizer,
-                            seed=seed, progress=False)
-
-
-def _attacked_round(plan: AuditPlan, clients: int, seed: int, *, clients_per_round: int | None
-                    = None, local_steps: int | None = None, batch_size: int | None = None,
-                    taps: Sequence[fl.Tap] = (), partition: Any = "iid") -> fl.FLConfig:
-    """One round at the attacks' learning rate, on batches of exactly B (the attacks'
-    view: "shuffle" batches), by the attacked clients (default: ``plan.examples`` of them,
-    L and B the plan's)."""
-    return fl.FLConfig.make(
-        clients=clients, rounds=1, lr=plan.profile.attack_lr, batch_sampling="shuffle",
-        clients_per_round=plan.examples if clients_per_round is None else clients_per_round,
-        local_steps=plan.local_steps if local_steps is None else local_steps,
-        batch_size=plan.batch_size if batch_size is None else batch_size,
-        taps=taps, partition=partition, seed=seed, progress=False)
-
-
-def _simulate(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-              config: fl.FLConfig) -> fl.Run:
-    """The audit's one call of the simulator: a fresh copy of the defense (each run starts
-    its state afresh) on ``model`` (copied by the simulator)."""
-    return fl.simulate(model, dataset=ds, defense=copy.deepcopy(d), config=config)
-
-
-def _attack_jobs(d: defenses_mod.Defense, ds: data_mod.Dataset, start: nn.Module,
-                 model: nn.Module, plan: AuditPlan, clients: int, seed: int, stage: str,
-                 pending: set[str]) -> list[tuple[str, CellJob]]:
-    """The attacked round's observations (from the stage's weights ``start``), through the
-    pipeline every audit shares (:func:`.pipeline.build_jobs`): one job per pending cell."""
-    run = _attack_round(d, ds, start, plan, clients, seed)
-    targets = [Target(observation=obs, truth=run.truth(obs), defense=d.describe(),
-                      example=e, seed=seed + e)
-               for p in plan.points for e, obs in enumerate(run.observations_at(p))
-               if e < plan.examples]
-    return build_jobs(targets, plan.attacks, model, input_shape=ds.input_shape,
-                      num_classes=ds.num_classes, threshold=plan.threshold,
-                      max_iterations=plan.max_iterations, restarts=plan.restarts,
-                      image=ds.kind == "image", device=plan.device,
-                      key=lambda i, t, a: _cell_key(d, stage, t.observation.point, a,
-                                                    t.example),
-                      pending=pending.__contains__)
-
-
-def _stage_model(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                 plan: AuditPlan, clients: int, seed: int, stage: str,
-                 train: dict[str, Any], trained_net: dict[str, nn.Module]
-                 ) -> tuple[nn.Module, dict[str, Any]]:
-    """The weights of the audited ``stage`` and their record: the starting model, or that
-    model after ``STAGES[stage]`` rounds of the profile's training run under the defense
-    ("trained": all ``plan.rounds``, the training run's own model; with ``plan.trained``,
-    the given weights); the record holds the rounds, the test accuracy of these weights and
-    the eps their training spent (0 before any round)."""
-    rounds = STAGES[stage]
-    rounds = (0 if plan.trained else plan.rounds) if rounds is None else rounds
-    info: dict[str, Any] = {"stage": stage, "rounds": rounds}
-    if rounds == 0:
-        net = copy.deepcopy(model)
-        spent = None if plan.trained else 0.0  # given trained weights: their eps is unknown
-        return net, finite_json({**info, "accuracy": _accuracy(net, ds), "eps_claimed": spent,
-                                 "eps_sound": spent})
-    if rounds == plan.rounds and not plan.trained:
-        if "model" not in trained_net:  # resumed: the same seed trains the same model
-            _train_record(d, ds, model, plan, clients, seed, plan.delta, plan.trained,
-                          trained_net)
-        return trained_net["model"], {**info, **{k: train[k] for k in (
-            "accuracy", "eps_claimed", "eps_sound")}}
-    run = _simulate(d, ds, model, _training_run(plan, clients, rounds, seed))
-    return run.model, finite_json({**info, "accuracy": run.final_accuracy,
-                                   "eps_claimed": run.epsilon(plan.delta, "claimed"),
-                                   "eps_sound": run.epsilon(plan.delta, "sound")})
-
-
-def _accuracy(model: nn.Module, ds: data_mod.Dataset) -> float:
-    """Test accuracy of ``model`` (as the simulator measures it)."""
-    params = dict(model.named_parameters())
-    buffers = dict(model.named_buffers())
-    return evaluate(model, params, buffers, ds.x_test, ds.y_test)[0]
-
-
-def _holdings(n: int, clients: int, batch_size: int, seed: int) -> list[list[int]]:
-    """Disjoint sets of ``batch_size`` training examples, one per attacked client (that they
-    fit: :func:`_check_sizes`)."""
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    return [order[i * batch_size:(i + 1) * batch_size].tolist() for i in range(clients)]
-
-
 def _cell_key(d: defenses_mod.Defense, stage: str, point: int, attack: str,
               example: int) -> str:
     return f"{d.describe()}|{stage}|{point}|{attack}|{example}"
@@ -629,30 +584,3 @@ def _cell_key(d: defenses_mod.Defense, stage: str, point: int, attack: str,
 def _weights_digest(model: nn.Module) -> str:
     flat = [float(p.detach().double().sum()) for p in model.state_dict().values()]
     return fingerprint({"sums": flat})
-
-
-def _train_record(d: defenses_mod.Defense, ds: data_mod.Dataset, model: nn.Module,
-                  plan: AuditPlan, clients: int, seed: int, delta: float,
-                  trained: bool, trained_net: dict[str, nn.Module] | None = None
-                  ) -> dict[str, Any]:
-    """Accuracy and claimed/sound eps of the profile's training run (with ``trained``: of
-    the one audited round on the given weights); its model into ``trained_net["model"]``."""
-    if trained:
-        config = _attacked_round(plan, clients, seed,
-                                 clients_per_round=plan.profile.clients_per_round,
-                                 local_steps=1, batch_size=1)
-    else:
-        config = _training_run(plan, clients, plan.rounds, seed)
-    run = _simulate(d, ds, model, config)
-    if trained_net is not None and not trained:
-        trained_net["model"] = run.model
-    return finite_json({
-        "defense": d.describe(), "name": d.name, "level": d.level,
-        "accuracy": run.final_accuracy,
-        "eps_claimed": run.epsilon(delta, "claimed"),
-        # the tightest certified bound the sound ledger allows (exact Gaussian, PLD or RDP)
-        "eps_sound": run.epsilon(delta, "sound"),
-        "eps_sound_rdp": run.epsilon(delta, "sound", method="rdp"),
-        "reason": d.claimed_vs_sound if d.level != "none" else "no DP guarantee",
-        "settings": {k: v for k, v in run.settings.items() if k != "defense"},
-    })

@@ -107,6 +107,10 @@ class CellJob:
     threshold: float
     image: bool
 
+    def run(self) -> dict[str, Any]:
+        """The cell's record (:func:`run_cell`): a unit of the engines."""
+        return run_cell(self)
+
 
 def run_cell(job: CellJob) -> dict[str, Any]:
     """Attack, then score (a pure function: runs in a worker).

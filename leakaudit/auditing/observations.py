@@ -15,13 +15,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from .._validate import Moved, check_int, check_keys, check_probability, legacy_call
 from ..records import GroundTruth, Observation, ResultsFile, fingerprint
+from ..workload import Workload
 from .cells import AttackBudget
 from .engines import EngineConfig, fold_engine
-from .pipeline import Target, build_jobs, resolve_attacks, run_jobs
+from .pipeline import CellSetting, Target, build_jobs, resolve_attacks, run_jobs
 from .pipeline import records as stored
 from .report import AuditReport
 
@@ -107,11 +107,9 @@ def audit_observations(
     report = AuditReport(config=config, threshold=budget.threshold, delta=delta)
     for label, record in records.items():
         report.add_defense(label, label, dict(record))
-    image = len(input_shape) == 3
-    jobs = build_jobs(_targets(observations, truths, seed), chosen, model,
-                      input_shape=input_shape, num_classes=num_classes,
-                      threshold=budget.threshold, max_iterations=budget.max_iterations,
-                      restarts=budget.restarts, image=image,
+    cells = CellSetting(input_shape=input_shape, num_classes=num_classes,
+                        image=len(input_shape) == 3, budget=budget)
+    jobs = build_jobs(_targets(observations, truths, seed), chosen, model, cells,
                       key=lambda i, t, a: f"{i}|{a}")
     _run_pending(jobs, store, runs_on, progress)
     for rec in stored(store, [key for key, _ in jobs]):
@@ -122,16 +120,9 @@ def audit_observations(
 def _run_pending(jobs: list, store: ResultsFile, runs_on: EngineConfig, progress: bool) -> None:
     """Run the jobs the results file does not hold yet, each result stored as it ends."""
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
-    bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
-               desc="audit observations: attack")
-    runner = runs_on.start() if pending else None
-    try:
-        if runner is not None:
-            run_jobs(pending, runner, store, on_done=lambda: bar.update(1))
-    finally:
-        if runner is not None:
-            runner.close()
-        bar.close()
+    with Workload(runs_on, total=len(jobs), done=len(jobs) - len(pending),
+                  desc="audit observations: attack", progress=progress) as work:
+        run_jobs(pending, work, store, on_done=work.advance)
 
 
 def _digest(observations: list) -> str:

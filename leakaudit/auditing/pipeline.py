@@ -25,12 +25,13 @@ from torch import nn
 
 from .. import attacks as attacks_mod
 from .._validate import check_selection
+from ..engines import Engine
 from ..records import GroundTruth, Observation, ResultsFile
-from .cells import AttackSpec, CellJob, content_key, relabelled
-from .engines import Engine
+from ..workload import Workload
+from .cells import AttackBudget, AttackSpec, CellJob, content_key, relabelled
 
-__all__ = ["Target", "build_jobs", "protocol_options", "records", "resolve_attacks", "run_jobs",
-           "with_weights"]
+__all__ = ["CellSetting", "Target", "build_jobs", "protocol_options", "records",
+           "resolve_attacks", "run_jobs", "with_weights"]
 
 
 @dataclass(frozen=True)
@@ -91,18 +92,30 @@ def with_weights(model: nn.Module, weights: Mapping[str, torch.Tensor]) -> nn.Mo
     return net
 
 
+@dataclass(frozen=True)
+class CellSetting:
+    """What every cell of one call shares: the ``input_shape`` and ``num_classes`` the
+    protocol tells the attacks, whether the inputs are images (``image``: SSIM is scored),
+    the attack ``budget`` with its success threshold, and the ``device`` of the attacks."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    image: bool
+    budget: AttackBudget
+    device: str | None = None
+
+
 def build_jobs(targets: Sequence[Target], attacks: Sequence[str | attacks_mod.Attack],
-               model: nn.Module, *,
-               input_shape: Sequence[int], num_classes: int, threshold: float,
-               max_iterations: int, restarts: int, image: bool,
-               key: Callable[[int, Target, str], str], device: str | None = None,
+               model: nn.Module, setting: CellSetting, *,
+               key: Callable[[int, Target, str], str],
                pending: Callable[[str], bool] = lambda key: True
                ) -> list[tuple[str, CellJob]]:
     """One cell per (target, attack) whose key (``key(i, target, attack)``) is ``pending``:
     the model at the leak point, the observed gradient, the protocol's facts and the budget
     (the attacker's view), and apart the truth."""
     jobs = []
-    shape = tuple(int(s) for s in input_shape)
+    shape = tuple(int(s) for s in setting.input_shape)
+    budget = setting.budget
     chosen = resolve_attacks(attacks)
     for i, t in enumerate(targets):
         keys = [(a, key(i, t, a.name)) for a in chosen]
@@ -113,18 +126,19 @@ def build_jobs(targets: Sequence[Target], attacks: Sequence[str | attacks_mod.At
         net = with_weights(model, obs.weights)
         for a, k in keys:
             spec = AttackSpec.make(a, net, obs.as_gradient(), input_shape=shape,
-                                   num_classes=int(num_classes),
+                                   num_classes=int(setting.num_classes),
                                    batch_size=obs.examples_behind,
-                                   max_iterations=max_iterations, restarts=restarts,
-                                   seed=t.seed, options=protocol_options(a, obs),
-                                   device=device)
+                                   max_iterations=budget.max_iterations,
+                                   restarts=budget.restarts, seed=t.seed,
+                                   options=protocol_options(a, obs), device=setting.device)
             jobs.append((k, CellJob(defense=t.defense, point=int(obs.point),
                                     example=t.example, spec=spec, truth=t.truth,
-                                    threshold=float(threshold), image=image)))
+                                    threshold=float(budget.threshold),
+                                    image=setting.image)))
     return jobs
 
 
-def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile,
+def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine | Workload, store: ResultsFile,
              on_done: Callable[[], Any] = lambda: None,
              memo: dict[str, dict[str, Any]] | None = None) -> None:
     """Run the cells on ``runner``; each record is stored (by this process, the one writer)
@@ -165,10 +179,10 @@ def run_jobs(jobs: list[tuple[str, CellJob]], runner: Engine, store: ResultsFile
                 put(i, memo[contents[i]])
 
     follow()
-    for k, rec in runner.run([jobs[i] for i in sorted(runs)]):
-        i = index[k]
-        memo[contents[i]] = rec
-        put(i, rec)
+    for done in runner.run([jobs[i] for i in sorted(runs)]):
+        i = index[done.key]
+        memo[contents[i]] = done.record
+        put(i, done.record)
         follow()
 
 

@@ -62,8 +62,11 @@ Pitfalls (read before trusting a number):
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -74,6 +77,7 @@ from accounting import PrivacyLedger, tightest_epsilon
 from ..defenses import Defense
 from ..defenses import get as get_defense
 from ..defenses.base import ClientContext, DefenseWrapper
+from ..engines import EngineConfig
 from ..neighbours import canary_out
 from ..scoring import fdp
 from ..scoring.bounds import bounds_from_scores, gdp_epsilon
@@ -395,11 +399,13 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
                            canaries: int | None = None, runs: int | None = None,
                            canary: str | None = None, rounds: int = 5, delta: float = 1e-5,
                            confidence: float = 0.95, seed: int = 0,
+                           seeds: Sequence[int] | None = None,
                            defense_params: dict[str, Any] | None = None,
                            guesses: Sequence[tuple[float, float]] | str = "planned",
-                           **simulate_options: Any) -> PrivacyReport:
+                           engine: str | EngineConfig = "serial", results: str | None = None,
+                           progress: bool = False, **simulate_options: Any) -> PrivacyReport:
     """eps_lower and mu_lower of a whole training run next to its eps_claimed and eps_sound
-    (at ``delta``), in one row.
+    (at ``delta``), one row per seed (``seed``, or each of ``seeds``).
 
     One run (default, ``canaries`` = m, 1000 if not given) or ``runs`` = R runs with one
     canary each (multi-run mode); see the module docstring for the bounds, the canaries
@@ -415,18 +421,57 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
     ``batch_size``; with canary clients, the population is ``clients`` plus the canary
     clients and the client sampling applies to all).
 
+    The trainings are units of an engine (``engine``: "serial", the default, "process" or
+    "ray", or an :class:`~leakaudit.engines.EngineConfig` with a cluster's address): one
+    per seed in the one-run mode, one per run in the multi-run mode. Each carries its own
+    seeds, so every engine gives the same rows; with ``results`` (a JSON-lines file) each
+    is stored as it finishes and a rerun skips those done. ``progress``: one bar over the
+    trainings and a line of their cost.
+
     Raises ValueError (before any work) for canaries < 2, runs < :data:`MIN_RUNS`,
     ``canaries`` > 1 together with ``runs``, an option of the repeated-release audit
-    (``trials``, ``statistic``, ...), or a defense that releases nothing it protects where
-    the canaries are asked for.
+    (``trials``, ``statistic``, ...), ``seed`` together with ``seeds``, a bad engine, or a
+    defense that releases nothing it protects where the canaries are asked for.
     """
-    from .. import data
+    from ..records import ResultsFile
+    from ..workload import Workload
+
+    m, runs, inner, kind, chosen = _check_training_audit(
+        defense, canaries, runs, canary, rounds, delta, confidence, seed, seeds,
+        defense_params, guesses, simulate_options)
+    runs_on = EngineConfig.of(engine)
+    config = {"kind": "privacy_audit_training", "mode": "one-run" if runs is None else
+              "multi-run", "canaries": m, "runs": runs, "rounds": rounds, "delta": delta,
+              "confidence": confidence, "seed": seed if seeds is None else chosen}
+    store = ResultsFile(results, {**config, "defense": inner.describe(), "canary": kind,
+                                  "dataset": repr(dataset), "guesses": repr(guesses),
+                                  "options": repr(sorted(simulate_options.items()))})
+    one = functools.partial(_training_row, inner, kind, m, runs, dataset, rounds, delta,
+                            confidence, simulate_options, guesses)
+    total = len(chosen) * (1 if runs is None else runs)
+    done = sum(store.has("training", k) for s in chosen for k, _ in one(s, None))
+    report = PrivacyReport(config=config)
+    with Workload(runs_on, total=total, done=done, desc="privacy audit: train",
+                  progress=progress) as work:
+        for s in chosen:
+            report.add(one(s, lambda jobs: work.units(store, "training", jobs)))
+    return report
+
+
+def _check_training_audit(defense: str | Defense, canaries: int | None, runs: int | None,
+                          canary: str | None, rounds: int, delta: float, confidence: float,
+                          seed: int, seeds: Sequence[int] | None,
+                          defense_params: dict[str, Any] | None, guesses: Any,
+                          options: dict[str, Any]
+                          ) -> tuple[int, int | None, Defense, str, list[int]]:
+    """The checked settings of :func:`privacy_audit_training` (ValueError naming the
+    argument, before any work): canaries, runs, the defense, the canary kind, the seeds."""
     from .._validate import check_int, check_probability
 
     if runs is not None and canaries is not None and canaries != 1:
         raise ValueError(f"canaries={canaries!r} with runs={runs!r}: the one-run (many "
                          "canaries) and multi-run (one canary per run) modes never mix")
-    for key in simulate_options:
+    for key in options:
         if key in MULTI_RUN_OPTIONS:
             raise ValueError(f"{key} is an option of the repeated-release audit "
                              "(privacy_audit); a training-run audit does not take it (the "
@@ -438,6 +483,14 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
         m = 1
     check_int("rounds", rounds, 1)
     check_int("seed", seed, 0)
+    if seeds is not None:
+        if seed != 0:
+            raise ValueError(f"give seed or seeds, not both (seed={seed}, seeds={seeds!r})")
+        if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+            raise ValueError(f"seeds must be a non-empty sequence of seeds, got {seeds!r}")
+        chosen = [check_int("seeds", s, 0) for s in seeds]
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"seeds must be distinct, got {list(seeds)}")
     check_probability("delta", delta)
     check_probability("confidence", confidence)
     inner = get_defense(defense, **(defense_params or {})) if isinstance(defense, str) \
@@ -446,26 +499,92 @@ def privacy_audit_training(defense: str | Defense, *, dataset: Any = "digits",
         raise ValueError(f"defense must be a name or a Defense, got {defense!r}")
     kind = canary_kind(inner, canary)
     game.canary_bound(inner)
-    ds = data.resolve(dataset, seed=seed)
-    base = {"defense": inner.name, "params": inner.describe(), "point": 0 if kind ==
-            "client" else 2, "rounds": rounds, "seed": seed, "confidence": confidence,
-            "delta": delta, "kind": kind, "level": inner.level, "reason": ""}
     if isinstance(guesses, str) and guesses != "planned":
         raise ValueError(f"guesses must be 'planned' or a list of (in, out) shares, "
                          f"got {guesses!r}")
+    return m, runs, inner, kind, [seed] if seeds is None else chosen
+
+
+def _training_row(inner: Defense, kind: str, m: int, runs: int | None, dataset: Any,
+                  rounds: int, delta: float, confidence: float, options: dict[str, Any],
+                  guesses: Any, seed: int, work: Any) -> Any:
+    """The row of one seed, its trainings run by ``work`` (keyed units -> their records);
+    with ``work`` None, the keyed units alone."""
+    from .. import data
+
+    ds = data.resolve(dataset, seed=seed)
     if runs is None:
-        row = _one_run(inner, kind, m, ds, rounds, seed, delta, confidence, simulate_options,
-                       guesses)
+        jobs = [(f"{seed}|one-run", _OneRun(inner, kind, m, ds, rounds, seed, delta,
+                                            confidence, options, guesses))]
+        if work is None:
+            return jobs
+        row = dict(work(jobs)[jobs[0][0]])
     else:
-        row = _multi_run(inner, kind, runs, ds, rounds, seed, delta, confidence,
-                         simulate_options)
+        row = _multi_run(inner, kind, runs, ds, rounds, seed, delta, confidence, options,
+                         work)
+        if work is None:
+            return row
+    base = {"defense": inner.name, "params": inner.describe(), "point": 0 if kind ==
+            "client" else 2, "rounds": rounds, "seed": seed, "confidence": confidence,
+            "delta": delta, "kind": kind, "level": inner.level, "reason": ""}
     row = {**base, **row}
     _verdict(row)
-    report = PrivacyReport(config={"kind": "privacy_audit_training", "mode": row["mode"],
-                                   "canaries": m, "runs": runs, "rounds": rounds,
-                                   "delta": delta, "confidence": confidence, "seed": seed})
-    report.add(row)
-    return report
+    return row
+
+
+def _as_stored(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as a results file gives it back (JSON: tuples as lists, numpy scalars as
+    Python numbers; inf and nan kept), so that a fresh and a resumed run give one row."""
+    return json.loads(json.dumps(record, default=lambda v: v.item()))
+
+
+@dataclass
+class _OneRun:
+    """One seed's one-run audit (a unit of the engines): its row of :func:`_one_run`."""
+
+    inner: Defense
+    kind: str
+    m: int
+    ds: Any
+    rounds: int
+    seed: int
+    delta: float
+    confidence: float
+    options: dict[str, Any]
+    guesses: Any
+
+    def run(self) -> dict[str, Any]:
+        return _as_stored(_one_run(self.inner, self.kind, self.m, self.ds, self.rounds,
+                                   self.seed, self.delta, self.confidence, self.options,
+                                   self.guesses))
+
+
+@dataclass
+class _CanaryRun:
+    """One training of the multi-run game (a unit of the engines), the canary ``included``
+    or not: its score, and the eps of its canary's ledgers where it takes part."""
+
+    inner: Defense
+    kind: str
+    included: bool
+    ds: Any
+    rounds: int
+    seed: int
+    direction_seed: int
+    options: dict[str, Any]
+    delta: float
+
+    def run(self) -> dict[str, Any]:
+        s, claimed, sound, _, excluded = _simulate(
+            self.inner, self.kind, 1, torch.tensor([self.included]), self.ds, self.rounds,
+            self.seed, self.direction_seed, self.options)
+        out: dict[str, Any] = {"score": float(s[0]), "excluded": excluded}
+        if self.included:  # the ledgers of the canary's unit: where it takes part
+            out["ledgers"] = repr([[e.to_dict() for e in led.events]
+                                   for led in (claimed, sound)])
+            out["eps"] = {**_epsilons(claimed, sound, self.delta),
+                          "relation": sound.relation}
+        return _as_stored(out)
 
 
 def _ideal_mu(eps: dict[str, float], delta: float) -> float:
@@ -508,23 +627,25 @@ def _one_run(inner: Defense, kind: str, m: int, ds: Any, rounds: int, seed: int,
 
 
 def _multi_run(inner: Defense, kind: str, runs: int, ds: Any, rounds: int, seed: int,
-               delta: float, confidence: float, options: dict[str, Any]) -> dict[str, Any]:
+               delta: float, confidence: float, options: dict[str, Any], work: Any
+               ) -> Any:
+    """The multi-run row of one seed: ``runs`` trainings (units run by ``work``, keyed
+    units -> records; with ``work`` None, the keyed units alone), the canary in half."""
     rng = np.random.default_rng(seed)
     seeds = rng.choice(2**31 - 1, size=runs, replace=False)
     into = np.zeros(runs, bool)
     into[rng.permutation(runs)[: runs // 2]] = True
-    scores = np.zeros(runs)
-    seen: dict[str, dict[str, Any]] = {}
-    for j in range(runs):
-        s, claimed, sound, _, excluded = _simulate(
-            inner, kind, 1, torch.tensor([bool(into[j])]), ds, rounds, int(seeds[j]),
-            int(seed) + 7919, options)
-        scores[j] = s[0]
-        if not into[j]:       # the ledgers of the canary's unit: where it takes part
-            continue
-        key = repr([[e.to_dict() for e in led.events] for led in (claimed, sound)])
-        if key not in seen:   # each distinct pair of ledgers is read once
-            seen[key] = {**_epsilons(claimed, sound, delta), "relation": sound.relation}
+    jobs = [(f"{seed}|run{j}|{int(seeds[j])}|{'in' if into[j] else 'out'}",
+             _CanaryRun(inner, kind, bool(into[j]), ds, rounds, int(seeds[j]),
+                        int(seed) + 7919, options, delta)) for j in range(runs)]
+    if work is None:
+        return jobs
+    done = work(jobs)
+    records = [done[k] for k, _ in jobs]
+    scores = np.array([r["score"] for r in records])
+    excluded = records[-1]["excluded"]
+    # each distinct pair of ledgers is read once
+    seen = {r["ledgers"]: r["eps"] for r in records if "ledgers" in r}
     # the worst (largest) of each over the runs; mu only where every run's ledger is mu-GDP
     worst = {k: max(e[k] for e in seen.values()) for k in ("eps_claimed", "eps_sound",
                                                            "mu_claimed", "mu_sound")}

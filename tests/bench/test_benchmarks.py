@@ -146,3 +146,16 @@ def test_collect_embeds_each_section_with_its_command_and_figure(tmp_path):
     assert "python -m benchmarks.privacy" in text and "](../res/privacy.png)" in text
     assert ("No output yet for: resilience, accounting_speed, utility, speed, "
             "empirical_privacy, leakage_curves.") in text
+
+
+@pytest.mark.slow  # two trainings in this process, then in two worker processes
+def test_utility_trainings_are_units_and_every_engine_gives_the_same_rows(tmp_path):
+    bench = load_benchmark("utility")
+    tables = []
+    for name, argv in (("serial", ["--jobs", "1"]), ("process", ["--jobs", "2"])):
+        assert bench.main(["--tiny", "--defenses", "none,fed-cdp", *argv,
+                           "--out", str(tmp_path / name)]) == 0
+        with (tmp_path / name / "utility.csv").open() as fh:
+            tables.append([{k: v for k, v in r.items() if k != "seconds"}
+                           for r in csv.DictReader(fh)])
+    assert tables[0] == tables[1] and len(tables[0]) == 2

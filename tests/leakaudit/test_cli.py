@@ -149,7 +149,7 @@ def test_a_batch_size_beyond_the_clients_data_is_refused_naming_the_flag(tmp_pat
     # it was accepted: the attacked clients of the quick profile hold ~121 examples
     from leakaudit.auditing import auditor
 
-    monkeypatch.setattr(auditor, "_train_record", lambda *a, **k: 1 / 0)  # no training
+    monkeypatch.setattr(auditor, "_train", lambda *a, **k: 1 / 0)  # no training
     assert leakaudit_main(["audit", "--defenses", "none", "--batch-size", "100000",
                            "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -48,7 +48,7 @@ def _cases():
 
 @pytest.mark.parametrize(("page", "code"), list(_cases()))
 def test_code_block_runs(page, code, tmp_path, monkeypatch, one_torch_thread):
-    from leakaudit.auditing import engines
+    from leakaudit import engines
 
     real = getattr(engines, "ProcessEngine", None)
     if real is not None:  # the same cells, run here: a pool start costs more than they do

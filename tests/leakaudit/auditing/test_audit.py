@@ -161,7 +161,7 @@ def test_bad_numbers_are_refused_before_any_work(bad):
 
 
 def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
-    from leakaudit.auditing import auditor
+    from leakaudit import workload
 
     phases = []
 
@@ -178,11 +178,12 @@ def test_the_progress_bar_names_the_defense_and_the_phase(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(auditor, "tqdm", lambda **kw: Bar(**kw))
+    monkeypatch.setattr(workload, "tqdm", lambda **kw: Bar(**kw))
     audit(["none", "prune"], attacks=("idlg",), points=(2,), examples=1, trained=True,
           max_iterations=2, workers=1, progress=True)
-    assert phases == ["none: train", "none: initial weights", "none: attack initial",
-                      "prune: train", "prune: initial weights", "prune: attack initial"]
+    # the trainings first (units of the engine, all at once), then each defense's attacks
+    assert phases == ["train (2 runs)", "none", "none: attack initial", "prune",
+                      "prune: attack initial"]
 
 
 @pytest.mark.slow

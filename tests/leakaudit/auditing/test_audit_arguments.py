@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 import leakaudit
+from leakaudit import workload
 from leakaudit.auditing import AttackBudget, AuditPlan, EngineConfig, audit, auditor
 
 
@@ -123,7 +124,7 @@ def test_a_resumed_audit_starts_its_progress_bar_at_the_work_done(tmp_path, monk
         def close(self):
             pass
 
-    monkeypatch.setattr(auditor, "tqdm", Bar)
+    monkeypatch.setattr(workload, "tqdm", Bar)
     path = tmp_path / "results.jsonl"
     kw = dict(plan=AuditPlan.make(attacks=("idlg",), points=(2,), examples=2,
                                   max_iterations=1, trained=True),

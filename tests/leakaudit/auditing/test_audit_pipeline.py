@@ -14,6 +14,7 @@ from leakaudit.auditing import auditor
 from leakaudit.auditing.cells import content_key, run_cell
 from leakaudit.auditing.engines import Engine
 from leakaudit.auditing.pipeline import protocol_options, run_jobs
+from leakaudit.auditing.trainings import Setting
 from leakaudit.records import ResultsFile
 
 L, B = 5, 2
@@ -32,7 +33,7 @@ def both():
                                   local_steps=L)
     defense = fl.resolve_defense("none")
     clients = max(plan.profile.clients, plan.examples)
-    run = auditor._attack_round(defense, ds, model, plan, clients, 0)
+    run = Setting(plan, ds, model, clients, 0).attack_round(defense, model)
     obs = run.observations_at(1)[0]
     return report, ds, model, obs, run.truth(obs)
 
@@ -77,8 +78,9 @@ def same_content():
     plan = auditor.AuditPlan.make(examples=1, rounds=1, max_iterations=2, restarts=1,
                                   attacks=("idlg",))
     defense = fl.resolve_defense("none")
-    return auditor._attack_jobs(defense, ds, model, model, plan, 10, 0, "initial",
-                                pending={f"none()|initial|{p}|idlg|0" for p in (0, 1, 2)})
+    return Setting(plan, ds, model, 10, 0).attack_jobs(
+        defense, model, key=lambda t: f"none()|initial|{t.observation.point}",
+        pending={f"none()|initial|{p}|idlg|0" for p in (0, 1, 2)})
 
 
 class _Counting(Engine):

@@ -12,7 +12,8 @@ import sys
 import pytest
 from _extras import require
 
-from leakaudit.auditing import ENGINES, audit, auditor, engines
+from leakaudit import engines
+from leakaudit.auditing import ENGINES, audit, auditor
 from leakaudit.cli import build_parser
 from leakaudit.cli import main as cli_main
 
@@ -52,7 +53,7 @@ def _no_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started before the arguments were checked")
 
-    monkeypatch.setattr(auditor, "_train_record", boom)
+    monkeypatch.setattr(auditor, "_train", boom)
     monkeypatch.setattr(auditor.data_mod, "load", boom)
     monkeypatch.setattr(auditor.data_mod, "resolve", boom)
 
