@@ -20,10 +20,10 @@ from .events import Event
 from .registry import (
     DPPart,
     LaplacePart,
-    _rule,
     gaussian_groups,
     group_pairs,
     merge_repeats,
+    rule_for,
     why_infinite,
 )
 
@@ -73,7 +73,7 @@ def sgm_groups(events: Iterable[Event], side: str = "upper", family: str = "pld"
     check_choice("side", side, ("upper", "lower"))
     items: list = []
     for e in events:
-        rule = _rule(e, family)
+        rule = rule_for(e, family)
         if rule is not None:
             items.extend(rule(e, side))
     return Groups(*gaussian_groups(items))

@@ -41,8 +41,8 @@ from .registry import (
     PLDPart,
     RDPPart,
     UnsupportedEventError,
-    _memo_key,
     gaussian_groups,
+    memo_key,
     parts,
     pure_total,
     register_accountant,
@@ -141,7 +141,7 @@ class Accountant:
         """Refuse, by name, the first event this accountant cannot account."""
         seen: set = set()
         for e in events:
-            key = _memo_key(e)  # equal events: one answer (10^6 interleaved releases)
+            key = memo_key(e)  # equal events: one answer (10^6 interleaved releases)
             if key is not None and key in seen:
                 continue
             why = self.why_not(e)

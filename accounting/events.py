@@ -28,6 +28,7 @@ from .relations import (
     ALL,
     POISSON,
     REPLACE_ONE,
+    SHUFFLE,
     check_gaussian_pair,
     check_relation,
     check_sampling,
@@ -36,6 +37,7 @@ from .relations import (
     gaussian_lower,
     gaussian_upper,
     group_privacy_2,
+    shuffle_pairs,
     uses_group_privacy,
 )
 
@@ -238,10 +240,12 @@ class ApproxDP(Event):
 
 
 # ---------------------------------------------------------------- wiring (the registry)
-def _gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
+def gaussian_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarray,
                    side: str) -> list:
     """The Poisson add/remove pairs that account the steps under their sampling and relation
     (:func:`accounting.relations.gaussian_upper` / ``gaussian_lower``)."""
+    if e.sampling == SHUFFLE and 0.0 < q < 1.0:  # one release per epoch (relations doc)
+        return [GaussianPart(*shuffle_pairs(q, sigmas, counts, e.relation, side))]
     mapping = gaussian_upper if side == "upper" else gaussian_lower
     qa, s = mapping(q, sigmas, e.sampling, e.relation)
     return [GaussianPart(qa, s, counts.astype(np.int64),
@@ -269,9 +273,9 @@ def _approx_to(e: ApproxDP, source: str, target: str) -> ApproxDP | None:
                    note=converted_note(e, source, target))
 
 
-register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+register_event(SampledGaussian, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
     e, e.q, np.array([e.sigma]), np.array([e.count]), side)})
-register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: _gaussian_pairs(
+register_event(GaussianSchedule, convert=_any_relation, **{"*": lambda e, side: gaussian_pairs(
     e, e.q, *np.unique(e.sigmas, return_counts=True), side)})
 register_event(Laplace, convert=_laplace_to,
                **{"*": lambda e, side: [LaplacePart(e.b, e.sensitivity, e.count)]})

@@ -95,15 +95,15 @@ class SampledWithoutReplacement(Event):
     def pld_loss_range(self) -> float:
         """Widest loss range of one step on either side (bounds the PLD grid step from
         below): the +-1 pair's (lower) and the Poisson pair's at sigma / 2 (upper)."""
-        from .pld import _loss_limits, _replace_loss_limits
+        from .pld import loss_limits, replace_loss_limits
 
         qs, ss = np.array([min(self.q, 1.0 - 1e-16)]), np.array([self.sigma])
-        lo1, hi1 = _replace_loss_limits(qs, ss)
-        lo2, hi2 = _loss_limits(np.array([self.q]), ss / 2.0)
+        lo1, hi1 = replace_loss_limits(qs, ss)
+        lo2, hi2 = loss_limits(np.array([self.q]), ss / 2.0)
         return float(max(hi1[0] - lo1[0], hi2[0] - lo2[0]))
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
-        """Discrete PLDs (``accounting.pld._PMF``, count) of these steps on the loss grid
+        """Discrete PLDs (``accounting.pld.PMF``, count) of these steps on the loss grid
         {k h} for one direction and side, and the round-off allowance (module doc)."""
         from .pld import gaussian_step_pmf
 

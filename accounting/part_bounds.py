@@ -4,7 +4,9 @@ Some event types have a standalone certified bracket that does more than the led
 composed PLD can (random allocation: the variant built for the target delta, a closed-form
 lower end and a lower-only bisection, :func:`accounting.allocation.allocation_epsilon_bounds`;
 fixed-size batches: the realised pairs and Theorem 9's RDP,
-:func:`accounting.without_replacement.epsilon_bounds_without_replacement`).
+:func:`accounting.without_replacement.epsilon_bounds_without_replacement`; shuffled
+batches over whole epochs: Chua et al.'s lower end, :func:`accounting.shuffle.
+shuffle_epsilon_bounds`).
 
 * One event: the bracket is the better end of each side of the composed PLD's and the
   event's own function's (both certified for the same mechanism).
@@ -44,8 +46,31 @@ def _without_replacement(e: Any, delta: float, opts: dict) -> tuple[float, float
     return b.lower, b.upper
 
 
+def _shuffle(e: Any, delta: float, opts: dict) -> tuple[float, float]:
+    from .shuffle import shuffle_epsilon_bounds
+
+    t = round(1.0 / e.q)
+    b = shuffle_epsilon_bounds(e.sigma, t, e.count // t, delta, relation=e.relation)
+    return b.lower, b.upper
+
+
+def _whole_epochs(event: object) -> bool:
+    """A shuffled step with q = 1 / T (T > 1 an integer) over whole epochs."""
+    from .events import SampledGaussian
+    from .relations import SHUFFLE
+
+    if not (isinstance(event, SampledGaussian) and event.sampling == SHUFFLE
+            and 0.0 < event.q < 1.0 and event.sigma > 0):
+        return False
+    t = round(1.0 / event.q)
+    return t > 1 and abs(t * event.q - 1.0) < 1e-9 and event.count % t == 0
+
+
 def part_function(event: object) -> Callable[[Any, float, dict], tuple[float, float]] | None:
-    """The standalone certified ``(lower, upper)`` function of ``event``'s type, or None."""
+    """The standalone certified ``(lower, upper)`` function of ``event``'s type, or None
+    (shuffled steps over whole epochs: :func:`accounting.shuffle.shuffle_epsilon_bounds`,
+    Chua et al.'s lower end; from an epoch boundary, as :func:`accounting.relations.
+    shuffle_pairs` states)."""
     from .allocation import RandomAllocation
     from .fixed_size import SampledWithoutReplacement
 
@@ -53,6 +78,8 @@ def part_function(event: object) -> Callable[[Any, float, dict], tuple[float, fl
         return _allocation
     if isinstance(event, SampledWithoutReplacement):
         return _without_replacement
+    if _whole_epochs(event):
+        return _shuffle
     return None
 
 
@@ -70,7 +97,7 @@ def _part(event: object, delta: float, opts: dict) -> tuple[float, float] | None
 def tightened(events: Sequence[object], delta: float, lower: float, upper: float,
               opts: dict) -> tuple[float, float]:
     """(lower, upper) of the composed bracket, tightened by the parts (module doc)."""
-    if not (upper - lower > _WIDTH * upper) or math.isinf(upper) and len(events) > 1:
+    if not (math.isinf(upper) or upper - lower > _WIDTH * upper):
         return lower, upper
     if len(events) == 1:
         got = _part(events[0], delta, opts)

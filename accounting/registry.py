@@ -183,14 +183,14 @@ def _rules(cls: type) -> dict[str, Rule] | None:
     return None
 
 
-def _rule(event: object, family: str) -> Rule | None:
+def rule_for(event: object, family: str) -> Rule | None:
     rules = _rules(type(event)) or {}
     return rules.get(family, rules.get("*"))
 
 
 def why_unsupported(event: object, family: str, forms: tuple[type, ...]) -> str | None:
     """Why the family's accountants cannot account ``event`` (None: they can)."""
-    rule = _rule(event, family)
+    rule = rule_for(event, family)
     known = _rules(type(event))
     if known is None:
         return f"{type(event).__name__} is not a registered event type"
@@ -243,7 +243,7 @@ def merge_repeats(items: Iterable[object]) -> list:
     return out
 
 
-def _memo_key(event: object) -> object:
+def memo_key(event: object) -> object:
     """``event`` itself where hashable (equal events have equal parts), else None."""
     try:
         hash(event)
@@ -258,10 +258,10 @@ def parts(events: Iterable[object], family: str, method: str, side: str = "upper
     out: list = []
     memo: dict = {}
     for e in events:
-        key = _memo_key(e)
+        key = memo_key(e)
         got = memo.get(key) if key is not None else None
         if got is None:
-            rule = _rule(e, family)
+            rule = rule_for(e, family)
             if rule is None:
                 raise UnsupportedEventError(e, method, why_unsupported(e, family, ()) or "")
             got = rule(e, side)
@@ -318,7 +318,7 @@ def why_infinite(events: Iterable[object]) -> str | None:
     items: list = []
     for e in events:
         for family in FAMILIES:
-            rule = _rule(e, family)
+            rule = rule_for(e, family)
             if rule is not None:
                 items.extend(rule(e, "upper"))
                 break

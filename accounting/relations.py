@@ -54,9 +54,16 @@ Lower bounds (:func:`gaussian_lower`) must stay lower bounds of the true eps for
 relation: exact rows keep their pair; a Poisson step under replace-one keeps the add/remove
 pair here (replacing a record by one whose clipped contribution is zero is a replace-one
 pair, and its privacy loss is that of the Poisson remove pair; the PLD accountant uses the
-larger, realised +-1 pair instead); fixed-size and shuffled steps are dropped
-from the lower bound (a composition is never more private than a part of it, so leaving a
-release out keeps a valid lower bound).
+larger, realised +-1 pair instead). A fixed-size step with batch fraction q = B / n < 1
+keeps a realised pair: under replace-one every record's gradient +C and the replacement's
+-C (a batch sums to B C, or B C - 2C when it holds the replacement, probability q: the
+Poisson pair at (q, sigma / 2)); under zero-out the record's gradient +C and every other 0
+(the Poisson pair at (q, sigma)). Shuffled steps with q < 1 keep one such pair per complete
+epoch and are bounded above by one Gaussian release per epoch (:func:`shuffle_pairs`).
+q = 1 under fixed-size or shuffle is how callers record "no amplification" for a batch
+whose fraction they do not state: left out of the lower bound, as are fixed-size steps under
+add/remove (a composition is never more private than a part of it, so leaving a release
+out keeps a valid lower bound).
 
 Conversions of recorded events between relations (:func:`convert_event`): Gaussian steps
 convert freely (the accountant recomputes the sensitivity); a Laplace release or an
@@ -75,7 +82,8 @@ __all__ = [
     "ADD_REMOVE", "REPLACE_ONE", "ZERO_OUT", "RELATIONS",
     "POISSON", "FIXED_SIZE", "RANDOM_ALLOCATION", "SHUFFLE", "ALL", "SAMPLINGS",
     "GAUSSIAN_SAMPLINGS", "check_relation", "check_sampling", "check_gaussian_pair",
-    "gaussian_sensitivity", "gaussian_upper", "gaussian_lower", "is_exact", "uses_group_privacy",
+    "gaussian_sensitivity", "gaussian_upper", "gaussian_lower", "shuffle_pairs", "is_exact",
+    "uses_group_privacy",
     "can_convert", "convert_event", "group_privacy_2", "describe_accounting",
 ]
 
@@ -175,7 +183,40 @@ def gaussian_lower(q: float | np.ndarray, sigma: float | np.ndarray, sampling: s
         return gaussian_upper(qa, sig, sampling, relation)
     if sampling == POISSON:
         return qa, sig  # exact, or (replace-one) the zero-contribution replacement
-    return np.zeros_like(qa), sig  # fixed-size / shuffle: left out
+    if sampling == FIXED_SIZE and relation != ADD_REMOVE:
+        # a batch of B = q n of n: realised pairs (module doc), q = 1 left out (the callers'
+        # no-amplification stand-in, not a statement that every record is in every batch)
+        sens = gaussian_sensitivity(sampling, relation)
+        return np.where(qa < 1.0, qa, 0.0), sig / sens
+    return np.zeros_like(qa), sig  # shuffle (see shuffle_pairs), fixed-size add/remove
+
+
+def shuffle_pairs(q: float, sigmas: np.ndarray, counts: np.ndarray, relation: str,
+                  side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(qs, sigmas, counts) of the Poisson add/remove pairs that bound ``counts`` shuffled
+    fixed-size steps with batch fraction 0 < q = B / n < 1 (an epoch is T >= floor(1/q)
+    and T <= ceil(1/q) batches; the record is in exactly one of them, module doc).
+
+    upper: revealing the permutation, the record is in one step per epoch: one Gaussian
+    release (q = 1, sigma / sensitivity, the smallest sigma) per epoch the steps touch, at
+    most ceil(count / floor(1/q)) + 1 (and at most count). lower: one step per complete
+    epoch, the other steps' outputs ignored (post-processing): in that step the record is in
+    the batch with probability q, every other gradient 0, so the pair is the Poisson one at
+    (q, largest sigma / sensitivity); floor(count / ceil(1/q)) epochs, for shuffled steps
+    recorded from an epoch boundary (a run starts one; events recorded in pieces claim at
+    most the complete epochs of the whole run)."""
+    sens = gaussian_sensitivity(SHUFFLE, relation)
+    total = int(np.sum(counts))
+    inv = 1.0 / q
+    if side == "upper":
+        per = max(1, math.floor(inv * (1.0 + 1e-12)))
+        epochs = min(total, -(-total // per) + 1)
+        sig, qq = float(np.min(sigmas)), 1.0
+    else:
+        per = max(1, math.ceil(inv * (1.0 - 1e-12)))
+        epochs = total // per
+        sig, qq = float(np.max(sigmas)), (q if epochs else 0.0)
+    return np.array([qq]), np.array([sig / sens]), np.array([epochs], dtype=np.int64)
 
 
 def describe_accounting(sampling: str, relation: str) -> str:

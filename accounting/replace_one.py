@@ -5,7 +5,7 @@ Both ends of the PLD bracket use (units of the clip norm C, s = sigma)
     P = (1-q) N(0, s^2) + q N(1, s^2),   Q = (1-q) N(0, s^2) + q N(-1, s^2),
 
 realised by a data set and dominating the mechanism (Schuchardt et al. 2024, Thm 3.8; the
-argument and the peers are in :mod:`accounting.pld`'s module doc). This module registers the
+argument and the peers are in docs/accounting.md). This module registers the
 PLD rule of :class:`~accounting.events.SampledGaussian` and
 :class:`~accounting.events.GaussianSchedule` that turns such steps into a
 :class:`~accounting.registry.PLDPart`; every other accountant keeps the "*" rule
@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._grid import Groups, group_pairs, rounded_groups
-from .events import Event, GaussianSchedule, SampledGaussian, _gaussian_pairs
-from .pld import _replace_loss_limits, _replace_variance, replace_pmfs
+from .events import Event, GaussianSchedule, SampledGaussian, gaussian_pairs
+from .pld import replace_loss_limits, replace_pmfs, replace_variance
 from .registry import PLDPart, register_event
 from .relations import uses_group_privacy
 
@@ -52,12 +52,12 @@ class ReplaceOnePoisson:
 
     def pld_loss_variance(self) -> float:
         """Mean per-step loss variance (sets the grid step)."""
-        var = _replace_variance(np.full(self.sigmas.size, self.q), self.sigmas)
+        var = replace_variance(np.full(self.sigmas.size, self.q), self.sigmas)
         return float((var * self.counts).sum() / max(self.count, 1))
 
     def pld_loss_range(self) -> float:
         """Widest loss range of one step (bounds the grid step from below)."""
-        llo, lhi = _replace_loss_limits(np.full(self.sigmas.size, self.q), self.sigmas)
+        llo, lhi = replace_loss_limits(np.full(self.sigmas.size, self.q), self.sigmas)
         return float(np.max(lhi - llo))
 
     def pld_parts(self, h: float, direction: str, upper: bool) -> tuple[list, float]:
@@ -74,15 +74,15 @@ def _gaussian_pld_pairs(e: Event, q: float, sigmas: np.ndarray, counts: np.ndarr
                         side: str) -> list:
     """PLD rule: Poisson steps (0 < q < 1) under replace-one are the realisable +-1 pair on
     both sides (:class:`ReplaceOnePoisson`, a :class:`PLDPart`); every other
-    step (and a noiseless one, which stays infinite) as :func:`_gaussian_pairs`."""
+    step (and a noiseless one, which stays infinite) as :func:`gaussian_pairs`."""
     if not uses_group_privacy(e.sampling, e.relation, q):
-        return _gaussian_pairs(e, q, sigmas, counts, side)
+        return gaussian_pairs(e, q, sigmas, counts, side)
     noisy = sigmas > 0
     out: list = []
     if noisy.any():
         out.append(PLDPart(ReplaceOnePoisson(q, sigmas[noisy], counts[noisy])))
     if not noisy.all():
-        out.extend(_gaussian_pairs(e, q, sigmas[~noisy], counts[~noisy], side))
+        out.extend(gaussian_pairs(e, q, sigmas[~noisy], counts[~noisy], side))
     return out
 
 

@@ -28,6 +28,7 @@ P' = (T / t) Q can scale it) plus 1e-13 for the CDF differences. E epochs compos
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from scipy import special
@@ -111,14 +112,13 @@ def _bin_masses(vals: np.ndarray, mass: np.ndarray, s: float, edges: np.ndarray,
 def _pmf(offset: int, p: np.ndarray, inf: float, upper: bool):
     from . import pld
 
-    return pld._trim(pld._PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
+    return pld.trim(pld.PMF(offset, np.maximum(p, 0.0), float(inf)), upper)
 
 
-def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int) -> tuple[dict, float] | None:
+def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int,
+                rest_laws: Callable) -> tuple[dict, float] | None:
     """The four one-epoch discrete PLDs ((direction, upper) -> (pmf, allowance)) and the
     grid step h, or None where the construction does not apply (t = 1)."""
-    from .allocation import _schedule_law
-
     t = sig.size
     if t < 2:
         return None
@@ -126,7 +126,7 @@ def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int) -> tuple[dict, float] |
     i = int(np.argmax(s_all))
     s = float(s_all[i])
     rest = np.sort(np.delete(s_all, i))
-    r_up, r_dn, hr, err = _schedule_law(rest, bins, {})
+    r_up, r_dn, hr, err = rest_laws(rest, bins, {})
     cap = (r_up.size - 1) * hr
     c_h = _heavy_threshold(s, t, tail)
     v_up, w_up, abs_up = _atoms(r_up, hr, True)
@@ -167,16 +167,18 @@ def _epoch_pmfs(sig: np.ndarray, tail: float, bins: int) -> tuple[dict, float] |
     return out, h
 
 
-def jump_schedule_bounds(sigmas: np.ndarray, delta: float, epochs: int,
+def jump_schedule_bounds(sigmas: np.ndarray, delta: float, epochs: int, rest_laws: Callable,
                          bins: int = 2**13) -> tuple[float, float]:
     """Certified (lower, upper) eps of ``epochs`` epochs of random allocation (k = 1) with
     per-step ``sigmas``, the step of the smallest sigma kept exact (module doc); (0, inf)
-    where it does not apply or its allowance reaches delta."""
+    where it does not apply or its allowance reaches delta. ``rest_laws(s, bins, memo)``:
+    the (ceil law, floor law, grid step, L1 round-off) of the sum of the mean-1 log-normal
+    terms of the other steps (s = 1 / sigma), :mod:`accounting.allocation`'s."""
     from . import pld
 
     sig = np.asarray(sigmas, dtype=float)
     tail = delta * 1e-3 / epochs
-    got = _epoch_pmfs(sig, tail, bins)
+    got = _epoch_pmfs(sig, tail, bins, rest_laws)
     if got is None:
         return 0.0, math.inf
     pm, h = got
@@ -185,9 +187,9 @@ def jump_schedule_bounds(sigmas: np.ndarray, delta: float, epochs: int,
     for direction in ("remove", "add"):
         (pu, au), (pl, al) = pm[(direction, True)], pm[(direction, False)]
         if epochs > 1:
-            pu, a = pld._compose([(pu, epochs)], tol)
+            pu, a = pld.compose([(pu, epochs)], tol)
             au = epochs * au + a
-            pl, al = pld._compose([(pl, epochs)], tol)
-        upper = max(upper, pld._eps_of(pu, delta - au, h) if delta > au else math.inf)
-        lower = max(lower, pld._eps_of(pl, delta + al, h))
+            pl, al = pld.compose([(pl, epochs)], tol)
+        upper = max(upper, pld.eps_of(pu, delta - au, h) if delta > au else math.inf)
+        lower = max(lower, pld.eps_of(pl, delta + al, h))
     return lower, upper

@@ -156,11 +156,11 @@ def _composed_pair_eps(p: np.ndarray, q: np.ndarray, epochs: int, delta: float) 
     atoms = list(zip(loss.tolist(), p[keep].tolist(), q[keep].tolist()))
     k0 = int(math.floor(loss.min() / h)) - 1
     edges = np.arange(k0, int(math.ceil(loss.max() / h)) + 2, dtype=float) * h
-    pm, qm, below, above = pld._atom_intervals(atoms, edges, h)
-    pmf = pld._discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
+    pm, qm, below, above = pld.atom_intervals(atoms, edges, h)
+    pmf = pld.discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
                           False)[0]
-    composed, allowance = pld._compose([(pmf, epochs)], delta * 1e-6)
-    return pld._eps_of(composed, delta + allowance, h)
+    composed, allowance = pld.compose([(pmf, epochs)], delta * 1e-6)
+    return pld.eps_of(composed, delta + allowance, h)
 
 
 def shuffle_epsilon_lower(sigma: float, steps: int, epochs: int, delta: float, *,

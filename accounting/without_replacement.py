@@ -197,7 +197,7 @@ def epsilon_without_replacement(sigma: float, batch_size: int, dataset_size: int
 
 
 def _poisson_upper_pmf(q: float, s: float, h: float, direction: str):
-    """UPPER discrete PLD (``accounting.pld._PMF``) of one Poisson-subsampled Gaussian step
+    """UPPER discrete PLD (``accounting.pld.PMF``) of one Poisson-subsampled Gaussian step
     (q, multiplier s) in one direction, on the grid {k h} (connect-the-dots)."""
     from . import pld
 
@@ -242,7 +242,7 @@ def _symmetrised(pmf, h: float):
     loss_k = pmf.offset + np.arange(pmf.p.size)
     pos = loss_k > 0
     if not pos.any():
-        return pld._PMF(0, np.ones(1), 0.0) if pmf.inf == 0 else None
+        return pld.PMF(0, np.ones(1), 0.0) if pmf.inf == 0 else None
     kp = loss_k[pos]
     p_pos = pmf.p[pos]
     q_pos = p_pos * np.exp(-kp * h)  # Q-mass of the positive losses
@@ -254,7 +254,7 @@ def _symmetrised(pmf, h: float):
     out[top + kp] += p_pos
     out[top - kp] += q_pos
     out[top] += max(atom, 0.0)
-    return pld._trim(pld._PMF(-top, out, pmf.inf), True)
+    return pld.trim(pld.PMF(-top, out, pmf.inf), True)
 
 
 def _upper_pmf(gamma: float, sigma: float, h: float):
@@ -310,14 +310,14 @@ def pld_upper_without_replacement(sigma: float, batch_size: int, dataset_size: i
     if sym is None:
         return math.inf
     if steps == 1:
-        return pld._eps_of(sym, delta, h)
+        return pld.eps_of(sym, delta, h)
     try:
-        pmf, allowance = pld._compose([(sym, steps)], delta * 1e-6)
-    except pld._GridTooLarge:
+        pmf, allowance = pld.compose([(sym, steps)], delta * 1e-6)
+    except pld.GridTooLarge:
         return math.inf
     if allowance >= delta:
         return math.inf
-    return pld._eps_of(pmf, delta - allowance, h)
+    return pld.eps_of(pmf, delta - allowance, h)
 
 
 def _lower_pmf(gamma: float, sigma: float, h: float):
@@ -329,9 +329,9 @@ def _lower_pmf(gamma: float, sigma: float, h: float):
 
     qs, ss = np.array([gamma]), np.array([sigma])
     if gamma >= 1.0:
-        llo, lhi = pld._loss_limits(qs, ss / 2.0)
+        llo, lhi = pld.loss_limits(qs, ss / 2.0)
     else:
-        llo, lhi = pld._replace_loss_limits(qs, ss)
+        llo, lhi = pld.replace_loss_limits(qs, ss)
     if (float(lhi[0]) - float(llo[0])) / h > 2_000_000:
         return None
     if gamma >= 1.0:
@@ -341,7 +341,7 @@ def _lower_pmf(gamma: float, sigma: float, h: float):
 
 def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: int,
                                   count: int, h: float, upper: bool) -> tuple[list, float]:
-    """Discrete PLDs (``accounting.pld._PMF``, count) of ``count`` fixed-size-batch steps
+    """Discrete PLDs (``accounting.pld.PMF``, count) of ``count`` fixed-size-batch steps
     on the loss grid {k h}, for a ledger's PLD composition, and the round-off allowance
     (0): upper, the symmetrised pair (module doc); lower, the realised +-1 pair. Both are
     symmetric, so the same parts serve the "remove" and "add" directions. Under
@@ -360,7 +360,7 @@ def without_replacement_pld_parts(sigma: float, batch_size: int, dataset_size: i
 
 def same_gradient_pld_parts(sigma: float, batch_size: int, dataset_size: int, count: int,
                             h: float, direction: str) -> tuple[list, float]:
-    """LOWER discrete PLDs (``accounting.pld._PMF``, count) of ``count`` fixed-size-batch
+    """LOWER discrete PLDs (``accounting.pld.PMF``, count) of ``count`` fixed-size-batch
     steps on the loss grid {k h} in one ``direction`` ("remove": D' is the mixture): the
     "same gradient" pair (module doc), i.e. the Poisson add/remove pair at q = B / n and
     multiplier sigma / 2, merged down on :mod:`accounting.pld`'s offset lattice (a dominated
@@ -374,7 +374,7 @@ def same_gradient_pld_parts(sigma: float, batch_size: int, dataset_size: int, co
         raise ValueError("sigma=0: no privacy (eps = inf)")
     groups = Groups(np.array([b / n]), np.array([sigma / 2.0]),
                     np.array([count], dtype=np.int64))
-    return pld._gaussian_pmfs(groups, h, direction, False), 0.0
+    return pld.gaussian_pmfs(groups, h, direction, False), 0.0
 
 
 def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: int,
@@ -400,12 +400,12 @@ def pld_lower_without_replacement(sigma: float, batch_size: int, dataset_size: i
     if pmf is None:
         return 0.0
     if steps == 1:
-        return pld._eps_of(pmf, delta, h)
+        return pld.eps_of(pmf, delta, h)
     try:
-        comp, allowance = pld._compose([(pmf, steps)], delta * 1e-6)
-    except pld._GridTooLarge:
+        comp, allowance = pld.compose([(pmf, steps)], delta * 1e-6)
+    except pld.GridTooLarge:
         return 0.0
-    return pld._eps_of(comp, delta + allowance, h)
+    return pld.eps_of(comp, delta + allowance, h)
 
 
 def same_gradient_lower(sigma: float, batch_size: int, dataset_size: int, steps: int,

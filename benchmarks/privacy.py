@@ -64,6 +64,7 @@ from benchmarks._common import (
     profile,
     write_outputs,
 )
+from benchmarks.fixed_size_table import without_replacement_table
 
 Q = 0.01
 DELTA = 1e-5
@@ -359,37 +360,6 @@ def allocation_peer_table(rep: Report, cases: Sequence[tuple[float, int, int, in
     return rows
 
 
-def without_replacement_table(rep: Report) -> None:
-    """Fixed-size batches under replace-one: no amplification vs Wang et al. 2019 Thm 9."""
-    from accounting.composition import analytic_gaussian_epsilons
-    from accounting.without_replacement import (
-        epsilon_bounds_without_replacement,
-        epsilon_without_replacement,
-    )
-
-    rep.line("## Fixed-size batches (sampling without replacement, replace-one)")
-    rep.line()
-    rep.line(f"delta = {DELTA:g}; sigma = noise std / clip norm, sensitivity 2C under "
-             "replace-one (`accounting.without_replacement`). Upper: the smaller of the "
-             "symmetrised PLD of Dong, Roth, Su's C_gamma(G_{2/sigma}) and the RDP of Wang, "
-             "Balle, Kasiviswanathan 2019 Thm 9 (dp-accounting's RDP value in the last "
-             "column, its noise multiplier sigma / 2); lower: the realised +-1 pair's PLD; no "
-             "amplification: every step a Gaussian release with multiplier sigma / 2.")
-    rep.line()
-    body = []
-    for sigma, batch, n, epochs in ((1.1, 256, 60_000, 60), (1.0, 64, 10_000, 10)):
-        steps = epochs * (n // batch)
-        lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, DELTA)
-        plain = float(analytic_gaussian_epsilons(
-            np.array([sigma / (2 * math.sqrt(steps))]), DELTA)[0])
-        rdp = epsilon_without_replacement(sigma, batch, n, steps, DELTA)
-        body.append([f"{sigma:g}", f"{batch}", f"{n:,}", f"{steps:,}", fmt(plain),
-                     f"[{fmt(lo)}, {fmt(up)}]", fmt(rdp)])
-    rep.table(["sigma", "B", "n", "steps", "eps, no amplification", "eps bracket (amplified)",
-               "RDP (Thm 9)"], body)
-    rep.line()
-
-
 #: (q, sigma, steps) of the replace-one Poisson table
 REPLACE_ONE_CASES = ((0.01, 0.8, 1000), (0.1, 2.0, 1000), (0.5, 5.0, 100))
 
@@ -665,7 +635,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     for x in prof.sampling_sigmas])
     if args.profile != "tiny":  # the peer takes 10-200 s a case
         allocation_peer_table(rep, PEER_CASES if args.profile == "full" else PEER_CASES[:1])
-    without_replacement_table(rep)
+    without_replacement_table(rep, DELTA, fmt)
     replace_one_table(rep)
 
     timed = best_of(lambda: {s.name: eps_curve(s.sigmas, prof.curve_points) for s in sets}, 1)

@@ -390,9 +390,9 @@ def test_schedule_double_precision_tree_overlaps_the_extended_one(monkeypatch, e
     """Above _SCHED_EXT_DELTA the tree's direct sums run in double: both brackets are
     certified, so they must overlap, and the double one stays nearly as narrow."""
     sigmas = np.linspace(2.0, 0.8, 100)
-    monkeypatch.setattr("accounting.allocation._SCHED_EXT_DELTA", 0.0)  # double
+    monkeypatch.setattr("accounting.allocation.schedules.SCHED_EXT_DELTA", 0.0)  # double
     dbl = allocation_schedule_bounds(sigmas, DELTA, epochs=epochs)
-    monkeypatch.setattr("accounting.allocation._SCHED_EXT_DELTA", 1.0)  # extended
+    monkeypatch.setattr("accounting.allocation.schedules.SCHED_EXT_DELTA", 1.0)  # extended
     ext = allocation_schedule_bounds(sigmas, DELTA, epochs=epochs)
     assert dbl.lower <= ext.upper and ext.lower <= dbl.upper
     assert dbl.upper - dbl.lower <= 1.2 * (ext.upper - ext.lower)
@@ -441,10 +441,11 @@ def test_mean_preserving_rounding_keeps_mass_and_mean():
     # closed forms, and the rounding keeps the mean: sum_j j h q_j = sum_j m_j
     from scipy.special import ndtr
 
-    from accounting import allocation
+    from accounting.allocation.epoch import certified_epoch
+    from accounting.allocation.sums import mp_leaf
 
     s, c = 1.0 / 0.7, 50.0
-    leaf = allocation._leaf(s, c / 4095, 4096, 0.0, c)
+    leaf = mp_leaf(s, c / 4095, 4096, 0.0, c)
     mass = ndtr(math.log(c) / s)
     mean = math.exp(s * s / 2) * ndtr((math.log(c) - s * s) / s)
     j = np.arange(leaf.q.size - 1)
@@ -454,7 +455,7 @@ def test_mean_preserving_rounding_keeps_mass_and_mean():
     assert 0 < leaf.e1 < 1e-12
     # one epoch, t = 50: every part keeps the mean up to the absorbed mass, and the Q-mass
     # left out (N >= 2 terms above c, absorbed) is tiny
-    ep = allocation._epoch(0.7, 50)
+    ep = certified_epoch(0.7, 50)
     kept = 0.0
     for part in ep.parts:
         n = part.q.size - 1
@@ -496,7 +497,7 @@ def test_for_delta_is_the_same_event_with_smaller_allowances():
     ev = RandomAllocation(1.0, 1000)
     small = ev.for_delta(1e-10)
     assert isinstance(small, RandomAllocation) and small.to_dict() == ev.to_dict()
-    assert small.count == ev.count and small._tail < ev._tail
+    assert small.count == ev.count and small.tail < ev.tail
     assert type(ev.for_delta(1e-10)) is type(small)  # one variant type per tail
     h = 1e-3
     _, allow = ev.pld_parts(h, "remove", True)

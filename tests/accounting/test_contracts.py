@@ -396,3 +396,32 @@ def test_a_selection_rule_not_covered_is_refused_by_name_everywhere(rule):
             A.accountants.epsilon([event], 1e-5, method)
         assert info.value.method == method and (rule in info.value.why
                                                 or "closed form" in info.value.why)
+
+
+def _ladder_bounds(events: list, deltas: tuple) -> list:
+    """The PLD bracket of ``events`` at each delta (None where refused by name)."""
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for d in deltas:
+            try:
+                b = ACCOUNTANTS["pld"].bounds(events, d)
+            except UnsupportedEventError:
+                out.append(None)
+                continue
+            out.append((b.lower, b.upper))
+    return out
+
+
+@pytest.mark.slow
+@settings(QUIET, max_examples=8)
+@given(event=ANY_EVENT)
+def test_pld_bracket_ends_are_monotone_in_delta(event):
+    """Both certified ends grow as delta shrinks (the true eps does): a lower end that falls
+    or an upper end that rises with delta is a construction artefact. Tolerance 1e-3
+    relative (the allocation lower end's bisection stops at 1e-4 of its bracket)."""
+    deltas = (1e-3, 1e-6, 1e-9, 1e-12)
+    got = [b for b in _ladder_bounds([event], deltas) if b is not None]
+    for (lo_a, up_a), (lo_b, up_b) in zip(got, got[1:]):  # delta decreasing
+        assert lo_b >= lo_a * (1 - 1e-3) - 1e-9, (event.describe(), got)
+        assert up_b >= up_a * (1 - 1e-3) - 1e-9, (event.describe(), got)

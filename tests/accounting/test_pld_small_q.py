@@ -26,30 +26,30 @@ def _true_delta_remove(q: float, s: float, eps: np.ndarray) -> np.ndarray:
     return p_tail - np.exp(eps) * special.ndtr(-x / s)
 
 
-def _step(h: float, c: float, upper: bool) -> pld._PMF:
+def _step(h: float, c: float, upper: bool) -> pld.PMF:
     """One remove-direction step discretised on {k h + c} (the code path of every group)."""
     qs, sig = np.array([Q]), np.array([SIGMA])
-    llo, lhi = pld._loss_limits(qs, sig)
+    llo, lhi = pld.loss_limits(qs, sig)
     k0, k1 = int(np.floor(llo[0] / h)) - 1, int(np.ceil(lhi[0] / h)) + 1
     edges = np.arange(k0, k1 + 1, dtype=float) * h + c
-    pm, qm, below, above = pld._gaussian_intervals(qs, sig, edges, "remove")
-    return pld._discretise(pm, qm, below, above, k0, h, upper, shift=c)[0]
+    pm, qm, below, above = pld.gaussian_intervals(qs, sig, edges, "remove")
+    return pld.discretise(pm, qm, below, above, k0, h, upper, shift=c)[0]
 
 
-def _mean(p: pld._PMF, h: float) -> float:
+def _mean(p: pld.PMF, h: float) -> float:
     return float((p.p * ((p.offset + np.arange(p.p.size)) * h + p.shift)).sum())
 
 
 @pytest.mark.parametrize("frac", [0.0, 0.3, 0.7, None])
 def test_every_lattice_offset_gives_a_dominated_and_a_dominating_step(frac) -> None:
     h = 2e-4
-    c = (float(pld._lower_shifts(np.array([Q]), np.array([SIGMA]), h, "remove")[0])
+    c = (float(pld.lower_shifts(np.array([Q]), np.array([SIGMA]), h, "remove")[0])
          if frac is None else frac * h)
     lower, upper = _step(h, c, False), _step(h, 0.0, True)
     eps = np.linspace(0.0, 4.0, 81)
     true = _true_delta_remove(Q, SIGMA, eps)
-    low = np.array([pld._delta_of(lower, e, h) for e in eps])
-    up = np.array([pld._delta_of(upper, e, h) for e in eps])
+    low = np.array([pld.delta_of(lower, e, h) for e in eps])
+    up = np.array([pld.delta_of(upper, e, h) for e in eps])
     assert np.all(low <= true + 1e-15)
     assert np.all(up >= true - 1e-15)
     # data processing: a dominated pair has the smaller KL divergence (mean loss under P)
@@ -60,7 +60,7 @@ def test_the_chosen_offset_keeps_the_mean_loss() -> None:
     # the reason for the scan: at c = 0 the merge rounds the bulk down by ~h/6 per step,
     # at the chosen offset by ~1 % of that (x 10,000 steps: 0.3 against 0.003 in eps)
     h = 2e-4
-    c = float(pld._lower_shifts(np.array([Q]), np.array([SIGMA]), h, "remove")[0])
+    c = float(pld.lower_shifts(np.array([Q]), np.array([SIGMA]), h, "remove")[0])
     kl = _mean(_step(h, 0.0, True), h)  # connect-the-dots: O(h^2) from the true KL
     lost_at_0 = kl - _mean(_step(h, 0.0, False), h)
     lost_at_c = kl - _mean(_step(h, c, False), h)
@@ -119,6 +119,6 @@ def test_rows_whose_loss_is_spread_over_many_grid_steps_keep_offset_zero() -> No
     # lattice is not used there, so those lower ends are exactly what they were
     qs, sig = np.array([0.01, 1 / 120, Q]), np.array([6.0, 5.0, SIGMA])
     for direction in ("remove", "add"):
-        c = pld._lower_shifts(qs, sig, 1.7e-4, direction)
+        c = pld.lower_shifts(qs, sig, 1.7e-4, direction)
         assert c[0] == 0.0 and c[1] == 0.0
         assert 0.0 <= c[2] < 1.7e-4

@@ -5,8 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from accounting.allocation import allocation_epsilon_bounds
-from accounting.schedule_jump import jump_schedule_bounds
+from accounting.allocation import allocation_epsilon_bounds, allocation_schedule_bounds
+from accounting.schedule_jump import jump_schedule_bounds as _jump
+
+
+def jump_schedule_bounds(sigmas, delta, epochs):
+    """The jump construction alone (allocation_schedule_bounds takes it where its own
+    bracket is wider than 1 %)."""
+    from accounting.allocation import schedules
+
+    return _jump(sigmas, delta, epochs, schedules.schedule_law)
 
 
 @pytest.mark.slow  # ~5-10 s: two constructions of 1,000 steps
@@ -15,10 +23,10 @@ def test_one_jump_is_bracketed_tightly_around_the_direct_reference():
     # (independent quadrature of the pair) gives 5.654; the schedule tree gave [2.686, 19.131]
     sig = np.full(1000, 50.0)
     sig[0] = 0.3
-    lo, up = jump_schedule_bounds(sig, 1e-5, 1)
+    lo, up = allocation_schedule_bounds(sig, 1e-5)
     assert lo <= 5.654 * (1 + 1e-4) and up >= 5.654 * (1 - 1e-4)
     assert up - lo <= 0.001 * up
-    lo3, up3 = jump_schedule_bounds(sig, 1e-5, 3)  # more epochs: more eps, still narrow
+    lo3, up3 = allocation_schedule_bounds(sig, 1e-5, epochs=3)  # more eps, still narrow
     assert lo3 > up and up3 - lo3 <= 0.01 * up3
 
 
@@ -33,3 +41,11 @@ def test_a_constant_schedule_brackets_the_tight_allocation_bracket(sigma, t):
 
 def test_one_step_is_not_its_case():
     assert jump_schedule_bounds(np.array([1.0]), 1e-5, 1) == (0.0, math.inf)
+
+
+def test_only_repeated_subtrees_are_kept():
+    from accounting.allocation.schedules import shared_subtrees
+
+    assert shared_subtrees(np.arange(1.0, 9.0)) == frozenset()  # distinct: nothing kept
+    keys = shared_subtrees(np.ones(8))
+    assert np.ones(4).tobytes() in keys and np.ones(8).tobytes() not in keys

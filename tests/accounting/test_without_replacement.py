@@ -194,7 +194,7 @@ def test_pld_parts_are_symmetric_pairs_with_lower_below_upper():
             assert up.p[j[0]] == pytest.approx(up.p[i[0]] * math.exp(-k * h), rel=1e-9)
     assert up.p.sum() + up.inf == pytest.approx(1.0, abs=1e-9)
     for eps in (0.0, 0.1, 0.5):
-        assert pld._delta_of(lo, eps, h) <= pld._delta_of(up, eps, h)
+        assert pld.delta_of(lo, eps, h) <= pld.delta_of(up, eps, h)
     with pytest.raises(ValueError, match="sigma"):
         without_replacement_pld_parts(0.0, 1, 10, 1, h, True)
 
