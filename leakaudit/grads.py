@@ -11,6 +11,7 @@ loop over examples. Also here: the two numeric contexts every torch-heavy loop u
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -20,7 +21,8 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 __all__ = ["LocalBatch", "NonFiniteGradientError", "batch_gradient", "cross_entropy",
-           "finite", "flush_denormals", "per_example_gradients", "torch_threads"]
+           "finite", "flush_denormals", "per_example_gradients", "rounded_away",
+           "torch_threads"]
 
 
 class NonFiniteGradientError(FloatingPointError):
@@ -71,6 +73,30 @@ def batch_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[t
     params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
     buffers = {k: v.detach() for k, v in model.named_buffers()}
     return mean_gradient(model, params, buffers, x, y)
+
+
+def rounded_away(weights: Sequence[torch.Tensor], gradients: Sequence[torch.Tensor],
+                 lr: float) -> float:
+    """The fraction of entries whose update lr * g is below half a unit in the last place of
+    its weight w (|lr g| < ulp(w) / 2 in w's dtype): w - lr g then rounds back to w and the
+    update carries nothing of that entry (IEEE 754 round to nearest; ulp(w) = spacing of w,
+    ``numpy.spacing``). At leak point 1 with one local step, the attacker's g = -dW / lr is
+    zero there whatever the example was: a floor on what any attack on the update sees."""
+    if not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if len(weights) != len(gradients) or not weights:
+        raise ValueError("weights and gradients must be non-empty lists of the same length")
+    lost = total = 0
+    for w, g in zip(weights, gradients):
+        if w.shape != g.shape:
+            raise ValueError(f"gradients: shape {tuple(g.shape)} differs from its weight's "
+                             f"{tuple(w.shape)}")
+        w = w.detach()
+        spacing = torch.nextafter(w.abs(), torch.tensor(math.inf, dtype=w.dtype)) - w.abs()
+        step = (lr * g.detach().double()).abs()
+        lost += int((step < spacing.double() / 2).sum())
+        total += w.numel()
+    return lost / total
 
 
 def finite(tensors: Sequence[torch.Tensor]) -> bool:

@@ -3,7 +3,8 @@
 ``reconstruct("idlg", model, gradients, input_shape=(1, 28, 28), num_classes=10)`` returns a
 :class:`Reconstruction`; ``available()`` lists the names. One file per attack (``dlg``,
 ``idlg``, ``idlg-norm``, ``cpl``, ``ig``, ``fedavg`` with ``fedavg-l2``; the optimiser-free
-``exact`` tier and the ``prior-aware`` identification attack), each an
+``exact`` tier, the analytic ``rgap`` tier and the ``prior-aware`` identification
+attack), each an
 :class:`~leakaudit.attacks.base.Attack` with the same small interface; the optimisation loop,
 restarts, divergence handling and validation are shared in :mod:`leakaudit.attacks.base`,
 label inference in :mod:`leakaudit.attacks.labels` (counts of repeated labels:
@@ -44,6 +45,7 @@ from .idlg_norm import LayerNormalizedIDLG, NormalizedIDLG
 from .ig import InvertingGradients, LayerInvertingGradients
 from .labels import infer_labels
 from .prior_aware import CandidateScorer, PriorAware
+from .rgap import RecursiveGAP
 
 __all__ = [
     "Attack",
@@ -113,7 +115,8 @@ def reconstruct(
     measured after the attack on the iterates it kept; ``keep_iterates`` keeps those iterates
     (``"inputs"`` in the history) for a scorer of your own instead.
 
-    Options (all attacks): ``early_stop`` (1e-6: stop when the gradient loss is <= it),
+    Options (all attacks): ``early_stop`` (1e-9: stop when the objective is <= it times its
+    scale: ||observed||^2 for the L2 attacks, 1 for the scale-free ones),
     ``divergence_factor`` (1e4), ``max_retries`` (3: extra seeds for diverged attempts),
     ``num_threads`` (1; None keeps torch's setting); L-BFGS attacks: ``line_search``
     ("strong_wolfe", or None for the references); CPL: ``pattern`` (2, 4, 8); IG:
@@ -147,5 +150,5 @@ def reconstruct(
 
 for _attack in (DLG(), IDLG(), CPL(), InvertingGradients(), FedAvg(),
                 FedAvgL2(), NormalizedIDLG(), LayerNormalizedIDLG(), LayerInvertingGradients(),
-                ExactLinear(), PriorAware()):
+                ExactLinear(), PriorAware(), RecursiveGAP()):
     register(_attack)

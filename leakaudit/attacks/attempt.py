@@ -119,8 +119,11 @@ class AttemptRun:
     """Book-keeping of one attempt: history, best iterate, divergence and stopping tests."""
 
     def __init__(self, cfg: Config, x: torch.Tensor, logits: torch.Tensor | None,
-                 evaluate: Callable[[], float]) -> None:
+                 evaluate: Callable[[], float], stop_at: float | None = None) -> None:
         self.cfg, self.x, self.logits, self.evaluate = cfg, x, logits, evaluate
+        #: the loss at or below which the attempt stops (``early_stop`` times the
+        #: objective's scale, :meth:`leakaudit.attacks.base.Attack.loss_scale`)
+        self.stop_at = cfg.options["early_stop"] if stop_at is None else stop_at
         self.iterations = 0
         self.history: list[dict[str, Any]] = []
         self.reason: str | None = None
@@ -178,7 +181,7 @@ class AttemptRun:
         if float(x.abs().max()) > INPUT_LIMIT:
             self.reason = f"the dummy exploded (|x| > {INPUT_LIMIT:g})"
             return False
-        if start_loss <= self.cfg.options["early_stop"]:
+        if start_loss <= self.stop_at:
             return False
         if torch.equal(before, x) and (
                 before_logits is None or torch.equal(before_logits, self.logits.detach())):

@@ -11,10 +11,15 @@ one attempt optimises (:meth:`Attack.attempt`). Everything else is here and comm
   :func:`leakaudit.grads.batch_gradient` computes the observed one);
 * the L-BFGS loop: ``torch.optim.LBFGS`` with its defaults (lr 1, max_iter 20, history 100), an
   "iteration" is one ``step(closure)``; ``line_search="strong_wolfe"`` by default, ``None`` for
-  the reference behaviour; stops early when the gradient loss is <= ``early_stop`` or when a
-  step no longer moves the dummy; with the built-in objective, the evaluations L-BFGS and the
-  history repeat (the point where the previous step stopped) are reused, not recomputed, which
-  leaves every result bit-for-bit unchanged;
+  the reference behaviour; stops early when the objective is <= ``early_stop`` times its
+  scale (:meth:`Attack.loss_scale`: the L2 distance relative to ||observed||^2, so that
+  the rule means the same at trained weights, where ||g||^2 ~ 1e-10, as at initial ones;
+  ``converged`` says the same test held) or when a step no longer moves the dummy; the L2
+  objective is divided by a power of two near ||observed||^2 when that is below 1
+  (:func:`.problem.l2_unit`: L-BFGS's absolute tolerances would stop it otherwise); with
+  the built-in objective, the evaluations L-BFGS and the history repeat (the point where
+  the previous step stopped) are reused, not recomputed, which leaves every result
+  bit-for-bit unchanged;
 * restarts: attempt seeds come from one ``torch.Generator`` seeded with ``seed``; the winner is
   the attempt with the lowest gradient loss (never the distance to the ground truth, which the
   attacker does not have). An attempt whose loss becomes NaN/inf, or grows above
@@ -74,7 +79,7 @@ __all__ = [
 
 #: options every attack accepts, with their defaults
 COMMON_OPTIONS: dict[str, Any] = {
-    "early_stop": 1e-6,
+    "early_stop": 1e-9,
     "divergence_factor": 1e4,
     "max_retries": 3,
     "num_threads": 1,
@@ -102,7 +107,7 @@ class Reconstruction:
     #: index of the winning attempt among ``attempts`` (abandoned ones included)
     restart: int
     attack: str
-    #: the gradient loss reached ``early_stop``
+    #: the objective reached ``early_stop`` relative to its scale (:meth:`Attack.loss_scale`)
     converged: bool
     #: every attempt diverged: ``inputs`` is the best finite iterate seen before divergence
     diverged: bool = False
@@ -148,8 +153,18 @@ class Attack:
     def objective(self, problem: GradientProblem, x: torch.Tensor,
                   label_logits: torch.Tensor | None, cfg: Config,
                   create_graph: bool = True) -> torch.Tensor:
-        """What the optimiser minimises and restarts are scored by (L2 gradient distance)."""
-        return problem.l2(x, label_logits, create_graph)
+        """What the optimiser minimises and restarts are scored by: the L2 gradient
+        distance divided by ``problem.l2_unit`` (1 unless ||observed||^2 < 1)."""
+        loss = problem.l2(x, label_logits, create_graph)
+        return loss if problem.l2_unit == 1.0 else loss / problem.l2_unit
+
+    def loss_scale(self, problem: GradientProblem) -> float:
+        """The objective's scale, which ``early_stop`` is relative to: ||observed||^2 (over
+        ``l2_unit``) for the built-in L2 objective, 1 for an attack with its own objective
+        (the scale-free cosine and normalised matches, already of order one)."""
+        if type(self).objective is not Attack.objective:
+            return 1.0
+        return max(problem.observed_sq, 1e-300) / problem.l2_unit
 
     def attempt(self, problem: GradientProblem, start: Start, cfg: Config) -> Attempt:
         """One L-BFGS optimisation from ``start`` (see the module docstring)."""
@@ -194,7 +209,8 @@ class Attack:
             ld = None if logits is None else logits.detach()
             return float(self.objective(problem, x.detach(), ld, cfg, create_graph=False))
 
-        run = AttemptRun(cfg, x, logits, evaluate)
+        run = AttemptRun(cfg, x, logits, evaluate,
+                         cfg.options["early_stop"] * self.loss_scale(problem))
         if run.failed:
             return run.result()
         while run.iterations < cfg.max_iterations:
@@ -314,7 +330,8 @@ def _best_of_attempts(attack: Attack, model: nn.Module, cfg: Config,
         iterations=best.iterations,
         restart=win,
         attack=attack.name,
-        converged=bool(best.gradient_loss <= cfg.options["early_stop"]),
+        converged=bool(best.gradient_loss
+                       <= cfg.options["early_stop"] * attack.loss_scale(problem)),
         diverged=diverged,
         labels_identifiable=identifiable,
         attempts=[{"seed": s, "gradient_loss": float(a.gradient_loss),

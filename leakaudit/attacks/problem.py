@@ -8,6 +8,7 @@ through ``torch.func.functional_call`` and ``torch.autograd.grad(create_graph=Tr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -17,7 +18,7 @@ from torch.func import functional_call
 
 from ..grads import cross_entropy
 
-__all__ = ["GradientProblem", "layer_cosine_distance", "trainable"]
+__all__ = ["GradientProblem", "l2_unit", "layer_cosine_distance", "trainable"]
 
 
 def trainable(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -41,6 +42,10 @@ class GradientProblem:
         self.device = self.params[0].device
         self.observed = [g.detach().to(self.device, self.dtype).clone() for g in gradients]
         self.labels = labels
+        #: sum over tensors of ||observed||^2: the scale of the L2 gradient distance
+        self.observed_sq = float(sum(float(o.double().pow(2).sum()) for o in self.observed))
+        #: what the L2 objective is divided by (:func:`l2_unit`)
+        self.l2_unit = l2_unit(self.observed_sq)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tensors = dict(zip(self.names, self.params))
@@ -84,6 +89,19 @@ class GradientProblem:
         similarity (:func:`layer_cosine_distance`)."""
         grads = self.dummy_gradients(x, label_logits, create_graph)
         return layer_cosine_distance(grads, self.observed)
+
+
+def l2_unit(observed_sq: float) -> float:
+    """The largest power of two <= ``observed_sq`` when that is below 1, else 1.
+
+    Dividing the squared gradient distance by it makes the objective of order one at
+    trained weights (||g||^2 ~ 1e-10 there, below L-BFGS's absolute tolerances on the loss
+    change and on the gradient), while a power of two leaves every float32 result
+    bit-for-bit unchanged where ||g||^2 >= 1 (the factor is 1) and scales the others
+    exactly."""
+    if not math.isfinite(observed_sq) or observed_sq >= 1.0 or observed_sq <= 0.0:
+        return 1.0
+    return max(2.0 ** math.floor(math.log2(observed_sq)), 2.0 ** -120)
 
 
 def layer_cosine_distance(dummy: Sequence[torch.Tensor],

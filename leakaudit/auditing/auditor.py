@@ -290,15 +290,19 @@ def _attack_name_or_object(attack: Any) -> Any:
     return attack.name if registered is attack else attack
 
 
-def _with_exact_tier(plan: AuditPlan, model: nn.Module, attacks: Sequence[Any] | None
-                     ) -> AuditPlan:
-    """The default attacks gain the optimiser-free exact tier where the model allows it (a
-    biased linear first layer): a "resilient" verdict then does not rest on a step budget
-    alone. Attacks the caller chose are left as they are."""
-    if (attacks is None and plan.attack_names == tuple(DEFAULT_ATTACKS)
-            and attacks_mod.exact.applicable(model)):
-        return plan.replace(attacks=(*plan.attacks, "exact"))
-    return plan
+def _with_exact_tier(plan: AuditPlan, model: nn.Module, attacks: Sequence[Any] | None,
+                     input_shape: tuple[int, ...] = (1, 28, 28)) -> AuditPlan:
+    """The default attacks gain the optimiser-free tiers where the model allows them: exact
+    (a biased linear first layer) and analytic ("rgap": a chain of linear/convolutional
+    layers with invertible activations, B = 1): a "resilient" verdict then does not rest on
+    a step budget alone. Attacks the caller chose are left as they are."""
+    if attacks is not None or plan.attack_names != tuple(DEFAULT_ATTACKS):
+        return plan
+    extra = tuple(name for name, module in (("exact", attacks_mod.exact),
+                                            ("rgap", attacks_mod.rgap))
+                  if (module.applicable(model) if name == "exact"
+                      else plan.batch_size == 1 and module.applicable(model, input_shape)))
+    return plan.replace(attacks=(*plan.attacks, *extra)) if extra else plan
 
 
 def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
@@ -346,7 +350,8 @@ def audit(
             ``models.default_for(dataset)``, LeNet-Sigmoid with U(-0.5, 0.5) weights).
         attacks: attack names (``leakaudit.attacks.available()``) or Attack objects; None:
             the plan's (default "dlg", "idlg", "cpl"; plus the exact tier, "exact", where the
-            model has a biased linear first layer).
+            model has a biased linear first layer, and the analytic tier, "rgap", where it
+            is a chain of linear/convolutional layers with invertible activations, B = 1).
         plan: what is attacked and how (:class:`AuditPlan`: profile sizes, points, examples,
             rounds, attack budget and success threshold, B and L of the attacked clients,
             stages, e.g. ``AuditPlan.make(stages=("initial", "trained"))``: a report row per
@@ -378,7 +383,7 @@ def audit(
     defs = fl.resolve_defenses(defenses, defense_params, base=plan.profile.defense_params)
     ds = data_mod.resolve(dataset, seed=seed)
     model = models_mod.resolve(model, ds, seed=seed)
-    plan = _with_exact_tier(plan, model, attacks)
+    plan = _with_exact_tier(plan, model, attacks, tuple(ds.input_shape))
     clients = max(plan.profile.clients, plan.examples)
     _check_sizes(plan, ds, clients)
     config = (_config(ds, model, seed, plan.profile_name, plan, plan.threshold, plan.delta,

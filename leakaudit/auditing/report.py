@@ -380,7 +380,7 @@ def _summary_cell(rows: list[dict[str, Any]]) -> str:
 
 
 #: attacks with no optimiser (a closed form or a scoring): their tier
-_TIERS = {"exact": "exact", "prior-aware": "identification"}
+_TIERS = {"exact": "exact", "rgap": "analytic", "prior-aware": "identification"}
 
 
 def tiers(rows: Sequence[Mapping[str, Any]]) -> str:

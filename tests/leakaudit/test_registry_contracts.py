@@ -122,8 +122,9 @@ def undefended_leak(digits):
 
 #: attacks that answer in one pass from what they declare they need (no optimisation: the
 #: comparison with a one-step start does not apply): the exact tier needs a biased linear
-#: first layer (an MLP), the prior-aware attack a candidate set holding the target
-ONE_PASS = ("exact", "prior-aware")
+#: first layer (an MLP), the prior-aware attack a candidate set holding the target, the
+#: analytic tier (rgap) one example's gradient of a chain such as LeNet
+ONE_PASS = ("exact", "prior-aware", "rgap")
 
 
 def _leak_for(name, digits, undefended_leak):

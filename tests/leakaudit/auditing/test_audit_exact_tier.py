@@ -1,5 +1,6 @@
 """The audit's default attacks gain the exact tier where the model has a biased linear first
-layer: the undefended example is rebuilt exactly and the verdict lists the tier."""
+layer, the analytic tier (rgap) where it is a chain such as LeNet-Sigmoid: the undefended
+example is rebuilt exactly."""
 
 from __future__ import annotations
 
@@ -27,9 +28,13 @@ def test_default_attacks_add_the_exact_tier_where_it_applies():
     assert row["type 2"].startswith("leaks")
 
 
-def test_chosen_attacks_and_lenet_are_left_alone():
+def test_chosen_attacks_are_left_alone_and_lenet_gains_the_analytic_tier():
     report = audit(["none"], dataset="digits", attacks=("idlg",), model=_mlp(), plan=PLAN,
                    engine="serial", progress=False)
     assert {c["attack"] for c in report.cells} == {"idlg"}
     report = audit(["none"], dataset="digits", plan=PLAN, engine="serial", progress=False)
     assert "exact" not in {c["attack"] for c in report.cells}
+    rgap = [c for c in report.cells if c["attack"] == "rgap"]
+    assert rgap and all(c["mse"] <= 1e-6 for c in rgap)  # LeNet-Sigmoid, B = 1
+    (row,) = report.summary_rows()
+    assert row["type 2"].startswith("leaks") and "analytic" not in row["type 2"]
