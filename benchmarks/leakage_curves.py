@@ -24,7 +24,7 @@ stage and noise, with the bound no attack can beat on the same axes.
     ``id_trials`` releases of a target drawn from a pool of ``id_pool`` training digits,
     candidate sets of k in ``id_ks`` (kappa = 1/k), every release with a noise draw of its
     own (per defense, sigma, k and trial), scored on the whole release and on each tensor
-    (:mod:`leakaudit.identification`), the best scorer with its Bonferroni-paid
+    (:mod:`leakaudit.auditing.identification`), the best scorer with its Bonferroni-paid
     Clopper-Pearson interval next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond
     its interval makes the run
     exit 1 (``--identification-only`` runs this section alone). Model: a ReLU MLP with one
@@ -84,10 +84,11 @@ from benchmarks._common import (
     today,
     write_outputs,
 )
-from leakaudit import attacks, data, fl, grads, identification, metrics, models
+from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
+from leakaudit.auditing import identification
+from leakaudit.auditing.identification import release_mu
 from leakaudit.auditing.results import ResultsFile
-from leakaudit.identification import release_mu
 
 COLUMNS = ("defense", "point", "attack", "model", "stage", "batch_size", "local_steps",
            "sigma", "eps_release", "eps_train", "mu", "asr", "psnr", "ssim",
@@ -989,7 +990,7 @@ def identification_cell(defense: Any, ds: data.Dataset, model: torch.nn.Module,
                         ks: Sequence[int], trials: int, pool: int, lr: float, seed: int
                         ) -> list[dict[str, Any]]:
     """Hayes et al.'s prior-aware attack against one defense at B = 1, L = 1, leak point 1,
-    one :func:`leakaudit.identification.identification` per k: ``trials``
+    one :func:`leakaudit.auditing.identification.identification` per k: ``trials``
     releases each, of a target drawn uniformly from a pool of ``pool`` training images,
     among k candidates (kappa = 1 / k), every release with a noise draw of its own (per
     defense, sigma, k and trial: no two cells share one); scored on the whole release and

@@ -33,10 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from . import data as data_mod
-from . import fl, metrics
-from .attacks import CandidateScorer
-from .empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+from .. import data as data_mod
+from .. import fl, metrics
+from ..attacks import CandidateScorer
 
 __all__ = ["IdentificationBudget", "SITE_POINT", "identification", "protected_point",
            "release_model", "release_mu", "trial_seed"]
@@ -183,14 +182,14 @@ def summarise(hits: np.ndarray, names: Sequence[str], budget: IdentificationBudg
     the best scorer with its Bonferroni-corrected Clopper-Pearson interval."""
     n, scorers = budget.trials, len(names)
     best = int(np.argmax(hits))
-    alpha = (1.0 - budget.confidence) / (2 * scorers)
+    low, high = metrics.success_interval(int(hits[best]), n,
+                                         1.0 - (1.0 - budget.confidence) / scorers)
     kappa = metrics.prior_success_identification(budget.k)
     bound = 1.0 if mu is None else metrics.rero_bound_gdp(kappa, mu)
     return {"k": budget.k, "trials": n, "point": point, "scorer": names[best],
-            "scorers": scorers, "successes": int(hits[best]), "success": hits[best] / n,
-            "ci_low": clopper_pearson_lower(int(hits[best]), n, alpha),
-            "ci_high": clopper_pearson_upper(int(hits[best]), n, alpha),
-            "success_all": hits[0] / n, "clean": clean_hits / n,
+            "scorers": scorers, "successes": int(hits[best]), "success": float(hits[best] / n),
+            "ci_low": low, "ci_high": high,
+            "success_all": float(hits[0] / n), "clean": clean_hits / n,
             "mu": math.nan if mu is None else mu, "bound": bound}
 
 

@@ -11,8 +11,8 @@ import torch
 
 from leakaudit import data, models
 from leakaudit import defenses as D
-from leakaudit import identification as ident
 from leakaudit.attacks import CandidateScorer
+from leakaudit.auditing import identification as ident
 from leakaudit.defenses import ops
 
 
@@ -124,3 +124,15 @@ def test_an_unnoised_output_layer_is_caught_by_its_tensor(digits, mlp):
                              budget=budget, seed=0)
     assert ident.above_bound(r) and r["scorer"].startswith("fc2")
     assert r["success_all"] < r["bound"] and not math.isnan(r["mu"])
+
+
+def test_success_interval_is_the_two_one_sided_clopper_pearson_bounds():
+    from leakaudit import metrics
+    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+
+    for k, n in ((0, 10), (3, 10), (10, 10), (28, 100)):
+        low, high = metrics.success_interval(k, n, 0.9)
+        assert low == pytest.approx(clopper_pearson_lower(k, n, 0.05))
+        assert high == pytest.approx(clopper_pearson_upper(k, n, 0.05))
+    with pytest.raises(ValueError, match="successes"):
+        metrics.success_interval(11, 10)
