@@ -21,6 +21,7 @@ import numpy as np
 from .._jsonsafe import finite_json
 from .._jsonsafe import number as _num
 from ..reporting import latex_escape, latex_table, write_tables
+from .profile import profile_markdown, profile_rows
 
 __all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "markdown_table"]
 
@@ -63,6 +64,8 @@ class AuditReport:
     #: defense -> stage -> the attacked weights' record (rounds trained, test accuracy, the
     #: claimed and sound eps spent by those rounds); cells then carry their "stage"
     stages: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: defense -> stage -> the identification record (:mod:`.identification`)
+    identification: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def add_defense(self, key: str, name: str, record: dict[str, Any]) -> None:
         self.defenses[key] = dict(record, name=name)
@@ -72,6 +75,13 @@ class AuditReport:
 
     def add_cell(self, record: dict[str, Any]) -> None:
         self.cells.append(record)
+
+    def add_identification(self, key: str, stage: str, record: dict[str, Any]) -> None:
+        self.identification.setdefault(key, {})[stage] = dict(record)
+
+    def profile_rows(self) -> list[dict[str, Any]]:
+        """The protection profile's rows, raw values (:mod:`.profile`)."""
+        return profile_rows(self)
 
     # ------------------------------------------------------------------ tables
     def rows(self) -> list[dict[str, Any]]:
@@ -194,13 +204,12 @@ class AuditReport:
                 "spent by those rounds")
 
     def to_markdown(self) -> str:
+        """The setting, the protection profile (the first table), then per defense, stage,
+        leak point and attack the metrics, and the training runs' accuracy and eps."""
         lines = [self.setting_line()] if "batch_size" in self.config else []
-        lines += [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
-                 "attacked example rebuilt by any attack; tau = L-BFGS steps to success; "
-                 f"{self._summary_caption()}; eps at delta = {self.delta:g}, worst client; "
-                 "claimed: RDP; sound: the tightest certified bound, exact Gaussian, PLD or "
-                 "RDP)", "", self.summary_markdown(),
-                 "Per attack (tau = L-BFGS steps to success, else the limit)",
+        lines += [profile_markdown(self, markdown_table),
+                 f"Per attack (succeeds when MSE <= {self.threshold:g}; resilient = no "
+                 "attacked example rebuilt; tau = L-BFGS steps to success, else the limit)",
                  "", markdown_table(self._cell_columns(), self.rows()), "",
                  f"Accuracy and privacy of the training run (eps at delta = {self.delta:g}, "
                  "worst client)", "",
@@ -230,6 +239,8 @@ class AuditReport:
             # the records behind the defense table (from_json rebuilds the report from them)
             "defense_records": finite_json(self.defenses),
             "stage_records": finite_json(self.stages),
+            "identification_records": finite_json(self.identification),
+            "profile": finite_json(self.profile_rows()),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
@@ -244,7 +255,8 @@ class AuditReport:
                              "rerun the audit with its results file to rebuild the report")
         return cls(config=data["config"], threshold=data["threshold"], delta=data["delta"],
                    defenses=data["defense_records"], cells=data["cells"],
-                   stages=data.get("stage_records", {}))
+                   stages=data.get("stage_records", {}),
+                   identification=data.get("identification_records", {}))
 
     def save_figure(self, path: str | Path) -> Path:
         """PNG grid: a row per (defense, [stage,] leak point); columns: the ground truth, then each
