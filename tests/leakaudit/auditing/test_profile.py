@@ -109,3 +109,22 @@ def test_rebuilt_at_an_unprotected_point_shows_the_tier_could_succeed(report):
     assert row["point"] == 0 and row["could_rebuild"] is True
     assert row["reconstruction"]["rebuilt"] == 0 and row["verdict"] == "no guarantee"
     assert "| sdp | trained (30 r.) |" in P.profile_markdown(rep, markdown_table)
+
+
+@pytest.mark.slow  # trains 30 rounds of fed-cdp (about 20 s on a quiet core)
+def test_the_quick_profile_has_a_dp_row_that_learns_at_a_meaningful_eps():
+    """fed-cdp in the quick profile's setting spends sound eps <= 10 at delta 1e-5 and
+    still reaches >= 70 % test accuracy on digits (a guarantee that means something)."""
+    from leakaudit import fl
+    from leakaudit.auditing import PROFILES
+    from leakaudit.defenses import get
+
+    prof = PROFILES["quick"]
+    config = fl.FLConfig.make(clients=prof.clients, clients_per_round=prof.clients_per_round,
+                              rounds=prof.rounds, local_steps=prof.local_steps,
+                              batch_size=prof.batch_size, lr=prof.lr, optimizer=prof.optimizer,
+                              seed=0, progress=False)
+    run = fl.simulate(None, dataset="digits",
+                      defense=get("fed-cdp", **prof.defense_params["fed-cdp"]), config=config)
+    assert run.epsilon(1e-5, "sound") <= P.EPS_MEANINGFUL
+    assert run.final_accuracy >= 0.7
