@@ -40,6 +40,7 @@ from .conversions import (
     rdp_to_dp,
 )
 from .events import ApproxDP, Event, GaussianSchedule, Laplace, SampledGaussian
+from .fixed_size import SampledWithoutReplacement
 from .ledger import (
     APPROXIMATE_METHODS,
     METHODS,
@@ -63,6 +64,7 @@ from .rdp import (
 )
 from .registry import UnsupportedEventError, event_types, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
+from .same_sample import SameBatch
 from .shuffle import (
     ShuffleBounds,
     shuffle_epsilon_bounds,
@@ -71,11 +73,7 @@ from .shuffle import (
     shuffle_sensitivity,
 )
 from .tightest import tightest_epsilon
-
-try:  # fixed-size batches without replacement (needs accounting.without_replacement)
-    from .fixed_size import SampledWithoutReplacement
-except ImportError:  # pragma: no cover - before that module is merged
-    SampledWithoutReplacement = None  # type: ignore[assignment,misc]
+from .tuning import SELECTION_RULES, HyperparameterSearch
 
 __all__ = [
     "ACCOUNTANTS",
@@ -121,6 +119,9 @@ __all__ = [
     "RangeWarning",
     "SampledGaussian",
     "SampledWithoutReplacement",
+    "SameBatch",
+    "HyperparameterSearch",
+    "SELECTION_RULES",
     "SeriesConvergenceWarning",
     "amplify_by_sampling",
     "analytic_gaussian_epsilons",

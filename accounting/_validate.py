@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterable
 from numbers import Real
@@ -52,20 +53,30 @@ def check_probability(name: str, value: object) -> float:
     return out
 
 
+def _not_subnormal(name: str, out: float) -> float:
+    """Refuse a subnormal float (0 < |x| < 2.2e-308): its reciprocal and square overflow or
+    lose every digit, so no accountant can answer it honestly."""
+    if 0.0 < abs(out) < sys.float_info.min:
+        raise ValueError(f"{name}={out!r} is subnormal (below {sys.float_info.min:.3g}): "
+                         "use 0 where allowed or a normal float")
+    return out
+
+
 def check_sigma(name: str, value: object) -> float:
-    """A noise multiplier: a finite real number >= 0 (0 means no noise: infinite eps)."""
+    """A noise multiplier: a finite real number >= 0 (0 means no noise: infinite eps), not
+    subnormal."""
     out = check_real(name, value)
     if out < 0.0 or math.isinf(out):
         raise ValueError(f"{name} must be a finite number >= 0, got {out!r}")
-    return out
+    return _not_subnormal(name, out)
 
 
 def check_positive(name: str, value: object, *, allow_inf: bool = False) -> float:
-    """A strictly positive real number."""
+    """A strictly positive real number (not subnormal)."""
     out = check_real(name, value)
     if out <= 0.0 or (math.isinf(out) and not allow_inf):
         raise ValueError(f"{name} must be a finite number > 0, got {out!r}")
-    return out
+    return _not_subnormal(name, out)
 
 
 def check_nonnegative(name: str, value: object, *, allow_inf: bool = False) -> float:
@@ -199,7 +210,7 @@ def check_same_length(names: tuple[str, str], a: np.ndarray, b: np.ndarray) -> N
 def check_instances(name: str, items: object, cls: type) -> tuple:
     """A sequence whose items are all ``cls`` (e.g. events: pass ``ledger.events``)."""
     try:
-        out = tuple(items)  # type: ignore[arg-type]
+        out = tuple(items)
     except TypeError as exc:
         raise ValueError(f"{name} must be an iterable of {cls.__name__} records (e.g. "
                          f"ledger.events), got {type(items).__name__}") from exc
@@ -233,5 +244,5 @@ def keywords_after_first(*names: str) -> Callable[[_F], _F]:
                               DeprecationWarning, stacklevel=2)
                 kwargs.update(zip(given, legacy))
             return func(*args[:1], **kwargs)
-        return call  # type: ignore[return-value]
+        return call
     return wrap

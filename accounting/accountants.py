@@ -52,9 +52,9 @@ from .registry import (
 )
 from .relations import ADD_REMOVE, convert_event, group_privacy_2
 
-__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "accountant", "register_accountant",
-           "supporting", "epsilon", "tightest", "Tightest", "rdp_curve", "why_infinite",
-           "group_privacy_epsilon", "UnsupportedEventError"]
+__all__ = ["Accountant", "ACCOUNTANTS", "CERTIFIED", "certified", "accountant",
+           "register_accountant", "supporting", "epsilon", "tightest", "Tightest", "rdp_curve",
+           "why_infinite", "group_privacy_epsilon", "UnsupportedEventError"]
 
 _BASIC_FORMS = (GaussianPart, LaplacePart, DPPart)
 #: Above this many distinct (q, sigma) rows the RDP sum rounds sigmas down onto the grid
@@ -268,9 +268,29 @@ class CompositionAccountant(Accountant):
 
 
 def _own(opts: dict) -> dict:
-    """``opts`` without the ledger-wide ones (orders, memo, warnings, RDP/composition knobs)."""
+    """``opts`` without the ledger-wide ones (orders, memos, warnings, RDP/composition knobs)."""
     return {k: v for k, v in opts.items()
-            if k not in ("orders", "cache", "warn", "optimize_order", "gaussian")}
+            if k not in ("orders", "cache", "warn", "optimize_order", "gaussian", "memo")}
+
+
+def _bracket_key(method: str, delta: float, opts: dict) -> tuple | None:
+    """The memo key of a bracket query (None where an option is not hashable)."""
+    key = (method, float(delta), tuple(sorted(opts.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _bracket(method: str, events: Sequence[object], delta: float, memo: dict | None,
+             opts: dict, compute: Callable[[], Any]) -> Any:
+    """``compute()``, shared through the ledger's per-state ``memo``
+    (:mod:`accounting.query_memo`): one computation per (method, delta, options)."""
+    from .query_memo import memoised
+
+    key = _bracket_key(method, delta, opts)
+    return memoised(memo if key is not None else None, key or (), compute)
 
 
 class PLDAccountant(Accountant):
@@ -280,10 +300,21 @@ class PLDAccountant(Accountant):
     name, family, forms = "pld", "pld", _BASIC_FORMS + (PLDPart,)
 
     def epsilon(self, events: Sequence[object], delta: float, **opts: Any) -> DPResult:
-        return DPResult(self.bounds(events, delta, **_own(opts)).upper, None)
+        return DPResult(self.bounds(events, delta, memo=opts.get("memo"),
+                                    **_own(opts)).upper, None)
 
-    def bounds(self, events: Sequence[object], delta: float, **opts: Any):
-        from .pld import pld_epsilon
+    def bounds(self, events: Sequence[object], delta: float, memo: dict | None = None,
+               **opts: Any):
+        """The certified (lower, estimate, upper) bracket; ``memo``: the ledger's answers of
+        this state (one computation for epsilon, epsilon_bounds, tightest and reports)."""
+        return _bracket(self.name, events, delta, memo, opts,
+                        lambda: self._bounds(events, delta, **opts))
+
+    def _bounds(self, events: Sequence[object], delta: float, **opts: Any):
+        """pld_epsilon's bracket, tightened by each part's own certified function
+        (:mod:`accounting.part_bounds`)."""
+        from .part_bounds import tightened
+        from .pld import PLDBounds, pld_epsilon
 
         self.check(events)
         releases = sum(isinstance(p, (LaplacePart, DPPart)) for p in self.parts(events))
@@ -291,7 +322,11 @@ class PLDAccountant(Accountant):
             raise ValueError(f"{releases} distinct Laplace/(eps, delta) releases are beyond the "
                              f"PLD's budget ({_MAX_PLD_RELEASES}; 10^5 took 97 s); use "
                              "method='rdp' (tightest_epsilon falls back to the others)")
-        return pld_epsilon(events, delta, **opts)
+        b = pld_epsilon(events, delta, **opts)
+        lower, upper = tightened(tuple(events), delta, b.lower, b.upper, opts)
+        if (lower, upper) == (b.lower, b.upper):
+            return b
+        return PLDBounds(lower, upper if math.isinf(upper) else (lower + upper) / 2.0, upper)
 
 
 class PRVAccountant(Accountant):
@@ -301,13 +336,17 @@ class PRVAccountant(Accountant):
     name, family, certified = "prv", "prv", False
 
     def epsilon(self, events: Sequence[object], delta: float, **opts: Any) -> DPResult:
-        return DPResult(self.bounds(events, delta, **_own(opts)).estimate, None)
+        return DPResult(self.bounds(events, delta, memo=opts.get("memo"),
+                                    **_own(opts)).estimate, None)
 
-    def bounds(self, events: Sequence[object], delta: float, **opts: Any):
+    def bounds(self, events: Sequence[object], delta: float, memo: dict | None = None,
+               **opts: Any):
+        """prv-accountant's (lower, estimate, upper); ``memo`` as for the PLD's."""
         from .prv import prv_epsilon
 
         self.check(events)
-        return prv_epsilon(events, delta, **opts)
+        return _bracket(self.name, events, delta, memo, opts,
+                        lambda: prv_epsilon(events, delta, **opts))
 
 
 class ExactGaussianAccountant(Accountant):
@@ -339,8 +378,16 @@ for _acc in (RDPAccountant("rdp", "improved"), RDPAccountant("rdp-classic", "cla
              CompositionAccountant("advanced"), CompositionAccountant("basic"), PRVAccountant(),
              PLDAccountant(), ZCDPAccountant("zcdp-approx", True), ExactGaussianAccountant()):
     register_accountant(_acc)
-#: The certified methods tightest() takes the minimum over.
-CERTIFIED = tuple(n for n, a in ACCOUNTANTS.items() if a.certified)
+
+
+def certified() -> tuple[str, ...]:
+    """The certified methods tightest() takes the minimum over: every registered accountant
+    whose value is a proven upper bound (those registered by other modules included)."""
+    return tuple(n for n, a in ACCOUNTANTS.items() if a.certified)
+
+
+#: The certified methods of this module (:func:`certified` also lists later registrations).
+CERTIFIED = certified()
 
 
 def accountant(method: str) -> Accountant:
@@ -414,8 +461,9 @@ class Tightest(NamedTuple):
 
 
 def tightest(events: Sequence[object], delta: float, *, orders: np.ndarray | None = None,
-             cache: dict | None = None) -> Tightest:
-    """min over the certified accountants that support every event of their upper ends.
+             cache: dict | None = None, memo: dict | None = None) -> Tightest:
+    """min over the certified accountants that support every event of their upper ends
+    (``memo``: the ledger's answers of this state, shared with its other queries).
 
     Basic and advanced composition join when there are at most 64 distinct Gaussian rows
     (their per-step calibration costs one root search per row; they never beat RDP on long
@@ -427,7 +475,7 @@ def tightest(events: Sequence[object], delta: float, *, orders: np.ndarray | Non
     if why_infinite(events) is not None:
         return Tightest(math.inf, "none", {})
     cands: dict[str, float | str] = {}
-    for name in CERTIFIED:
+    for name in certified():
         acc = ACCOUNTANTS[name]
         try:
             acc.check(events)
@@ -445,7 +493,7 @@ def tightest(events: Sequence[object], delta: float, *, orders: np.ndarray | Non
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 cands[name] = float(acc.epsilon(events, delta, orders=orders, cache=cache,
-                                                warn=False).eps)
+                                                memo=memo, warn=False).eps)
         except UnsupportedEventError as exc:
             cands[name] = f"refused: {exc.why}"
         except ValueError as exc:  # e.g. beyond the PLD's memory budget

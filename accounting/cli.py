@@ -1,8 +1,9 @@
-"""Command line: ``python -m accounting epsilon|calibrate|max-steps ...``.
+"""Command line: ``python -m accounting epsilon|calibrate|max-steps|tuning ...``.
 
 ``epsilon`` prints every accountant side by side for one setting (constant or decaying
 sigma), with prv-accountant's bracket and the certified PLD bracket; ``calibrate`` finds
-sigma for a target eps; ``max-steps`` the number of steps a budget allows.
+sigma for a target eps; ``max-steps`` the number of steps a budget allows; ``tuning`` the
+certified eps of a hyperparameter search (the published procedure) beside the chosen run's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from . import schedules
 from .calibrate import calibrate_sigma, max_steps
 from .conversions import OrderGridWarning
 from .ledger import METHODS, PrivacyLedger
+from .procedure import procedure_epsilon
 from .prv import PRVUnavailable
 from .relations import GAUSSIAN_SAMPLINGS, RELATIONS
 
@@ -126,6 +128,87 @@ def _cmd_max_steps(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(text: str) -> tuple[float, float, int]:
+    """``q,sigma,steps`` of one DP-SGD configuration."""
+    try:
+        q, sigma, steps = text.split(",")
+        return float(q), float(sigma), int(steps)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--run takes q,sigma,steps (e.g. 0.01,1.0,1000), "
+                                         f"got {text!r}") from exc
+
+
+def _grid(args: argparse.Namespace) -> list[tuple[float, float, int]]:
+    """The q x sigma grid's runs (steps: --steps, or --epochs / q rounded)."""
+    if not (args.grid_q or args.grid_sigma):
+        return []
+    if not (args.grid_q and args.grid_sigma) or (args.steps is None) == (args.epochs is None):
+        raise SystemExit("error: a grid needs --grid-q, --grid-sigma and one of --steps or "
+                         "--epochs")
+    out = []
+    for q in args.grid_q:
+        if not 0.0 < q <= 1.0:
+            raise SystemExit(f"error: --grid-q values must be in (0, 1], got {q!r}")
+        steps = args.steps if args.steps is not None else round(args.epochs / q)
+        out.extend((q, sigma, steps) for sigma in args.grid_sigma)
+    return out
+
+
+def _cmd_tuning(args: argparse.Namespace) -> int:
+    runs: list = []
+    for q, sigma, steps in [*(args.run or ()), *_grid(args)]:
+        ledger = PrivacyLedger(relation=args.relation)
+        ledger.step(q=q, sigma=sigma, count=steps)
+        runs.append(ledger)
+    for path in args.ledger or ():
+        with open(path, encoding="utf-8") as fh:
+            runs.append(PrivacyLedger.from_json(fh.read()))
+    if not runs:
+        raise SystemExit("error: give the runs with --run q,sigma,steps, --ledger FILE or "
+                         "--grid-q/--grid-sigma")
+    rep = procedure_epsilon(runs, args.rule, delta=args.delta, mean=args.mean,
+                            shape=args.shape, chosen=args.chosen)
+    if args.json:
+        print(json.dumps({"delta": rep.delta, "relation": rep.relation, "rule": args.rule,
+                          "runs": len(runs), "mean": rep.search.mean,
+                          "procedure": {"tightest": rep.tightest, "method": rep.tightest_method,
+                                        "rdp": rep.rdp},
+                          "chosen": {"index": rep.chosen, "eps": rep.chosen_eps,
+                                     "method": rep.chosen_method},
+                          "runs_eps": list(rep.runs_eps)}, indent=1))
+    else:
+        print(rep.describe())
+    return 0
+
+
+def _tuning_parser(sub: argparse._SubParsersAction) -> None:
+    from .tuning import SELECTION_RULES
+
+    t = sub.add_parser("tuning", help="eps of a hyperparameter search beside the chosen run's")
+    t.add_argument("--run", type=_run, action="append",
+                   help="one configuration's Poisson DP-SGD run as q,sigma,steps (repeat)")
+    t.add_argument("--ledger", action="append",
+                   help="one run's ledger JSON (PrivacyLedger.to_json; repeat)")
+    t.add_argument("--grid-q", type=float, nargs="+", help="a grid search: sampling rates")
+    t.add_argument("--grid-sigma", type=float, nargs="+", help="a grid search: multipliers")
+    t.add_argument("--steps", type=int, default=None, help="steps of every grid run")
+    t.add_argument("--epochs", type=float, default=None,
+                   help="epochs of every grid run (steps = epochs / q, rounded)")
+    t.add_argument("--rule", default="fixed", choices=list(SELECTION_RULES),
+                   help="fixed: every run once (composition); geometric, logarithmic, "
+                        "negative-binomial, poisson: a random number of runs (Papernot & "
+                        "Steinke 2022)")
+    t.add_argument("--mean", type=float, default=None,
+                   help="expected number of runs of a random rule (default: the runs given)")
+    t.add_argument("--shape", type=float, default=1.0, help="eta of negative-binomial")
+    t.add_argument("--chosen", type=int, default=None,
+                   help="index of the published run (default: the most expensive)")
+    t.add_argument("--delta", type=float, default=1e-5)
+    t.add_argument("--relation", default="add-remove", choices=list(RELATIONS))
+    t.add_argument("--json", action="store_true")
+    t.set_defaults(func=_cmd_tuning)
+
+
 def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -171,6 +254,7 @@ def build_parser(prog: str = "python -m accounting") -> argparse.ArgumentParser:
     m.add_argument("--method", default="rdp", choices=[m for m in METHODS if m != "prv"])
     orders_arg(m)
     m.set_defaults(func=_cmd_max_steps)
+    _tuning_parser(sub)
     return p
 
 

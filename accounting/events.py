@@ -79,7 +79,7 @@ class Event:
         """``{"type": kind, field: value, ...}`` (arrays as lists); read by
         :func:`event_from_dict`."""
         out: dict[str, Any] = {"type": self.kind}
-        for f in fields(self):  # type: ignore[arg-type]
+        for f in fields(self):
             value = getattr(self, f.name)
             out[f.name] = value.tolist() if isinstance(value, np.ndarray) else value
         return out
@@ -97,7 +97,7 @@ class Event:
     def _check_relation_fields(self, gaussian: bool) -> None:
         object.__setattr__(self, "relation", check_relation("relation", self.relation))
         if gaussian:
-            check_gaussian_pair(self.sampling, self.relation, self.q)  # type: ignore[attr-defined]
+            check_gaussian_pair(self.sampling, self.relation, self.q)
         elif check_sampling("sampling", self.sampling) != ALL:
             raise ValueError(f"sampling={self.sampling!r} cannot be accounted for a {self.kind} "
                              f"release under relation={self.relation!r}: no amplification by "
@@ -107,6 +107,10 @@ class Event:
 def _sigmas(name: str, value: object) -> np.ndarray:
     arr = check_array(name, np.asarray(value, dtype=float).ravel(), low=0.0,
                       allow_empty=False, what="noise multipliers, at least one step").copy()
+    tiny = arr[(arr > 0) & (arr < np.finfo(float).tiny)]
+    if tiny.size:
+        raise ValueError(f"{name} holds {tiny.size} subnormal value(s) (e.g. {tiny[0]!r}, "
+                         f"below {np.finfo(float).tiny:.3g}): use 0 or a normal float")
     arr.setflags(write=False)
     return arr
 
@@ -177,7 +181,7 @@ class GaussianSchedule(Event):
                 and self.note == other.note and np.array_equal(self.sigmas, other.sigmas)
                 and (self.sampling, self.relation) == (other.sampling, other.relation))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 @dataclass(frozen=True)

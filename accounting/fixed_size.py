@@ -10,9 +10,10 @@ theorem; sensitivity 2C). The mathematics is :mod:`accounting.without_replacemen
 * pld: its own discrete PLDs (a :class:`~accounting.registry.PLDPart`): upper side, the
   symmetrised pair of Dong, Roth, Su's C_gamma(G_{2/sigma}) (amplified; that module's doc),
   or the unamplified Gaussian of multiplier sigma / 2 where the symmetrisation is not
-  certified at the grid step; lower side, the realised +-1 pair (the replaced record's
-  gradient +C, its replacement's -C), or the Poisson add/remove pair at q = B / n, both
-  pairs the mechanism realises: a certified bracket that composes with any other event;
+  certified at the grid step; lower side, the realised "same gradient" pair (every record's
+  gradient +C, the replacement's -C): the Poisson add/remove pair at q = B / n and
+  multiplier sigma / 2, in each direction: a certified bracket that composes with any
+  other event;
 * zcdp, composition, prv: refused by name (no rule).
 
 ``tightest`` takes the smaller of the two upper ends. One file, one registration: the
@@ -32,6 +33,7 @@ from .registry import GaussianPart, PLDPart, RDPPart, register_event
 from .relations import FIXED_SIZE, REPLACE_ONE
 from .without_replacement import (
     rdp_without_replacement,
+    same_gradient_pld_parts,
     step_loss_variance,
     without_replacement_pld_parts,
 )
@@ -105,16 +107,19 @@ class SampledWithoutReplacement(Event):
         {k h} for one direction and side, and the round-off allowance (module doc)."""
         from .pld import gaussian_step_pmf
 
+        if not upper:  # the realised "same gradient" pair, in this direction
+            return same_gradient_pld_parts(self.sigma, self.batch_size, self.dataset_size,
+                                           self.count, h, direction)
         try:
             return without_replacement_pld_parts(self.sigma, self.batch_size,
                                                   self.dataset_size, self.count, h, upper)
-        except ValueError:  # not certified at this grid step: the fallback pairs
-            q, s = (1.0, self.sigma / 2.0) if upper else (self.q, self.sigma)
-            return [(gaussian_step_pmf(q, s, h, direction, upper), self.count)], 0.0
+        except ValueError:  # not certified at this grid step: no amplification
+            pmf = gaussian_step_pmf(1.0, self.sigma / 2.0, h, direction, True)
+            return [(pmf, self.count)], 0.0
 
 
 def _rdp_rule(e: SampledWithoutReplacement, side: str) -> list:
-    if side == "lower":  # the realised Poisson pair (module doc): a valid lower bound
+    if side == "lower":  # the realised "same gradient" pair (module doc): a lower bound
         return _gaussian_rule(e, side)
     return [RDPPart(lambda orders: rdp_without_replacement(e.sigma, e.batch_size,
                                                            e.dataset_size, orders), e.count,
@@ -128,8 +133,9 @@ def _pld_rule(e: SampledWithoutReplacement, side: str) -> list:
 
 
 def _gaussian_rule(e: SampledWithoutReplacement, side: str) -> list:
+    """upper: no amplification (q = 1, sigma / 2); lower: the "same gradient" pair."""
     q = np.array([1.0 if side == "upper" else e.q])
-    s = np.array([e.sigma / 2.0 if side == "upper" else e.sigma])
+    s = np.array([e.sigma / 2.0])
     return [GaussianPart(q, s, np.array([e.count], dtype=np.int64))]
 
 

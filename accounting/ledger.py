@@ -33,6 +33,7 @@ from .accountants import (
 from .conversions import DPResult
 from .events import Event
 from .ledger_io import LEDGER_FORMAT, LedgerJSON
+from .query_memo import QueryMemo
 from .recording import LedgerRecording
 from .relations import ADD_REMOVE, POISSON, check_relation, convert_event
 from .reports import (
@@ -89,6 +90,7 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         self.orders = resolve_orders(orders)
         self._events: list[Event] = []
         self._cache: dict[tuple[float, float], np.ndarray] = {}
+        self._memo = QueryMemo()  # answers of the expensive queries for this history
 
     def _check_event_relation(self, event: Event) -> None:
         rel = getattr(event, "relation", ADD_REMOVE)
@@ -134,7 +136,7 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         """Total number of releases recorded."""
         return sum(e.steps for e in self._events)
 
-    __len__ = steps.fget  # type: ignore[assignment]
+    __len__ = steps.fget
 
     def __repr__(self) -> str:
         return (f"PrivacyLedger({len(self._events)} events, {self.steps} steps, "
@@ -161,6 +163,12 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
     def why_infinite(self) -> str | None:
         """Why eps is unbounded, or None when every release has noise."""
         return why_infinite(self._events)
+
+    # ---------------------------------------------------------------- one computation per state
+    def _answers(self) -> dict:
+        """The memo of this history's answers (:mod:`accounting.query_memo`): emptied by any
+        change of the events, the relation or the orders."""
+        return self._memo.answers(self.relation, self.orders.tobytes(), self._events)
 
     def supported_methods(self) -> tuple[str, ...]:
         """The methods whose accountant supports every recorded event."""
@@ -190,12 +198,25 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         """Like :meth:`epsilon`, also returning the optimal order (None where meaningless)."""
         check_choice("gaussian", gaussian, ("analytic", "classical"))
         return epsilon(self._events, delta, method, orders=self.orders, cache=self._cache,
-                       optimize_order=optimize_order, gaussian=gaussian, warn=warn)
+                       optimize_order=optimize_order, gaussian=gaussian, warn=warn,
+                       memo=self._answers())
 
     def tightest(self, delta: float) -> Tightest:
         """(eps, method, candidates): the smallest certified upper end over every accountant
-        that supports every event (:func:`accounting.accountants.tightest`)."""
-        return tightest(self._events, delta, orders=self.orders, cache=self._cache)
+        that supports every event (:func:`accounting.accountants.tightest`); computed once
+        per history and delta, its PLD bracket shared with :meth:`epsilon_bounds`."""
+        memo = self._answers()
+        key = ("tightest", float(delta) if isinstance(delta, (int, float)) else delta)
+        try:
+            res = memo.get(key)
+        except TypeError:  # an unhashable delta: refused by name below
+            key, res = None, None
+        if res is None:
+            res = tightest(self._events, delta, orders=self.orders, cache=self._cache,
+                           memo=memo)
+            if key is not None:
+                memo[key] = res
+        return res._replace(candidates=dict(res.candidates))
 
     def tightest_epsilon(self, delta: float, with_method: bool = False) -> Any:
         """The tightest certified eps (with ``with_method``: ``(eps, method)``)."""
@@ -223,11 +244,12 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         (both ends certified); ``kwargs`` go to :func:`accounting.prv_epsilon` /
         :func:`accounting.pld_epsilon`."""
         check_choice("method", method, ("prv", "pld"))
-        return ACCOUNTANTS[method].bounds(self._events, delta, **kwargs)
+        return ACCOUNTANTS[method].bounds(self._events, delta, memo=self._answers(), **kwargs)
 
     def epsilon_report(self, delta: float, *, prv: bool = True) -> EpsilonReport:
         """Every sound method that supports the events side by side (and the PRV bounds)."""
-        return EpsilonReport(report(self._events, delta, self.orders, self._cache, prv),
+        return EpsilonReport(report(self._events, delta, self.orders, self._cache, prv,
+                                    memo=self._answers()),
                              delta=delta, relation=self.relation, samplings=self.samplings)
 
     def delta(self, eps: float, method: str = "rdp") -> float:

@@ -90,8 +90,9 @@ def conservative_epsilon(events: Sequence[object], delta: float, orders: np.ndar
 
 
 def report(events: Sequence[object], delta: float, orders: np.ndarray, cache: dict,
-           prv: bool) -> dict[str, float]:
-    """Every sound method that supports every event, and the PRV bracket when ``prv``."""
+           prv: bool, memo: dict | None = None) -> dict[str, float]:
+    """Every sound method that supports every event, and the PRV bracket when ``prv``
+    (``memo``: the ledger's answers of this history, shared with its other queries)."""
     from .prv import PRVUnavailable
 
     out: dict[str, float] = {}
@@ -101,10 +102,11 @@ def report(events: Sequence[object], delta: float, orders: np.ndarray, cache: di
             if name in ("prv", "zcdp-approx", "gaussian-exact") or not all(
                     map(acc.supports, events)):
                 continue
-            out[name] = epsilon(events, delta, name, orders=orders, cache=cache, warn=False).eps
+            out[name] = epsilon(events, delta, name, orders=orders, cache=cache, warn=False,
+                                memo=memo).eps
         if prv and all(map(ACCOUNTANTS["prv"].supports, events)):
             try:
-                lo, est, up = ACCOUNTANTS["prv"].bounds(events, delta)
+                lo, est, up = ACCOUNTANTS["prv"].bounds(events, delta, memo=memo)
             except PRVUnavailable:
                 pass  # the peer's limitation: the report simply has no PRV entries
             else:

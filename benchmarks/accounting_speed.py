@@ -58,7 +58,7 @@ DELTA = 1e-5
 STEPS = 10_000
 SIGMA0 = 15.0
 SIGMA_END = 4.85
-#: Section 5's small-q schedule (issue 25 item 5): a new sigma every step, uniform in this
+#: Section 5's small-q schedule: a new sigma every step, uniform in this
 #: range (seed 0), at this sampling rate: eps is ~3x as sensitive to sigma as at sigma 5.
 SMALL_Q = 0.001
 SMALL_Q_SIGMAS = (0.55, 0.65)
@@ -210,6 +210,58 @@ def fmt_prv(b: A.PRVBounds | str) -> str:
 
 
 # ---------------------------------------------------------------------------------- sections
+def time_peers(prefix: np.ndarray
+               ) -> tuple[dict[str, tuple[float, float, float] | None], str, str]:
+    """Each peer's (time, eps, order) on the schedule ``prefix`` (None where not installed),
+    and the two peers' install statuses."""
+    op_cls, op_status = load_opacus()
+    dp_mod, dp_status = load_dp_accounting()
+    peers: dict[str, tuple[float, float, float] | None] = {}  # name -> (time, eps, order)
+    for name, available, fn in (
+        ("opacus", op_cls is not None, lambda: opacus_eps(op_cls, prefix, ORDERS)),
+        ("dp-accounting", dp_mod is not None, lambda: dp_accounting_eps(dp_mod, prefix, ORDERS)),
+    ):
+        if not available:
+            peers[name] = None
+            continue
+        timed = best_of(fn, 1)
+        peers[name] = (timed.best, *timed.result)
+    return peers, op_status, dp_status
+
+
+def time_table(rep: Report, steps: int, n_peer: int, t_ours: float,
+               peers: dict[str, tuple[float, float, float] | None], statuses: tuple[str, str],
+               prv: tuple[float, Any]) -> dict[str, float]:
+    """Section 1's time table (the peers' times on ``n_peer`` steps scaled to ``steps``);
+    returns the peers' per-step costs."""
+    t_prv, prv_full = prv
+    scale = steps / n_peer
+    how = f"extrapolated from {n_peer:,} steps" if n_peer < steps else "measured"
+    rows = [["ours (exact RDP)", f"{steps:,}", fmt_s(t_ours), fmt_s(t_ours), "measured", "1"]]
+    per_step: dict[str, float] = {}
+    for name, label, status in (("opacus", "Opacus RDPAccountant", statuses[0]),
+                                ("dp-accounting", "dp-accounting RdpAccountant", statuses[1])):
+        r = peers[name]
+        if r is None:
+            rows.append([label, "-", status, "-", "-", "-"])
+            continue
+        t_full = r[0] * scale
+        per_step[name] = r[0] / n_peer
+        rows.append([f"{label} {version(name)}", f"{n_peer:,}", fmt_s(r[0]), fmt_s(t_full), how,
+                     f"{t_full / t_ours:.0f}x"])
+    if isinstance(prv_full, str):
+        rows.append(["prv-accountant", "-", prv_full, "-", "-", "-"])
+    else:
+        rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
+                     "sigmas bucketed to <= 16)", f"{steps:,}", fmt_s(t_prv), fmt_s(t_prv),
+                     "measured (one run)", f"{t_prv / t_ours:.0f}x"])
+    rep.line("Time:")
+    rep.line()
+    rep.table(["accountant", "steps run", "time (s)", f"time for {steps:,} steps (s)", "how",
+               "speed-up (peer / ours)"], rows)
+    return per_step
+
+
 def section_peers(rep: Report, prof: Profile) -> dict[str, float]:
     """Section 1: the 10,000-step schedule, ours against the peers. Returns per-step costs."""
     steps, repeats = prof.steps, prof.repeats
@@ -235,18 +287,7 @@ def section_peers(rep: Report, prof: Profile) -> dict[str, float]:
     e_classic, _ = ours_eps(sigmas, ORDERS, "rdp-classic")
     e_opacus_orders, o_opacus_orders = ours_eps(sigmas, OPACUS_DEFAULT_ORDERS)
 
-    op_cls, op_status = load_opacus()
-    dp_mod, dp_status = load_dp_accounting()
-    peers: dict[str, tuple[float, float, float] | None] = {}  # name -> (time, eps, order)
-    for name, available, fn in (
-        ("opacus", op_cls is not None, lambda: opacus_eps(op_cls, prefix, ORDERS)),
-        ("dp-accounting", dp_mod is not None, lambda: dp_accounting_eps(dp_mod, prefix, ORDERS)),
-    ):
-        if not available:
-            peers[name] = None
-            continue
-        timed = best_of(fn, 1)
-        peers[name] = (timed.best, *timed.result)
+    peers, op_status, dp_status = time_peers(prefix)
 
     if prof.prv:
         timed = best_of(lambda: prv_bounds(sigmas), 1)
@@ -256,29 +297,8 @@ def section_peers(rep: Report, prof: Profile) -> dict[str, float]:
         t_prv, prv_full = math.nan, "not run (this profile)"
         prv_prefix = prv_full
 
-    how = f"extrapolated from {n_peer:,} steps" if extrapolated else "measured"
-    rows = [["ours (exact RDP)", f"{steps:,}", fmt_s(t_ours), fmt_s(t_ours), "measured", "1"]]
-    per_step: dict[str, float] = {}
-    for name, label, status in (("opacus", "Opacus RDPAccountant", op_status),
-                                ("dp-accounting", "dp-accounting RdpAccountant", dp_status)):
-        r = peers[name]
-        if r is None:
-            rows.append([label, "-", status, "-", "-", "-"])
-            continue
-        t_full = r[0] * scale
-        per_step[name] = r[0] / n_peer
-        rows.append([f"{label} {version(name)}", f"{n_peer:,}", fmt_s(r[0]), fmt_s(t_full), how,
-                     f"{t_full / t_ours:.0f}x"])
-    if isinstance(prv_full, str):
-        rows.append(["prv-accountant", "-", prv_full, "-", "-", "-"])
-    else:
-        rows.append([f"prv-accountant {version('prv-accountant')} (A.prv_epsilon, "
-                     "sigmas bucketed to <= 16)", f"{steps:,}", fmt_s(t_prv), fmt_s(t_prv),
-                     "measured (one run)", f"{t_prv / t_ours:.0f}x"])
-    rep.line("Time:")
-    rep.line()
-    rep.table(["accountant", "steps run", "time (s)", f"time for {steps:,} steps (s)", "how",
-               "speed-up (peer / ours)"], rows)
+    per_step = time_table(rep, steps, n_peer, t_ours, peers, (op_status, dp_status),
+                          (t_prv, prv_full))
 
     def cell(name: str) -> str:
         r = peers[name]

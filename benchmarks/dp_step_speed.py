@@ -199,6 +199,39 @@ def _fmt(ms: float) -> str:
     return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
 
 
+def time_methods(methods: dict[str, Callable[[], None]], warmup: int, repeats: int
+                 ) -> tuple[dict[str, float], dict[str, float]]:
+    """(best, median) ms of each method, ``repeats`` interleaved repetitions after
+    ``warmup`` calls of each."""
+    times: dict[str, list[float]] = {k: [] for k in methods}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Opacus's secure-RNG and hook warnings
+        for _ in range(warmup):
+            for fn in methods.values():
+                fn()
+        for _ in range(repeats):
+            for key, fn in methods.items():
+                times[key].append(best_of(fn, 1).best)
+    return ({k: 1e3 * min(v) for k, v in times.items()},
+            {k: 1e3 * statistics.median(v) for k, v in times.items()})
+
+
+def target_cells(best: dict[str, float]) -> list[str]:
+    """plain, ours, opacus (ms), the ratios and whether the target is met (<= 2x plain,
+    <= Opacus)."""
+    opacus_ms = best.get("opacus")
+    op = "n/a" if opacus_ms is None else _fmt(opacus_ms)
+    ratio_plain = best["ours"] / best["plain"]
+    ratio_opacus = None if opacus_ms is None else best["ours"] / opacus_ms
+    met_plain = ratio_plain <= 2.0
+    met_opacus = ratio_opacus is None or ratio_opacus <= 1.0
+    verdict = "yes" if met_plain and met_opacus else "no (" + ", ".join(
+        w for w, bad in (("> 2x plain", not met_plain), ("slower than Opacus",
+                                                          not met_opacus)) if bad) + ")"
+    return [_fmt(best["plain"]), _fmt(best["ours"]), op, f"{ratio_plain:.2f}",
+            "n/a" if ratio_opacus is None else f"{ratio_opacus:.2f}", verdict]
+
+
 def run(name: str, prof: Profile, threads: int | None, flush_denormal: bool,
         report: Report) -> list[dict[str, object]]:
     """Time every (model, batch) and print the tables; return the rows as dicts."""
@@ -236,17 +269,7 @@ def run(name: str, prof: Profile, threads: int | None, flush_denormal: bool,
                                                       "ours_grads": steps.ours_grads}
             if steps.opacus is not None:
                 methods["opacus"] = steps.opacus
-            times: dict[str, list[float]] = {k: [] for k in methods}
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # Opacus's secure-RNG and hook warnings
-                for _ in range(warmup):
-                    for fn in methods.values():
-                        fn()
-                for _ in range(repeats):
-                    for key, fn in methods.items():
-                        times[key].append(best_of(fn, 1).best)
-            best = {k: 1e3 * min(v) for k, v in times.items()}
-            median = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+            best, median = time_methods(methods, warmup, repeats)
             rows.append(dict(model=model_name, batch=batch, best=best, median=median))
     if checks:
         report.line("Opacus support and agreement (first batch, max absolute differences):")
@@ -259,18 +282,7 @@ def run(name: str, prof: Profile, threads: int | None, flush_denormal: bool,
     for r in rows:
         best = r["best"]
         assert isinstance(best, dict)
-        opacus_ms = best.get("opacus")
-        op = "n/a" if opacus_ms is None else _fmt(opacus_ms)
-        ratio_plain = best["ours"] / best["plain"]
-        ratio_opacus = None if opacus_ms is None else best["ours"] / opacus_ms
-        met_plain = ratio_plain <= 2.0
-        met_opacus = ratio_opacus is None or ratio_opacus <= 1.0
-        verdict = "yes" if met_plain and met_opacus else "no (" + ", ".join(
-            w for w, bad in (("> 2x plain", not met_plain), ("slower than Opacus",
-                                                              not met_opacus)) if bad) + ")"
-        table.append([str(r["model"]), str(r["batch"]), _fmt(best["plain"]), _fmt(best["ours"]),
-                      op, f"{ratio_plain:.2f}",
-                      "n/a" if ratio_opacus is None else f"{ratio_opacus:.2f}", verdict])
+        table.append([str(r["model"]), str(r["batch"]), *target_cells(best)])
     report.line("Best of the repetitions:")
     report.line()
     report.table(headers, table)

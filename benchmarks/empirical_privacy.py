@@ -13,7 +13,7 @@ Five more sections: tightness (fed-cdp, C = 1, sigma = 1, one step: a Gaussian m
 with mu = 1, eps = 4.38; 10,000 held-out runs per side), exposure (a user's DP-SGD dividing
 by the realised batch size, next to the shipped fed-cdp), the simulator's aggregate (the
 global model after one round with a canary client in and out, every defense with a finite
-sound eps and both client samplings, next to fed-sdp as it was before issue 18;
+sound eps and both client samplings, next to fed-sdp with FedAvg's realised mean;
 ``leakaudit.fl.canary``), speed (a whole audit of one LeNet-sized fed-cdp release at
 20,000 runs per side, every canary and statistic) and the mutation suite (each broken
 mechanism of ``leakaudit.empirical.mutants`` at its budget).
@@ -158,7 +158,7 @@ def exposure(trials: int, seed: int, out: Report, **options: Any) -> None:
 
 
 class RealisedMeanSDP(D.FedSDP):
-    """fed-sdp as it was before issue 18: the whole noise on EVERY client's update, FedAvg's
+    """fed-sdp with the realised mean: the whole noise on EVERY client's update, FedAvg's
     mean over the realised participants, accounted as Poisson steps with q = K/N."""
 
     fixed_denominator = False
@@ -208,11 +208,11 @@ def game_bound(runs: dict[str, list[dict[str, float]]], seed: int, alpha: float 
 
 
 def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) -> None:
-    """The released global model after one round, a canary client in and out (issue 18)."""
+    """The released global model after one round, a canary client in and out."""
     from leakaudit.fl.canary import CanaryGame, worlds
 
     cg = CanaryGame()
-    defenses: list[tuple[str, Defense]] = [("fed-sdp (before issue 18)", RealisedMeanSDP())]
+    defenses: list[tuple[str, Defense]] = [("fed-sdp (realised mean)", RealisedMeanSDP())]
     for name in names:
         d = D.get(name)
         if math.isfinite(cg.run(d, "in", 0).epsilon(1e-5)):
@@ -231,7 +231,7 @@ def simulator_game(names: Sequence[str], trials: int, seed: int, out: Report) ->
             relation = "add-remove" if world_out == "out" else "zero-out"
             rows.append([label, sampling, relation, _f(sound), _f(eps), stat,
                          _f(eps > sound)])
-    out.line("## The simulator's aggregate: a canary client, one round (issue 18)")
+    out.line("## The simulator's aggregate: a canary client, one round")
     out.line()
     out.line(f"`leakaudit.fl.canary.CanaryGame`: {cg.background} background clients of "
              f"{cg.per_client} examples and a canary client whose example's gradient is far "

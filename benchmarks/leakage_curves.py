@@ -1,4 +1,4 @@
-"""Leakage at the settings people train with (issues 13, 20): batch size, local steps, training
+"""Leakage at the settings people train with: batch size, local steps, training
 stage and noise, with the bound no attack can beat on the same axes.
 
 (a) Undefended: batch size B x local steps L x attacks (ig, fedavg, idlg, fedavg-l2). A
@@ -785,7 +785,7 @@ def _fmt(v: float, spec: str = ".3g") -> str:
 
 def sweep_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> dict[str, Any]:
     """(b) one table per line (defense, B, point): the best attack at each sigma next to
-    the bound; the transition checks of issue 20."""
+    the bound; the transition checks."""
     report.line("## (b) Noise sweeps (L = 1): the best attack at each sigma and the bound")
     report.line()
     checks: dict[str, Any] = {"lines": {}}
@@ -1051,7 +1051,7 @@ def identification_failures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def identification_section(report: Report, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """(d) The prior-aware attack next to its bound, per cell: measured / bound and the
-    interval; the checks of issue 27."""
+    interval and its checks."""
     report.line("## (d) Prior-aware identification against its bound (B = 1, L = 1, leak "
                 "point 1)")
     report.line()

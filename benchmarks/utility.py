@@ -30,6 +30,7 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures as cf
 import math
 import multiprocessing as mp
@@ -237,9 +238,8 @@ def _train_all(names: list[str], profile: str, ds: data.Dataset, settings: dict[
     return [rows[n] for n in names if n in rows], failed
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (1 only with --strict and a failed
-    requirement)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The script's command line (the common flags and its own)."""
     ap = parser(__doc__, PROFILES,
                 out_help="write DIR/utility.md, DIR/utility.csv and DIR/utility.png")
     ap.add_argument("--defenses", default=None,
@@ -259,6 +259,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--progress", action="store_true", help="tqdm bars per run")
     ap.add_argument("--strict", action="store_true",
                     help="exit with status 1 when a requirement is not met")
+    return ap
+
+
+def requirements(report: Report, rows: list[dict[str, Any]], failed: list[str], ds: Any,
+                 threshold: float) -> tuple[list[str], bool]:
+    """Print the two requirements; (defenses at or below chance, non-private accuracy met)."""
+    n_test = int(ds.x_test.shape[0])
+    chance, margin = chance_margin(ds.num_classes, n_test)
+    low = [r["defense"] for r in rows if not r["final_accuracy"] > chance + margin]
+    low += [f.split(" ", 1)[0] for f in failed]
+    report.line(f"all defenses learn above chance: {'yes' if not low else 'no'} (final test "
+                f"accuracy > {100 * chance:.0f}% chance + {100 * margin:.1f} points, three "
+                f"standard errors on {n_test} test examples"
+                + (f"; not met by {', '.join(low)})" if low else ")"))
+    base = [r for r in rows if r["defense"] == "none"]
+    if base:
+        ok_base = base[0]["final_accuracy"] > threshold
+        report.line(f"non-private accuracy > {100 * threshold:.0f}%: "
+                    f"{'yes' if ok_base else 'no'} ({100 * base[0]['final_accuracy']:.1f}%)")
+    else:
+        ok_base = True
+        report.line(f"non-private accuracy > {100 * threshold:.0f}%: not run (no 'none' in "
+                    "--defenses)")
+    return low, ok_base
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status (1 only with --strict and a failed
+    requirement)."""
+    ap = build_parser()
     args = ap.parse_args(argv)
     known = D.available()
     if args.defenses is None:  # the order of DEFENSE_PARAMS ("none" first), then any others
@@ -324,23 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     budget = _equal_privacy_table(report, rows, args.budget)
 
-    chance, margin = chance_margin(ds.num_classes, n_test)
-    low = [r["defense"] for r in rows if not r["final_accuracy"] > chance + margin]
-    low += [f.split(" ", 1)[0] for f in failed]
-    report.line(f"all defenses learn above chance: {'yes' if not low else 'no'} (final test "
-                f"accuracy > {100 * chance:.0f}% chance + {100 * margin:.1f} points, three "
-                f"standard errors on {n_test} test examples"
-                + (f"; not met by {', '.join(low)})" if low else ")"))
-    threshold = MIN_NONPRIVATE[args.profile]
-    base = [r for r in rows if r["defense"] == "none"]
-    if base:
-        ok_base = base[0]["final_accuracy"] > threshold
-        report.line(f"non-private accuracy > {100 * threshold:.0f}%: "
-                    f"{'yes' if ok_base else 'no'} ({100 * base[0]['final_accuracy']:.1f}%)")
-    else:
-        ok_base = True
-        report.line(f"non-private accuracy > {100 * threshold:.0f}%: not run (no 'none' in "
-                    "--defenses)")
+    low, ok_base = requirements(report, rows, failed, ds, MIN_NONPRIVATE[args.profile])
     for r in rows:
         r.update(profile=args.profile, dataset=ds.name, seed=args.seed,
                  **{k: settings[k] for k in ("clients", "clients_per_round", "rounds",

@@ -70,7 +70,7 @@ def legacy_call(*positional: str, **moved: Moved) -> Callable[[_F], _F]:
                              if n in kwargs and kwargs[n] is not None}
                     kwargs[target] = m.fold(kwargs.get(target), {**with_, **old})
             return func(*args, **kwargs)
-        return call  # type: ignore[return-value]
+        return call
     return wrap
 
 

@@ -71,4 +71,4 @@ def _signature() -> inspect.Signature:
     return sig.replace(parameters=params)
 
 
-audit.__signature__ = _signature()  # type: ignore[attr-defined]
+audit.__signature__ = _signature()

@@ -3,12 +3,12 @@
   leakaudit audit --defenses none,fed-cdp --dataset digits --attacks dlg,idlg,cpl --out results/
   leakaudit privacy-audit --defenses fed-cdp,fed-alpha-cdp --points 2 --trials 10000 --out DIR
   leakaudit defenses
-  leakaudit epsilon|calibrate|max-steps ...   (the accountant CLI, ``python -m accounting``)
+  leakaudit epsilon|calibrate|max-steps|tuning ...   (the accountant CLI, ``python -m accounting``)
 
 Every flag is checked before any work starts, and an error names the flag. The options have
 the names of the Python arguments (``--points`` is ``points=``, ``--max-iterations`` is
-``max_iterations=``); ``--point`` and ``--iterations`` are deprecated aliases. Ctrl-C stops
-an audit; rerunning the same command resumes from the results file in ``--out``.
+``max_iterations=``). Ctrl-C stops an audit; rerunning the same command resumes from the
+results file in ``--out``.
 
 The vocabularies (defenses, attacks, leak points, profiles, stages, engines, statistics), the
 defaults and the help text come from the library's own tables and signatures
@@ -28,7 +28,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps")
+ACCOUNTANT_COMMANDS = ("epsilon", "calibrate", "max-steps", "tuning")
 #: the defenses `leakaudit privacy-audit` measures unless told (the CLI's own choice: the
 #: library's privacy_audit takes no default)
 PRIVACY_AUDIT_DEFENSES = ("fed-cdp", "fed-alpha-cdp")
@@ -128,17 +128,6 @@ def _defense_param(text: str) -> tuple[str, str, Any]:
     return match[1], match[2], _value(match[3])
 
 
-class _Deprecated(argparse.Action):
-    """Stores the value; says once that the option string used is a deprecated alias."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        if option_string is not None and option_string != self.option_strings[0]:
-            print(f"warning: {option_string} is deprecated, use {self.option_strings[0]}",
-                  file=sys.stderr)
-        setattr(namespace, self.dest, values)
-
-
 # ---------------------------------------------------------------- parser
 def _version() -> str:
     """The installed distribution's version (pyproject.toml)."""
@@ -203,10 +192,8 @@ def _audit_command(sub: Any) -> None:
                    "directory: mnist:DIR, cifar10:DIR, images:DIR, ...)")
     a.add_argument("--attacks", type=_names, default=_joined(DEFAULT_ATTACKS),
                    help=f"comma-separated attack names among {_joined(attacks.available())}")
-    a.add_argument("--points", "--point", type=_points, default=_joined(_default(plan, "points")),
-                   action=_Deprecated,
-                   help=f"leak points attacked (comma-separated among {_joined(POINTS)}; "
-                   "--point is a deprecated alias)")
+    a.add_argument("--points", type=_points, default=_joined(_default(plan, "points")),
+                   help=f"leak points attacked (comma-separated among {_joined(POINTS)})")
     a.add_argument("--profile", default=_default(plan, "profile"), choices=sorted(PROFILES),
                    help="sizes of the training run and the attacks: " + "; ".join(
                        f"{name}: {prof.clients} clients, {prof.rounds} rounds, "
@@ -216,10 +203,8 @@ def _audit_command(sub: Any) -> None:
                    help="attacked examples per cell (default: the profile's)%(default).0s")
     a.add_argument("--rounds", type=_int_at_least(1), default=None,
                    help="training rounds (default: the profile's)%(default).0s")
-    a.add_argument("--max-iterations", "--iterations", type=_int_at_least(1), default=None,
-                   action=_Deprecated,
-                   help="L-BFGS steps per attack (default: the profile's; --iterations is "
-                   "a deprecated alias)%(default).0s")
+    a.add_argument("--max-iterations", type=_int_at_least(1), default=None,
+                   help="L-BFGS steps per attack (default: the profile's)%(default).0s")
     a.add_argument("--threshold", type=_positive, default=_default(plan, "threshold"),
                    help="MSE at or below which an attack succeeds")
     a.add_argument("--delta", type=_probability, default=_default(plan, "delta"),
@@ -237,17 +222,24 @@ def _audit_command(sub: Any) -> None:
     a.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="with --engine ray: the Ray cluster to use (default: a local "
                    "Ray)%(default).0s")
+    _attacked_client_flags(a, plan, STAGES, DEFAULT_STAGES)
+
+
+def _attacked_client_flags(a: argparse.ArgumentParser, plan: Any, stages: dict[str, Any],
+                           default_stages: Sequence[str]) -> None:
+    """`leakaudit audit`'s flags of the attacked clients' setting, the device and the
+    empirical column."""
     a.add_argument("--batch-size", type=_int_at_least(1), default=_default(plan, "batch_size"),
                    help="B of the attacked clients (at most the examples each holds)")
     a.add_argument("--local-steps", type=_int_at_least(1),
                    default=_default(plan, "local_steps"),
                    help="L local SGD steps of the attacked clients")
-    a.add_argument("--stage", nargs="+", default=list(DEFAULT_STAGES), choices=list(STAGES),
+    a.add_argument("--stage", nargs="+", default=list(default_stages), choices=list(stages),
                    metavar="STAGE",
                    help="weights attacked, one or more of: " + ", ".join(
                        f"{name} (after {'all the profile' if rounds is None else rounds}"
-                       " training rounds)" for name, rounds in STAGES.items())
-                   + f" (default: {' '.join(DEFAULT_STAGES)})%(default).0s")
+                       " training rounds)" for name, rounds in stages.items())
+                   + f" (default: {' '.join(default_stages)})%(default).0s")
     a.add_argument("--device", default=_default(plan, "device"),
                    help="where the attacks run: cpu, cuda[:i] or auto (CUDA when present; "
                    "default: the CPU)%(default).0s")
@@ -278,10 +270,9 @@ def _privacy_audit_command(sub: Any) -> None:
                    help="comma-separated defense names (the papers' parameters) among "
                    f"{_joined(defenses.available())}")
     _defense_param_flag(e)
-    e.add_argument("--points", "--point", type=_points,
-                   default=str(_default(privacy_audit, "points")), action=_Deprecated,
+    e.add_argument("--points", type=_points, default=str(_default(privacy_audit, "points")),
                    help="leak point(s) of the audited release, e.g. 2 or 2,1,0 (points where "
-                   "a defense releases nothing are skipped; --point is a deprecated alias)")
+                   "a defense releases nothing are skipped)")
     e.add_argument("--trials", type=_int_at_least(100),
                    default=_default(privacy_audit, "trials"),
                    help="held-out runs with the canary, and as many without")

@@ -162,7 +162,7 @@ PSNR_CAP = 100.0
 
 def image_scores(reconstructed: Any, truth: Any,
                  threshold_db: float = SUCCESS_PSNR, pool: Any = None) -> dict[str, Any]:
-    """Per-image scores of a batch reconstruction (issues 13, 20): the reconstructions are
+    """Per-image scores of a batch reconstruction: the reconstructions are
     put in the order of the truth by :func:`match` (Hungarian, total MSE), then each image
     gets its PSNR (capped at ``PSNR_CAP``), its SSIM, and succeeds when its PSNR is >=
     ``threshold_db``. With ``pool`` (the data set the truth was drawn from, truth included),
@@ -188,7 +188,7 @@ def image_scores(reconstructed: Any, truth: Any,
 
 
 def identified(reconstructed: Any, truth: Any, pool: Any) -> list[bool]:
-    """Identifiability (issue 20): for each pair ``(reconstructed[i], truth[i])`` (already
+    """Identifiability: for each pair ``(reconstructed[i], truth[i])`` (already
     matched), whether the image of ``pool`` nearest to the reconstruction (MSE) is the truth:
     a person holding the data set would pick out the right record. ``pool`` (N, ...) must
     contain every truth image (a ValueError otherwise); ties count as failures unless every

@@ -5,7 +5,7 @@
   in the DLG code.
 - :func:`adap_cnn`: the small CNN of Adap DP-FL (the same as Opacus's MNIST example).
 - :func:`relu_cnn`: the FEMNIST CNN of Dimitrov et al. 2022 (two 3x3 convolutions of 32 and
-  64 channels, a dense layer of 100, ReLU): the harder, more realistic target of issue 13.
+  64 channels, a dense layer of 100, ReLU): the harder, more realistic target.
 - :func:`mlp`: a multilayer perceptron for tabular data.
 
 Every model is a plain ``nn.Sequential`` with named layers, no BatchNorm and no in-place

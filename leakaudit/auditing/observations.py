@@ -113,6 +113,14 @@ def audit_observations(
                       threshold=budget.threshold, max_iterations=budget.max_iterations,
                       restarts=budget.restarts, image=image,
                       key=lambda i, t, a: f"{i}|{a}")
+    _run_pending(jobs, store, runs_on, progress)
+    for rec in stored(store, [key for key, _ in jobs]):
+        report.add_cell(rec)
+    return report
+
+
+def _run_pending(jobs: list, store: ResultsFile, runs_on: EngineConfig, progress: bool) -> None:
+    """Run the jobs the results file does not hold yet, each result stored as it ends."""
     pending = [(key, job) for key, job in jobs if not store.has("cell", key)]
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(pending), disable=not progress,
                desc="audit observations: attack")
@@ -124,9 +132,6 @@ def audit_observations(
         if runner is not None:
             runner.close()
         bar.close()
-    for rec in stored(store, [key for key, _ in jobs]):
-        report.add_cell(rec)
-    return report
 
 
 def _digest(observations: list) -> str:

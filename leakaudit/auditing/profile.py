@@ -22,7 +22,7 @@ No cell is longer than :data:`CELL_LIMIT` characters; the details are footnotes.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -174,20 +174,14 @@ def _num(value: Any) -> float:
     return float(value)
 
 
-def _g(x: float | None, digits: int = 3) -> str:
-    """A number in at most ``digits`` significant digits; "inf", "-" for None or NaN."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if math.isinf(x):
-        return "inf"
-    if x != 0 and (abs(x) >= 10 ** digits or abs(x) < 1e-3):
-        return f"{x:.1e}"
-    return f"{x:.{digits}g}"
+def profile_table(rows: Sequence[Mapping[str, Any]], number: Callable[[Any, int], str]
+                  ) -> list[dict[str, str]]:
+    """The rows as the table's text cells, numbers written by ``number(value, digits)``
+    (the report's ``format_number``); every cell at most :data:`CELL_LIMIT` characters (a
+    ValueError names the first that is not)."""
+    def _g(value: Any, digits: int = 3) -> str:
+        return number(value, digits)
 
-
-def profile_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
-    """The rows as the table's text cells (every one at most :data:`CELL_LIMIT`
-    characters: a ValueError names the first that is not)."""
     out = []
     for r in rows:
         recon, ident = r["reconstruction"], r["identification"]
@@ -215,13 +209,14 @@ def profile_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
-def profile_markdown(report: Any, table: Any) -> str:
-    """The profile as Markdown: caption, the table (``table(columns, rows)`` renders it)
-    and its footnotes."""
+def profile_markdown(report: Any, table: Callable[..., str],
+                     number: Callable[[Any, int], str]) -> str:
+    """The profile as Markdown: caption, the table (``table(columns, rows)`` renders it,
+    ``number`` writes its numbers) and its footnotes."""
     rows = profile_rows(report)
     if not rows:
         return ""
-    return "\n".join([_caption(report, rows), "", table(COLUMNS, profile_table(rows)), "",
+    return "\n".join([_caption(report, rows), "", table(COLUMNS, profile_table(rows, number)), "",
                       *_footnotes(report, rows), ""])
 
 

@@ -33,7 +33,8 @@ DEFENSE_COLUMNS = ("defense", "accuracy", "eps_claimed", "eps_sound", "reason")
 MEASURED = "measured eps >="
 
 
-def _fmt(v: Any, digits: int = 4) -> str:
+def format_number(v: Any, digits: int = 4) -> str:
+    """A table cell: yes/no, "-" for missing, integers as they are, floats to ``digits``."""
     if isinstance(v, bool):
         return "yes" if v else "no"
     if v is None:
@@ -169,9 +170,9 @@ class AuditReport:
                         and r.get("stage") == stage]
                 row[f"type {p}"] = verdict(here, self.threshold, baselines.get(stage, {}),
                                            defense in undefended, image) if here else "-"
-            row.update({"accuracy": _fmt(_num(d.get("accuracy")), 3),
-                        "claimed eps": _fmt(_num(d.get("eps_claimed")), 3),
-                        "sound eps": _fmt(_num(d.get("eps_sound")), 3)})
+            row.update({"accuracy": format_number(_num(d.get("accuracy")), 3),
+                        "claimed eps": format_number(_num(d.get("eps_claimed")), 3),
+                        "sound eps": format_number(_num(d.get("eps_sound")), 3)})
             out.append(row)
         return out
 
@@ -191,7 +192,7 @@ class AuditReport:
         return markdown_table(cols, rows) + "\n"
 
     def setting_line(self) -> str:
-        """The attacked clients' setting (issue 13): B, L, stage and device."""
+        """The attacked clients' setting: B, L, stage and device."""
         c = self.config
         return (f"Attacked clients: batch size {c['batch_size']}, {c['local_steps']} local "
                 f"step(s), stage {c['stage']}, attacks on {c.get('device') or 'cpu'}.\n")
@@ -208,7 +209,7 @@ class AuditReport:
         """The setting, the protection profile (the first table), then per defense, stage,
         leak point and attack the metrics, and the training runs' accuracy and eps."""
         lines = [self.setting_line()] if "batch_size" in self.config else []
-        lines += [profile_markdown(self, markdown_table),
+        lines += [profile_markdown(self, markdown_table, format_number),
                  f"Per attack (succeeds when MSE <= {self.threshold:g}; resilient = no "
                  "attacked example rebuilt; tau = L-BFGS steps to success, else the limit)",
                  "", markdown_table(self._cell_columns(), self.rows()), "",
@@ -230,7 +231,7 @@ class AuditReport:
         return buf.getvalue()
 
     def to_latex(self) -> str:
-        return latex_table(self._cell_columns(), self.rows(), _fmt)
+        return latex_table(self._cell_columns(), self.rows(), format_number)
 
     def to_json(self) -> str:
         payload = {
@@ -283,8 +284,8 @@ def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any] | Se
 
 
 def _cell(value: Any) -> str:
-    """Text as it is; numbers, booleans and missing values as :func:`_fmt` writes them."""
-    return value if isinstance(value, str) else _fmt(value)
+    """Text as it is; numbers, booleans and missing values as :func:`format_number` writes them."""
+    return value if isinstance(value, str) else format_number(value)
 
 
 def _summary_cell(rows: list[dict[str, Any]]) -> str:
@@ -313,7 +314,7 @@ def tiers(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def verdict(rows: list[dict[str, Any]], threshold: float,
             baseline: Mapping[tuple[int, str], bool], undefended: bool, image: bool) -> str:
-    """One leak point of one defense over its attacks (issue 27): "leaks: ASR a%, tau ..."
+    """One leak point of one defense over its attacks: "leaks: ASR a%, tau ..."
     when an attack succeeded; "resilient (MSE m; tiers ...)" only when it could have
     succeeded; otherwise "inconclusive: why (tiers ...)":
 
@@ -331,7 +332,7 @@ def verdict(rows: list[dict[str, Any]], threshold: float,
         return (f"inconclusive: threshold {threshold:g} outside (0, 1), the MSE range of "
                 f"[0, 1] images (tiers {tried})")
     if all(r["resilient"] for r in rows):
-        mse = _fmt(float(np.mean([r["mse"] for r in rows])), 2)
+        mse = format_number(float(np.mean([r["mse"] for r in rows])), 2)
         if math.isnan(threshold):
             return f"resilient (MSE {mse})"
         if undefended:
@@ -346,7 +347,7 @@ def verdict(rows: list[dict[str, Any]], threshold: float,
                     f"budget and threshold (MSE {mse}; tiers {tried})")
         return f"resilient (MSE {mse}; tiers {tried})"
     asr = max(r["asr"] for r in rows)
-    taus = "/".join(_fmt(r["tau"], 3) for r in rows)
+    taus = "/".join(format_number(r["tau"], 3) for r in rows)
     names = "/".join(_ATTACK_NAMES.get(r["attack"], r["attack"]) for r in rows)
     return f"leaks: ASR {asr:.0%}, tau {names} {taus}"
 

@@ -100,15 +100,15 @@ class AdaDP(Defense):
         self.eta: dict[int, float] = {}
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return "adadp" if self.private else "adadp-nonprivate"
 
     @property
-    def level(self) -> str:  # type: ignore[override]
+    def level(self) -> str:
         return "instance" if self.private else "none"
 
     @property
-    def sites(self) -> frozenset[str]:  # type: ignore[override]
+    def sites(self) -> frozenset[str]:
         return frozenset({"example"}) if self.private else frozenset()
 
     def params(self) -> dict[str, object]:

@@ -51,13 +51,50 @@ if TYPE_CHECKING:
 
 __all__ = ["Defense", "AUDIT_HOOKS", "untrusted_hook", "ClientContext", "RoundContext",
            "SITES", "FixedSizeBatchLedger", "default_batch_sampling", "client_level_step",
-           "RELATIONS", "AllocationLedger",
-           "allocation_steps"]
+           "RELATIONS", "AllocationLedger", "allocation_steps", "Forwarding",
+           "DefenseWrapper", "LedgerView", "RECORDING"]
 
 #: neighbouring relations a sound ledger can state (as ``accounting.relations``)
 RELATIONS = ("add-remove", "replace-one", "zero-out")
 
 SITES = ("example", "client", "server")
+
+
+class Forwarding:
+    """Everything its class does not define is ``inner``'s: attributes, methods and
+    properties, looked up on ``inner`` at each access.
+
+    A subclass overrides what it changes and nothing else. Names are resolved at access
+    time, so a hook that the wrapped interface or ``inner``'s class gains later reaches
+    ``inner`` through every wrapper (the interface's own defaults never shadow ``inner``:
+    only the classes above :class:`Forwarding` in the wrapper's MRO count as its own)."""
+
+    inner: object
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattribute__(self, name: str) -> object:
+        if name.startswith("__") or name in own_names(type(self)):
+            return object.__getattribute__(self, name)
+        values = object.__getattribute__(self, "__dict__")
+        if name in values:
+            return values[name]
+        return getattr(values["inner"], name)
+
+
+_OWN: dict[type, frozenset[str]] = {}
+
+
+def own_names(cls: type) -> frozenset[str]:
+    """The names a :class:`Forwarding` subclass defines itself (its classes above
+    :class:`Forwarding` in the MRO); every other name is forwarded."""
+    names = _OWN.get(cls)
+    if names is None:
+        mro = cls.__mro__
+        mine = mro[:mro.index(Forwarding)] if Forwarding in mro else ()
+        names = _OWN[cls] = frozenset(n for k in mine for n in vars(k))
+    return names
 
 
 @dataclass
@@ -166,7 +203,9 @@ class ClientContext:
     generator: torch.Generator = field(repr=False)
     round_ctx: RoundContext = field(repr=False)
     claimed: PrivacyLedger = field(repr=False)
-    sound: PrivacyLedger = field(repr=False)
+    #: the client's sound ledger, or the :class:`LedgerView` of it that accounts the batch
+    #: sampling that runs (fixed-size batches, random allocation)
+    sound: PrivacyLedger | LedgerView = field(repr=False)
 
     @property
     def batch_rate(self) -> float:
@@ -174,7 +213,32 @@ class ClientContext:
         return min(1.0, self.batch_size / self.n_examples)
 
 
-class FixedSizeBatchLedger:
+#: the recording methods of a ledger (``accounting.PrivacyLedger``); a view states for each
+#: whether it rewrites it or passes it through
+RECORDING = ("step", "step_schedule", "laplace", "dp_step", "allocate", "record")
+
+
+class LedgerView(Forwarding):
+    """A client's sound ledger as a defense sees it under a batch sampling other than the
+    Poisson one the defenses' ``step`` calls assume: the view rewrites those steps into what
+    holds for the sampling that runs and forwards everything else to the ledger (``inner``).
+
+    :attr:`passes` names the recording methods of :data:`RECORDING` the view forwards
+    unchanged (their releases carry no batch-sampling amplification: Laplace and pure
+    (eps, delta) releases, a random allocation, an event that states its own sampling);
+    every other one it rewrites or refuses. ``step_schedule`` (a Poisson schedule) is
+    refused: no defense records one per batch."""
+
+    passes: ClassVar[tuple[str, ...]] = ("laplace", "dp_step", "allocate", "record")
+
+    def step_schedule(self, q: float, sigmas: object, *, note: str = "",
+                      sampling: str = "poisson") -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}: a Poisson noise schedule under {type(self).__name__}'s "
+            "batch sampling is not accounted here; record each batch release with step()")
+
+
+class FixedSizeBatchLedger(LedgerView):
     """A client's sound ledger as seen by a defense when local batches have a FIXED size.
 
     The defenses record each noisy batch release as a Poisson-sampled Gaussian step
@@ -194,28 +258,27 @@ class FixedSizeBatchLedger:
     Poisson batches keep the amplified accounting. Every other ledger call passes through.
     """
 
+    inner: PrivacyLedger
+
     def __init__(self, ledger: PrivacyLedger, batch_size: int | None = None,
                  n_examples: int | None = None) -> None:
-        self._ledger = ledger
-        self._batch = batch_size
-        self._n = n_examples
+        super().__init__(ledger)
+        self.batch_size = batch_size
+        self.n_examples = n_examples
 
     def step(self, q: float | None = None, sigma: float | None = None, count: int = 1, *,
              noise_multiplier: float | None = None, sample_rate: float | None = None,
              note: str = "") -> None:
         sigma = _sigma_argument(sigma, noise_multiplier)
-        if (self._ledger.relation == "replace-one" and self._batch is not None
-                and self._n is not None and self._batch < self._n):
-            self._ledger.record(SampledWithoutReplacement(
-                sigma=sigma, batch_size=self._batch, dataset_size=self._n, count=count,
+        b, n = self.batch_size, self.n_examples
+        if self.inner.relation == "replace-one" and b is not None and n is not None and b < n:
+            self.inner.record(SampledWithoutReplacement(
+                sigma=sigma, batch_size=b, dataset_size=n, count=count,
                 note=f"{note} [fixed-size batch without replacement]"))
             return
         # the ledger charges a fixed-size batch sensitivity 2C (multiplier sigma/2, q = 1)
-        self._ledger.step(q=1.0, sigma=sigma, count=count, sampling="fixed-size",
-                          note=f"{note} [fixed-size batch: sensitivity 2C, q=1]")
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._ledger, name)
+        self.inner.step(q=1.0, sigma=sigma, count=count, sampling="fixed-size",
+                        note=f"{note} [fixed-size batch: sensitivity 2C, q=1]")
 
 
 def allocation_steps(n_examples: int, batch_size: int) -> int:
@@ -224,7 +287,7 @@ def allocation_steps(n_examples: int, batch_size: int) -> int:
     return max(1, int(round(n_examples / batch_size)))
 
 
-class AllocationLedger:
+class AllocationLedger(LedgerView):
     """A client's sound ledger as seen by a defense when its examples are dealt into the local
     steps by random allocation ("balls in bins", Feldman & Shenfeld 2025): in each epoch of
     t steps every example lands in exactly one step, uniformly at random and independently of
@@ -234,15 +297,13 @@ class AllocationLedger:
     releases of the client's local steps in a round and, at :meth:`flush`, records them as
     ``epochs`` epochs of random allocation, ``ledger.allocate(sigma, steps=t, selected=1,
     epochs=E)``, when every batch dealt made exactly one release, all with the same sigma.
-    Without ``allocate`` on the ledger (the accounting's random-allocation event), the sound
-    no-amplification fallback: under add/remove of one example only the one step it lands in
-    changes (the others' bins are independent of it), so an epoch costs ONE Gaussian
-    release with multiplier sigma (q = 1), by joint quasi-convexity over the allocation.
     Any other pattern, and every release after the local steps: q = 1, no amplification.
     """
 
+    inner: PrivacyLedger
+
     def __init__(self, ledger: PrivacyLedger, steps_per_epoch: int) -> None:
-        self._ledger = ledger
+        super().__init__(ledger)
         self.steps_per_epoch = int(steps_per_epoch)
         self._buffer: list[tuple[float, int]] = []
         self._local = True
@@ -254,8 +315,8 @@ class AllocationLedger:
         if self._local:
             self._buffer.append((float(sigma), int(count)))
         else:
-            self._ledger.step(q=1.0, sigma=sigma, count=count,
-                              note=f"{note} [random allocation, after the local steps: q=1]")
+            self.inner.step(q=1.0, sigma=sigma, count=count,
+                            note=f"{note} [random allocation, after the local steps: q=1]")
 
     def flush(self, draws: int) -> None:
         """Record the round's local-step releases (call once, after the local steps;
@@ -269,20 +330,12 @@ class AllocationLedger:
             sigma = sigmas.pop()
             epochs = -(-draws // self.steps_per_epoch)   # a partial epoch counts as a whole one
             note = f"random allocation: {draws} batches, {self.steps_per_epoch} per epoch"
-            if hasattr(self._ledger, "allocate"):
-                self._ledger.allocate(sigma=sigma, steps=self.steps_per_epoch, selected=1,
-                                      epochs=epochs, note=note)
-            else:
-                # TODO(issue 18): ``PrivacyLedger.allocate`` (branch alloc) supersedes this
-                self._ledger.step(q=1.0, sigma=sigma, count=epochs,
-                                  note=f"{note} [one step per example per epoch, q=1]")
+            self.inner.allocate(sigma=sigma, steps=self.steps_per_epoch, selected=1,
+                                epochs=epochs, note=note)
             return
         for sigma, count in buffer:
-            self._ledger.step(q=1.0, sigma=sigma, count=count,
-                              note="random allocation [no amplification, q=1]")
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._ledger, name)
+            self.inner.step(q=1.0, sigma=sigma, count=count,
+                            note="random allocation [no amplification, q=1]")
 
 
 def default_batch_sampling(defense: Defense) -> str:
@@ -413,6 +466,17 @@ class Defense:
 
     def __repr__(self) -> str:
         return self.describe()
+
+
+class DefenseWrapper(Forwarding, Defense):
+    """A defense that is ``inner`` except for the hooks its subclass overrides (the audit's
+    canaries): every other attribute and hook, ``Defense``'s own and any ``inner``'s class
+    adds, is ``inner``'s, looked up at each access (:class:`Forwarding`)."""
+
+    inner: Defense
+
+    def __init__(self, inner: Defense) -> None:
+        super().__init__(inner)
 
 
 #: the hooks a release runs through (an override of one below the class that declared

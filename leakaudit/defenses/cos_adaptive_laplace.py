@@ -30,7 +30,7 @@ Ours (reconstructed):
   still takes part), so the L1 sensitivity of the clipped update is Delta (replacement:
   2 Delta). Not add/remove of a client from the population: every participant adds its own
   Laplace noise and the simulator's FedAvg divides by the realised total weight, so the
-  number of noise terms in the aggregate tells whether a client took part (issue 18).
+  number of noise terms in the aggregate tells whether a client took part.
 
 Accounting (client level).
 * claimed: one pure eps'_t-DP Laplace release per participation (scale b = Delta / eps'_t,
@@ -106,7 +106,7 @@ class CosAdaptiveLaplace(Defense):
         if self.c_max < self.c_min:
             raise ValueError(f"c_max must be >= c_min={self.c_min}, got {c_max!r}")
         try:
-            w = tuple(float(x) for x in weights)  # type: ignore[union-attr]
+            w = tuple(float(x) for x in weights)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"weights must be three numbers, got {weights!r}") from exc
         if len(w) != 3 or any(math.isnan(x) or x < 0 or math.isinf(x) for x in w) \
@@ -115,7 +115,7 @@ class CosAdaptiveLaplace(Defense):
                              f"got {weights!r}")
         if similarity not in ("local", "public"):
             raise ValueError(f"similarity must be 'local' or 'public', got {similarity!r}")
-        self.weights: tuple[float, float, float] = w  # type: ignore[assignment]
+        self.weights: tuple[float, float, float] = w
         self.similarity = similarity
         self._round = -1
         self._global: torch.Tensor | None = None

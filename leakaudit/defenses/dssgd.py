@@ -68,7 +68,7 @@ class DSSGD(Defense):
                              "without it the Laplace noise has no sensitivity to match")
 
     @property
-    def level(self) -> str:  # type: ignore[override]
+    def level(self) -> str:
         return "none" if self.laplace_eps is None else "client"
 
     def params(self) -> dict[str, object]:
@@ -109,7 +109,7 @@ class DSSGD(Defense):
             record_no_privacy(ctx, "dssgd: selected coordinates shared in the clear")
         else:
             b = self.laplace_scale(d)
-            sens = 2.0 * self.gamma * self.max_shared(d)  # type: ignore[operator]
+            sens = 2.0 * self.gamma * self.max_shared(d)
             values = values + ops.laplace_like([values], b, ctx.generator)[0]
             note = f"dssgd: Laplace on <= {self.max_shared(d)} values in [-gamma, gamma]"
             ctx.claimed.laplace(b, sensitivity=sens, note=note)

@@ -65,7 +65,7 @@ class FedAlphaCDP(FedCDP):
         #: per client: the steps at the effective multiplier, "sound only if S were public"
         self.if_public: dict[int, PrivacyLedger] = {}
         if decay is not None:
-            self.name = f"fed-alpha-cdp-{decay}"  # type: ignore[misc]
+            self.name = f"fed-alpha-cdp-{decay}"
 
     def params(self) -> dict[str, object]:
         out: dict[str, object] = {"clip": self.clip, "sigma": self.sigma}

@@ -50,11 +50,11 @@ class FedSDP(Defense):
         self.where = where
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"fed-sdp-{self.where}"
 
     @property
-    def sites(self) -> frozenset[str]:  # type: ignore[override]
+    def sites(self) -> frozenset[str]:
         return frozenset({self.where})
 
     def params(self) -> dict[str, object]:

@@ -394,7 +394,6 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
                   seed: int = 0, defense_params: dict[str, dict[str, Any]] | None = None,
                   statistic: str | Sequence[str] | None = None, progress: bool = False,
                   results: str | None = None, skip_silent: bool = False,
-                  point: int | Sequence[int] | None = None,
                   **game_options: Any) -> PrivacyReport:
     """Measured lower bounds on eps next to the claimed and sound eps of each defense.
 
@@ -403,7 +402,7 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             otherwise) or :class:`~leakaudit.defenses.Defense` objects (a user's own subclass
             with its own ``privatize_batch`` works: it is run as training runs it).
         points: the leak point(s) whose release is audited: 2, 1 or 0 (the name of
-            :func:`leakaudit.audit` and of the CLI; ``point=`` is a deprecated alias).
+            :func:`leakaudit.audit` and of the CLI).
         trials: held-out runs with the canary, and as many without (>= 100), on which the
             bounds are computed; ``select_fraction`` (default 0.2) times as many further runs
             per side (at most :data:`MAX_SELECTION`) choose the thresholds, and up to 1,000
@@ -419,10 +418,6 @@ def privacy_audit(defenses: Sequence[str | Defense] | str | Defense, *,
             defenses audited by name, is a ValueError naming it.
     """
     specs = [defenses] if isinstance(defenses, (str, Defense)) else list(defenses)
-    if point is not None:
-        warnings.warn("privacy_audit(point=...) is deprecated: use points=", DeprecationWarning,
-                      stacklevel=2)
-        points = point
     points = [points] if isinstance(points, int) else list(points)
     params = defense_params or {}
     wanted = STATISTICS if statistic is None else (

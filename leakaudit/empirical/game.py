@@ -11,8 +11,10 @@ What is audited (white box, model frozen):
 
 Neighbouring inputs are add/remove of ONE example for instance-level defenses (the canary is
 one more per-example gradient in every local batch, so the sampling rate of the audited
-release is q = 1), and add/remove of ONE client for client-level defenses at points 1 and 0
-(the canary is the client's update, against the zero update of an absent client). The
+release is q = 1; a zero gradient in its place under zero-out or replace-one,
+:func:`leakaudit.neighbours.canary_out`), and add/remove of ONE client for client-level
+defenses at points 1 and 0 (the canary is the client's update, against the zero update of an
+absent client). The
 auditor chooses the worst case it can: a background of ``background`` per-example gradients
 of small norm (``background_scale`` times the clip bound C, random directions) and one of
 several canaries (:func:`canaries`), each testing a part of the mechanism:
@@ -70,6 +72,7 @@ from accounting import PrivacyLedger
 from ..defenses import ops
 from ..defenses.base import ClientContext, Defense, RoundContext, untrusted_hook
 from ..grads import torch_threads
+from ..neighbours import canary_out
 from ..optim import make_optimizer
 
 __all__ = ["GameSetup", "LENET_SHAPES", "POINTS", "releases_at", "adjacency", "canary_bound",
@@ -307,17 +310,19 @@ def _release(defense: Defense, setup: GameSetup, canary_in: bool,
     params = {f"p{i}": torch.zeros(c.shape) for i, c in enumerate(setup.canary)}
     _prepare(defense, setup, params)
     if setup.adjacency == "client":
+        # out: an absent client's zero update, a zeroed one or one replaced by zero alike
         update = [c.clone() if canary_in else torch.zeros_like(c) for c in setup.canary]
     else:
         grads = setup.background
-        if canary_in:
-            grads = [torch.cat([g, c.unsqueeze(0)]) for g, c in zip(grads, setup.canary)]
+        if canary_in or canary_out(defense.relation) != "absent":   # or a zero example
+            grads = [torch.cat([g, (c if canary_in else torch.zeros_like(c)).unsqueeze(0)])
+                     for g, c in zip(grads, setup.canary)]
         batch = _FixedBatch(grads)
         optimizer = _NoStep() if setup.point == 2 else \
             make_optimizer(defense.optimizer or "sgd", setup.lr)
         current = params
         for step in range(setup.local_steps):
-            current, g = defense.local_step(current, batch, optimizer, ctx(step))  # type: ignore[arg-type]
+            current, g = defense.local_step(current, batch, optimizer, ctx(step))
             if setup.point == 2:
                 return g
         update = [current[k] - params[k] for k in params]

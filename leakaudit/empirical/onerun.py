@@ -95,6 +95,8 @@ from accounting import PrivacyLedger, tightest_epsilon
 
 from ..defenses import Defense
 from ..defenses import get as get_defense
+from ..defenses.base import ClientContext, DefenseWrapper
+from ..neighbours import canary_out
 from . import fdp, game, stats
 from .report import PrivacyReport
 
@@ -361,10 +363,11 @@ class _ZeroBatch:
         return _ZeroBatch(self._batch.fresh())
 
 
-class _Canaries(Defense):
+class Canaries(DefenseWrapper):
     """The audited defense with ``m`` canaries (``kind`` "gradient", "dirac" or "client").
 
-    Every hook is the inner defense's. Gradient canaries: ``local_step`` of client
+    Every hook but ``local_step`` and ``privatize_update`` is the inner defense's
+    (:class:`~leakaudit.defenses.base.DefenseWrapper`). Gradient canaries: ``local_step`` of client
     ``first`` hands the inner one a batch with this step's canaries appended and scores each
     canary by the gradient applied (white box). Canary clients ``first, first + 1, ...``
     (holding canaries ``members``):
@@ -375,13 +378,10 @@ class _Canaries(Defense):
     def __init__(self, inner: Defense, m: int, magnitude: float, included: torch.Tensor,
                  direction_seed: int, generator: torch.Generator, kind: str, first: int,
                  members: Sequence[int] = ()) -> None:
-        self.inner, self.m, self.magnitude, self.generator = inner, m, magnitude, generator
+        super().__init__(inner)
+        self.m, self.magnitude, self.generator = m, magnitude, generator
         self.kind, self.first, self.direction_seed = kind, first, direction_seed
         self.members = list(members)   # the canary of each canary client, in client order
-        self.name, self.sites, self.level = inner.name, inner.sites, inner.level
-        self.weighted_aggregation, self.optimizer = inner.weighted_aggregation, inner.optimizer
-        self.fixed_denominator, self.relation = inner.fixed_denominator, inner.relation
-        self.orders = inner.orders
         self.included = included.bool()
         self.directions: torch.Tensor | None = None
         self.scores = torch.zeros(m, dtype=torch.float64)
@@ -401,7 +401,8 @@ class _Canaries(Defense):
         return self.members[j] if self.kind == "client" and 0 <= j < len(self.members) \
             else None
 
-    def local_step(self, params, batch, optimizer, ctx):  # type: ignore[override]
+    def local_step(self, params: dict[str, torch.Tensor], batch: Any, optimizer: Any,
+                   ctx: ClientContext) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         if self.kind == "client":
             if self._canary_client(ctx.client) is not None:   # its update is the canary
                 batch = _ZeroBatch(batch)
@@ -428,7 +429,9 @@ class _Canaries(Defense):
         g = torch.Generator().manual_seed(self.direction_seed)
         return torch.randperm(d, generator=g)[: self.m]
 
-    def _dirac_step(self, params, batch, optimizer, ctx):  # type: ignore[no-untyped-def]
+    def _dirac_step(self, params: dict[str, torch.Tensor], batch: Any, optimizer: Any,
+                    ctx: ClientContext
+                    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         """Client ``first``'s step on a zero-gradient dataset with this step's Dirac canaries
         (100 C in one coordinate each) as extra examples; score: the applied coordinate."""
         idx = self.coordinates(params)
@@ -446,13 +449,8 @@ class _Canaries(Defense):
         self.steps += 1
         return new, g
 
-    def uploads(self, client, ctx):  # type: ignore[override]
-        return self.inner.uploads(client, ctx)
-
-    def privatize_batch(self, grads, ctx):  # type: ignore[override]
-        return self.inner.privatize_batch(grads, ctx)
-
-    def privatize_update(self, update, ctx):  # type: ignore[override]
+    def privatize_update(self, update: list[torch.Tensor],
+                         ctx: ClientContext) -> list[torch.Tensor]:
         j = self._canary_client(ctx.client)
         if j is not None:
             self.steps += 1
@@ -463,31 +461,6 @@ class _Canaries(Defense):
             else:
                 update = [torch.zeros_like(t) for t in update]
         return self.inner.privatize_update(update, ctx)
-
-    def sanitize_update(self, update, ctx):  # type: ignore[override]
-        return self.inner.sanitize_update(update, ctx)
-
-    def sanitize_sum(self, total, uploads, ctx, generator):  # type: ignore[override]
-        return self.inner.sanitize_sum(total, uploads, ctx, generator)
-
-    def start(self, rounds: int) -> None:
-        self.inner.start(rounds)
-
-    def claimed_round(self, ctx) -> None:  # type: ignore[override]
-        self.inner.claimed_round(ctx)
-
-    def end_round(self, round_index: int, val_loss: float) -> None:
-        self.inner.end_round(round_index, val_loss)
-
-    def noise_multiplier(self, round_index: int) -> float:
-        return self.inner.noise_multiplier(round_index)
-
-    @property
-    def claimed_vs_sound(self) -> str:  # type: ignore[override]
-        return self.inner.claimed_vs_sound
-
-    def describe(self) -> str:
-        return self.inner.describe()
 
 
 def _split(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> list[torch.Tensor]:
@@ -566,7 +539,7 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
     first, members, excluded = 0, list(range(m)), "not sampled into any batch"
     if kind == "client":
         excluded = "a zero update"
-        if _relation(inner, opts) == "add-remove":   # an excluded canary client is absent
+        if canary_out(_relation(inner, opts)) == "absent":   # an excluded canary client
             members = [j for j in range(m) if bool(included[j])]
             excluded = "absent"
         opts, real = _population(ds, opts, len(members), seed)
@@ -581,7 +554,7 @@ def _simulate(inner: Defense, kind: str, m: int, included: torch.Tensor, ds: Any
                              f"model has {d}")
     defense = copy.deepcopy(inner)
     magnitude = game.LARGE * game.canary_bound(defense)
-    wrapped = _Canaries(defense, m, magnitude, included, direction_seed,
+    wrapped = Canaries(defense, m, magnitude, included, direction_seed,
                         torch.Generator().manual_seed(int(seed) + 7919), kind, first, members)
     w0 = _flat(model)
     config = fl.FLConfig.make(rounds=rounds, seed=seed, progress=False, **opts)

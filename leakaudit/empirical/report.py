@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,15 +53,6 @@ class PrivacyReport:
     def rows(self) -> list[dict[str, Any]]:
         """One dict per audited release with the :data:`COLUMNS` (and a few details)."""
         return [dict(r) for r in self.records]
-
-    def __getitem__(self, key: str) -> Any:
-        """Deprecated: ``audit_release`` returned its row as a dict; read
-        ``report.rows()[0][key]``."""
-        if not isinstance(key, str) or len(self.records) != 1:
-            raise TypeError("a PrivacyReport is not a row: read report.rows()[i][key]")
-        warnings.warn("audit_release() returns a PrivacyReport: read report.rows()[0][key]",
-                      DeprecationWarning, stacklevel=2)
-        return self.records[0][key]
 
     def violations(self) -> list[dict[str, Any]]:
         """Rows whose sound eps is below the measured lower bound (a ledger is wrong)."""

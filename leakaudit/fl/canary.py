@@ -1,5 +1,5 @@
 """A simulator-level canary game: one round of :func:`leakaudit.fl.simulate` with a canary
-client in and out of the population (issue 18).
+client in and out of the population.
 
 The population: ``background`` clients holding ``per_client`` random examples of norm about
 1, and the canary client, whose one example x = ``scale`` e_0 has a gradient far above any
@@ -34,6 +34,7 @@ from torch import nn
 from ..data import Dataset
 from ..defenses import Defense
 from ..defenses import get as get_defense
+from ..neighbours import canary_out
 from .config import FLConfig
 from .run import Run
 from .simulate import simulate
@@ -43,9 +44,9 @@ __all__ = ["CanaryGame", "worlds"]
 
 def worlds(defense: Defense) -> tuple[str, str]:
     """(canary-out world, canary-in world) for the relation the sound ledger states."""
-    if defense.level == "client" and defense.relation == "add-remove":
+    if defense.level == "client" and canary_out(defense.relation) == "absent":
         return "out", "in"
-    return "zero", "in"
+    return "zero", "in"   # a zero example, or a client present with one
 
 
 class CanaryGame:

@@ -51,6 +51,7 @@ from ..defenses import ClientContext, Defense, RoundContext
 from ..defenses.base import (
     AllocationLedger,
     FixedSizeBatchLedger,
+    LedgerView,
     allocation_steps,
     default_batch_sampling,
 )
@@ -125,7 +126,7 @@ def simulate(
         net = copy.deepcopy(model)
     _check_model(net, ds)
     with flush_denormals():
-        return _Simulation(net, ds, the_defense, cfg).run()
+        return Simulation(net, ds, the_defense, cfg).run()
 
 
 def _check_model(model: nn.Module, ds: Dataset) -> None:
@@ -184,7 +185,7 @@ def check_denominator(defense: Defense, cfg: FLConfig) -> None:
     qW, fixed in advance): ``expected_weight`` must be given. The default q N would follow
     the population (one more client changes the noise scale of every round, which is itself
     a release the accounting does not count: measured eps >= 4.43 against a sound 3.53, N 6
-    -> 7, issue 24). Fixed-size sampling divides by K, a count the caller chose."""
+    -> 7). Fixed-size sampling divides by K, a count the caller chose."""
     if (defense.fixed_denominator and cfg.client_sampling == "poisson"
             and cfg.expected_weight is None):
         q = float(cfg.client_fraction or 0.0)
@@ -209,7 +210,7 @@ def sound_relation(defense: Defense, cfg: FLConfig | str) -> str:
     return defense.relation
 
 
-class _Simulation:
+class Simulation:
     """The state of one run and its steps: sample, train each client, aggregate, evaluate."""
 
     def __init__(self, model: nn.Module, ds: Dataset, defense: Defense, cfg: FLConfig) -> None:
@@ -338,7 +339,7 @@ class _Simulation:
             return n_c / allocation_steps(n_c, self.cfg.batch_size)
         return min(self.cfg.batch_size, n_c)
 
-    def _sound_view(self, c: int) -> Any:
+    def _sound_view(self, c: int) -> PrivacyLedger | LedgerView:
         """Client ``c``'s sound ledger; with fixed-size batches or random allocation, the view
         that accounts them soundly (the defenses' steps assume Poisson batches)."""
         if self.cfg.batch_sampling == "shuffle":

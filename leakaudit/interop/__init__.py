@@ -8,6 +8,9 @@
   ``StrategyRecorder``), and per-client ledgers for Flower's DP wrappers under one stated
   neighbouring relation.
 
+- :mod:`leakaudit.interop.library_accountants`: the libraries' own accountants (Flower's
+  ``RdpAccountant``, Opacus's) read into claimed and sound ledgers, with named findings, and
+  the eps of a hyperparameter search over such runs.
 - :mod:`leakaudit.interop.replay`: record/replay of the libraries' own DP step
   (``opacus.audit_optimizer``, ``flower.audit_dp``), checked against the declared
   sensitivity and the accountant's noise, and the canary game on the recorded releases.

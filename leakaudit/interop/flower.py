@@ -37,7 +37,7 @@ population, since Flower draws a fixed number K of clients and another takes the
 
 Names: like :class:`leakaudit.records.Recorder`, :class:`ClientRecorder` and
 :class:`StrategyRecorder` record observations (a :class:`leakaudit.fl.Tap` is only the spec of
-what to record); ``ClientTap`` and ``StrategyTap``, their old names, are deprecated aliases.
+what to record).
 
 Flower is imported when this module is (from a clone: ``pip install -e '.[flower]'``); ``import
 leakaudit`` never imports it.
@@ -60,8 +60,9 @@ import torch
 from accounting.relations import gaussian_sensitivity
 
 from .._validate import check_int, check_number
+from ..neighbours import canary_out
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger, old_positional_order
+from ._ledgers import LedgerPair, check_relation, multiplier, new_ledger
 from .replay import ReplayReport
 
 try:
@@ -110,20 +111,6 @@ except ImportError:  # pragma: no cover - a Flower without the older path
 
 __all__ = ["ClientRecorder", "StrategyRecorder", "Captured", "RoundRecord", "keep_truth", "load",
            "ledgers", "audit_dp", "AGGREGATE", "SAMPLING"]
-
-#: old names, deprecated: the old name -> the new one
-_RENAMED = {"ClientTap": "ClientRecorder", "StrategyTap": "StrategyRecorder"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"leakaudit.interop.flower.{name} is deprecated: use {new} (it records; "
-                      f"leakaudit.fl.Tap is the spec of what to record)", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 #: how Flower's strategies pick a round's clients: ``random.sample`` of a fixed number
 SAMPLING = "fixed-size"
@@ -495,12 +482,11 @@ def _rounds(d: Path, records: list[dict[str, Any]]) -> dict[int, RoundRecord]:
 CLAIMED_RELATION = "add-remove"
 
 
-def ledgers(dp: Any, *legacy: Any,
-            participation: Captured | Mapping[int, Sequence[int]] | None = None,
+def ledgers(dp: Any, *, participation: Captured | Mapping[int, Sequence[int]],
             num_clients: int, rounds: int, neighbouring: str = "replace-one") -> LedgerPair:
     """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``:
     ``ledgers(dp, participation=load(d), num_clients=N, rounds=T)`` (keyword-only after
-    ``dp``; ``participation`` by position, the old form, still works and warns).
+    ``dp``).
 
     Both dicts map every client 0..N-1 to its ledger; the returned
     :class:`~leakaudit.interop.LedgerPair` also names the relation, the sampling and why
@@ -526,11 +512,6 @@ def ledgers(dp: Any, *legacy: Any,
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
-    participation = old_positional_order("ledgers", ("participation",), legacy,
-                                         {"participation": participation})["participation"]
-    if participation is None:
-        raise TypeError("ledgers() missing the keyword argument participation (a Captured "
-                        "or a mapping client -> rounds)")
     neighbouring = check_relation("neighbouring", neighbouring)
     if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
         raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
@@ -943,7 +924,8 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     canary = 10.0 * clip * direction / np.linalg.norm(direction)
     # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
     # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-10 x it
-    other = 1e-10 * canary if neighbouring == "zero-out" else -canary
+    # (add-remove: Flower's cohort has a fixed size, so an absent client is replaced)
+    other = 1e-10 * canary if canary_out(neighbouring) == "zero" else -canary
     setup = (_local_setup if isinstance(dp, _LOCAL) else _central_setup)(
         dp, canary, other, rng, neighbouring)
     release, detached = setup["release"], setup["detached"]

@@ -19,7 +19,7 @@ assumes and why it differs.
 
 Names: like :class:`leakaudit.records.Recorder` (the simulator's), :class:`Recorder` records
 observations and ground truths; a :class:`leakaudit.fl.Tap` is only the spec of what to
-record. ``Tap``, this class's old name, is a deprecated alias.
+record.
 
 Opacus is imported only when these are used (from a clone: ``pip install -e '.[opacus]'``).
 """
@@ -40,25 +40,12 @@ from torch.overrides import TorchFunctionMode
 
 from accounting import PrivacyLedger
 
+from ..neighbours import canary_out, distance
 from ..records import GroundTruth, Observation
-from ._ledgers import LedgerPair, check_relation, new_ledger, old_positional_order
+from ._ledgers import LedgerPair, check_relation, new_ledger
 from .replay import ReplayReport
 
 __all__ = ["Recorder", "ledgers", "ledger_from_accountant", "audit_optimizer", "UNKNOWN_LABEL"]
-
-
-#: old names, deprecated: the old name -> the new one
-_RENAMED = {"Tap": "Recorder"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"leakaudit.interop.opacus.{name} is deprecated: use {new} (it records; "
-                      f"leakaudit.fl.Tap is the spec of what to record)", DeprecationWarning,
-                      stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 #: label recorded when the training loop's loss is not a cross-entropy / NLL loss
@@ -260,10 +247,10 @@ _KNOWN = {"RDPAccountant": "rdp", "PRVAccountant": "prv", "GaussianAccountant": 
 CLAIMED_RELATION = "add-remove"
 
 
-def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
+def ledger_from_accountant(accountant: Any, *, orders: object = None,
                            data_loader: Any = None) -> PrivacyLedger:
     """The privacy ledger of an Opacus accountant's history: Opacus's claim. Keyword-only
-    after ``accountant`` (``orders`` by position, the old form, still works and warns).
+    after ``accountant``.
 
     Opacus's RDP, PRV and GDP accountants all keep ``history``: a list of
     ``(noise_multiplier, sample_rate, num_steps)``, each ``num_steps`` Poisson-sampled Gaussian
@@ -289,8 +276,6 @@ def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
     central limit theorem (Bu et al. 2020), an approximation that may under-report; the
     ledger gives sound bounds for the same steps instead.
     """
-    orders = old_positional_order("ledger_from_accountant", ("orders",), legacy,
-                                  {"orders": orders})["orders"]
     opacus = _import_opacus()
     kind = _accountant_kind(accountant, opacus)
     if data_loader is not None:
@@ -304,11 +289,10 @@ def ledger_from_accountant(accountant: Any, *legacy: Any, orders: object = None,
     return _claimed(accountant, kind, orders)
 
 
-def ledgers(engine: Any, *legacy: Any, data_loader: Any = None, relation: str | None = None,
+def ledgers(engine: Any, *, data_loader: Any, relation: str | None = None,
             epochs: int | None = None, orders: object = None) -> LedgerPair:
     """``(claimed, sound)`` ledgers of an Opacus run: Opacus's history, and the loader's:
-    ``ledgers(engine, data_loader=loader)`` (keyword-only after ``engine``; the loader by
-    position, the old form, still works and warns).
+    ``ledgers(engine, data_loader=loader)`` (keyword-only after ``engine``).
 
     *claimed* is :func:`ledger_from_accountant`: Opacus's history as Poisson-sampled
     Gaussian steps (add/remove). *sound* accounts the sampling ``data_loader`` really did:
@@ -353,11 +337,6 @@ def ledgers(engine: Any, *legacy: Any, data_loader: Any = None, relation: str | 
     the accountant's no-amplification rule gives); an in-order loader must stay without
     amplification even if "shuffle" ever takes some from the random permutation.
     """
-    data_loader = old_positional_order("ledgers", ("data_loader",), legacy,
-                                       {"data_loader": data_loader})["data_loader"]
-    if data_loader is None:
-        raise TypeError("ledgers() missing the keyword argument data_loader (the loader "
-                        "training read)")
     opacus = _import_opacus()
     accountant = engine.accountant if isinstance(engine, opacus.PrivacyEngine) else engine
     try:
@@ -500,7 +479,7 @@ def _poisson(sound: PrivacyLedger, history: list, sampler: _Sampler) -> str:
             f"records {', '.join(f'{q:g}' for q in rates)}: the loader's rate is accounted")
 
 
-def _pass_sigmas(history: list, per_pass: int, epochs: int | None) -> list[tuple[float, int]]:
+def pass_sigmas(history: list, per_pass: int, epochs: int | None) -> list[tuple[float, int]]:
     """(sigma, passes): the smallest noise multiplier among each pass's steps, in runs."""
     if epochs is not None:
         return [(min(s for s, _, c in history if c), epochs)]
@@ -537,7 +516,7 @@ def _passes(sound: PrivacyLedger, history: list, sampler: _Sampler, relation: st
     if epochs is not None and steps > epochs * per_pass:
         raise ValueError(f"epochs={epochs} passes of {per_pass} batches cannot hold the "
                          f"{steps} optimizer steps Opacus recorded")
-    runs = _pass_sigmas(history, per_pass, epochs)
+    runs = pass_sigmas(history, per_pass, epochs)
     for sigma, k in runs:  # the ledger charges the relation's sensitivity (2C, or C zero-out)
         sound.step(q=1.0, sigma=sigma, count=k, sampling="shuffle",
                    note=f"{relation}: one step per pass over the loader, no amplification")
@@ -771,8 +750,8 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
     if bx.shape[0] == 0:  # batches of one: the out world is an empty batch (noise only)
         bx, by = cx[:0], cy[:0]
     x_in, y_in = torch.cat([bx, cx]), torch.cat([by, cy])
-    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) if relation == "replace-one" \
-        else (bx, by)
+    x_out, y_out = (torch.cat([bx, -cx]), torch.cat([by, cy])) \
+        if canary_out(relation) == "replaced" else (bx, by)
     out_step = _Stepper(optimizer, model, criterion)
     in_step, note = out_step, ""
     if rebuild is not None:
@@ -783,7 +762,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
                 x_out, y_out, s), trials=trials, pairs=pairs, seed=seed)
     mode = _grad_sample_mode(model)
     claimed_mu = 1.0 / sigma if sigma > 0 else math.inf  # Opacus: add-remove, sensitivity C
-    sound_mu = (2.0 if relation == "replace-one" else 1.0) / sigma if sigma > 0 else math.inf
+    sound_mu = distance(relation) / sigma if sigma > 0 else math.inf
     row = replay_row(library="opacus", version=opacus.__version__,
                      mode=f"{mode}, {type(optimizer).__name__}", relation=relation,
                      out=out, into=into, paired_in=p_in, paired_out=p_out,

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .._jsonsafe import finite_json, from_finite_json
+from ..neighbours import distance
 from ..reporting import csv_table, latex_table, markdown_table, write_tables
 
 __all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds", "gaussian_epsilon",
@@ -206,7 +207,7 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
         mu_claimed, mu_sound: sensitivity / std of one release as claimed (the library's
             accountant, its relation) and as the sound ledger has it (the game's relation).
     """
-    bound = 2.0 if relation == "replace-one" else 1.0
+    bound = distance(relation)
     moves = np.linalg.norm(paired_in - paired_out, axis=1)
     contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
     half = out.shape[0] // 2

@@ -1,4 +1,4 @@
-"""Hypothesis properties of the accountant (SPEC-accounting; issue "Tests that must exist")."""
+"""Hypothesis properties of the accountant."""
 
 import math
 import warnings

@@ -1,4 +1,4 @@
-"""An accountant that never falls over (issue 18, item 7): the held-out cases of 2026-11-23.
+"""An accountant that never falls over: the held-out cases of 2026-11-23.
 
 Every input gets a finite certified bracket that holds the exact value (the q = 1 Gaussian
 has Balle & Wang's closed form, the Laplace mechanism eps0 + 2 log(1 - delta), fractional

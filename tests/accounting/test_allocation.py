@@ -378,7 +378,7 @@ def test_100_step_schedule_bracket_contains_monte_carlo_and_is_between_constants
 def test_1000_step_schedule_is_narrow_and_between_constants():
     sigmas = np.linspace(1.5, 0.7, 1000)
     b = allocation_schedule_bounds(sigmas, DELTA)
-    # before: [0.2318, 0.2558] (10.4%); now 0.28% (issue 25: <= 1%)
+    # before: [0.2318, 0.2558] (10.4%); now 0.28% (asked: <= 1%)
     assert 0 < b.lower <= b.upper <= 1.01 * b.lower
     assert A.allocation_epsilon_bounds(1.5, 1000, DELTA).upper <= b.lower
     assert b.upper <= A.allocation_epsilon_bounds(0.7, 1000, DELTA).lower

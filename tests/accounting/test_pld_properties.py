@@ -1,4 +1,4 @@
-"""Hypothesis properties of the certified PLD bracket (issue 12)."""
+"""Hypothesis properties of the certified PLD bracket."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """PLD brackets at small sampling rates and small sigma (q = 0.001, sigma ~ 0.6), where most
 of a step's loss lies within q of log(1 - q), narrower than the loss grid step: the lower
-end is discretised on an offset lattice {k h + c} (issue 25, item 5)."""
+end is discretised on an offset lattice {k h + c}."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def _dp_accounting_rounded(sigmas: np.ndarray, bins: int, direction: str) -> flo
 def test_many_sigmas_bracket_is_certified_and_within_two_percent() -> None:
     sigmas = np.random.default_rng(0).uniform(0.55, 0.65, 2_000)
     lo, _, up = A.pld_epsilon([A.GaussianSchedule(Q, sigmas)], DELTA)
-    assert up - lo <= 0.02 * up  # issue 25: <= 2 % (it is ~0.5 %)
+    assert up - lo <= 0.02 * up  # asked: <= 2 % (it is ~0.5 %)
     # more noise everywhere can only lower eps: the constant-sigma brackets sandwich it
     lo_min = A.pld_epsilon([A.SampledGaussian(Q, 0.55, 2_000)], DELTA)
     hi_max = A.pld_epsilon([A.SampledGaussian(Q, 0.65, 2_000)], DELTA)

@@ -1,4 +1,4 @@
-"""Explicit sampling and neighbouring relations in the accountant (issue 18, item 1)."""
+"""Explicit sampling and neighbouring relations in the accountant."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Poisson-sampled Gaussian steps under replace-one: the realisable +-1 pair (issue 25, item 5).
+"""Poisson-sampled Gaussian steps under replace-one: the realisable +-1 pair.
 
 The pair P = (1-q) N(0, s^2) + q N(1, s^2), Q = (1-q) N(0, s^2) + q N(-1, s^2) (units of the
 clip norm C, s = sigma) is what one step outputs when the replaced record's clipped gradient
@@ -149,7 +149,7 @@ def test_monotone_in_q_sigma_and_steps() -> None:
 
 def test_sensitivity_is_not_off_by_two_as_in_dp_accounting_378() -> None:
     """dp-accounting's RDP accountant reads GaussianDpEvent(sigma) under REPLACE_ONE at
-    sensitivity 1 (issue #378): 4x too little RDP, an eps below the pair's certified lower
+    sensitivity 1 (its issue #378): 4x too little RDP, an eps below the pair's certified lower
     end. Ours is the RDP of sigma/2 (distance 2C), above every lower end."""
     sigma, steps = 2.0, 100
     ledger = A.PrivacyLedger(relation="replace-one")

@@ -81,12 +81,12 @@ def test_bracket_is_ordered_and_between_independent_bounds(sigma, batch, n, step
     delta = 1e-6
     lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, delta)
     assert 0 < lo <= up < math.inf
-    # lower end: at least the realised Poisson remove/add pair at q = B/n, and the
-    # realised +-1 pair (replaced gradient +C, replacement -C)
-    assert lo >= pld_epsilon([SampledGaussian(batch / n, sigma, steps)], delta).lower
+    # lower end: the larger of the realised "same gradient" pair (the Poisson remove/add
+    # pair at q = B/n and sigma / 2) and the realised +-1 pair
+    same = pld_epsilon([SampledGaussian(batch / n, sigma / 2, steps)], delta).lower
+    assert lo >= same >= pld_epsilon([SampledGaussian(batch / n, sigma, steps)], delta).lower
     assert lo == pytest.approx(max(pld_lower_without_replacement(sigma, batch, n, steps, delta),
-                                   pld_epsilon([SampledGaussian(batch / n, sigma, steps)],
-                                               delta).lower))
+                                   same))
     # upper end never above the unamplified Gaussian with sensitivity 2C
     plain = float(analytic_gaussian_epsilons(np.array([sigma / 2 / math.sqrt(steps)]),
                                              delta)[0])
@@ -139,9 +139,9 @@ def test_symmetrised_pld_is_below_the_rdp_of_dp_accounting():
     rdp_up = dp_accounting_eps(sigma, batch, n, steps, delta)
     lo, up = epsilon_bounds_without_replacement(sigma, batch, n, steps, delta)
     assert up == pld_up < 0.85 * rdp_up
-    # the realised +-1 pair: a lower end above the realised Poisson pair's
-    assert lo > 1.5 * pld_epsilon([SampledGaussian(batch / n, sigma, steps)], delta).lower
-    assert 0 < lo < up
+    # the realised "same gradient" pair: a lower end far above the +-1 pair's, near up
+    assert lo > 2 * pld_lower_without_replacement(sigma, batch, n, steps, delta)
+    assert 0.75 * up < lo < up
 
 
 def test_full_batch_is_the_gaussian_with_sensitivity_2c_on_both_ends():
@@ -216,7 +216,7 @@ def test_the_ledger_accounts_fixed_size_batches_with_the_amplified_pld():
     lo, _, up = ledger.epsilon_bounds(delta, method="pld")
     alone = epsilon_bounds_without_replacement(sigma, b, n, steps, delta)
     assert up == pytest.approx(alone.upper, rel=2e-3) and up < 8.0   # amplified: 2,268.8 -> 7.6
-    assert lo >= 0.99 * pld_lower_without_replacement(sigma, b, n, steps, delta) > 1.0
+    assert lo >= 0.999 * alone.lower > 7.1  # the realised "same gradient" pair
     rdp = ledger.epsilon(delta, "rdp")                                 # Thm 9: 12.11
     assert up < rdp and ledger.tightest_epsilon(delta, with_method=True)[1] == "pld"
     # composes with another event: more releases, more eps, still certified both ends

@@ -39,7 +39,7 @@ def test_accounting_speed_runs_and_reports_every_section(tmp_path, capsys):
         if line.startswith(("| exponential", "| constant", "| uniform")):
             lower, upper = (float(v) for v in line.split("|")[3].split("/"))
             assert 0 < lower <= upper
-    # the q = 0.001 schedule of distinct sigmas (issue 25: <= 2 % wide) and the 2,000-sigma
+    # the q = 0.001 schedule of distinct sigmas (<= 2 % wide) and the 2,000-sigma
     # speed-up line are printed
     small = next(line for line in pld.splitlines() if line.startswith("| uniform sigma"))
     assert float(small.split("|")[4].strip().rstrip("%")) <= 2.0

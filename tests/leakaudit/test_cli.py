@@ -1,13 +1,44 @@
 """The accountant CLI and its forwarding from `leakaudit`."""
 
+import argparse
 import json
 import subprocess
 import sys
 
 import pytest
 
-from accounting.cli import main
+from accounting.cli import build_parser, main
+from leakaudit.cli import ACCOUNTANT_COMMANDS
 from leakaudit.cli import main as leakaudit_main
+
+
+def test_every_accountant_subcommand_is_forwarded_by_leakaudit():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(ACCOUNTANT_COMMANDS)
+
+
+def test_tuning_prints_the_procedure_beside_the_chosen_run(capsys):
+    runs = ["--run", "0.01,1.0,1000", "--run", "0.01,1.5,1000", "--run", "0.02,2.0,1000"]
+    assert main(["tuning", *runs, "--rule", "geometric", "--mean", "10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["procedure"]["method"] == "rdp" and out["chosen"]["index"] == 0
+    assert out["procedure"]["tightest"] > 2 * out["chosen"]["eps"] > 0
+    assert leakaudit_main(["tuning", *runs, "--chosen", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "composition" in text and "chosen run 1 alone" in text and "(pld" in text
+    assert main(["tuning", *runs, "--rule", "adaptive"]) == 2
+    assert "adaptive" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--run"):
+        main(["tuning"])
+
+
+def test_tuning_over_a_grid_of_configurations(capsys):
+    grid = ["--grid-q", "0.004", "0.008", "--grid-sigma", "1", "2", "--epochs", "2"]
+    assert main(["tuning", *grid, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["runs"] == 4 and len(out["runs_eps"]) == 4 and out["procedure"]["method"] == "pld"
+    with pytest.raises(SystemExit, match="--steps or --epochs"):
+        main(["tuning", "--grid-q", "0.01", "--grid-sigma", "1"])
 
 
 def test_epsilon_prints_every_method(capsys):
@@ -86,7 +117,7 @@ def test_python_dash_m_accounting_runs():
     (["audit", "--engine", "serial", "--workers", "2"], "--workers"),   # was ignored
     (["audit", "--points", "2,2"], "--points"),
     (["audit", "--defenses", "none,none"], "--defenses"),
-    (["privacy-audit", "--point", "5"], "--point"),
+    (["privacy-audit", "--points", "5"], "--points"),
     (["privacy-audit", "--confidence", "1"], "--confidence"),
 ])
 def test_bad_flags_are_refused_before_any_work_naming_the_flag(argv, flag, tmp_path, capsys):
@@ -205,11 +236,9 @@ def test_defense_params_reach_the_audit_and_ctrl_c_says_how_to_resume(tmp_path, 
     monkeypatch.setattr(api, "audit", interrupted)
     code = leakaudit_main(["audit", "--defenses", "fed-cdp,prune", "--defense-param",
                            "fed-cdp:sigma=1", "--defense-param", "fed-cdp:clip=2.5",
-                           "--point", "2", "--iterations", "3", "--out", str(tmp_path)])
+                           "--points", "2", "--max-iterations", "3", "--out", str(tmp_path)])
     assert code == 130
     err = capsys.readouterr().err
-    assert "warning: --point is deprecated, use --points" in err
-    assert "warning: --iterations is deprecated, use --max-iterations" in err
     last = err.strip().splitlines()[-1]
     assert "rerun the same command to resume" in last and "results.jsonl" in last
     cdp, prune = seen["defenses"]   # built once, by the library's resolver

@@ -132,7 +132,7 @@ def test_breast_cancer_split_and_train_standardisation() -> None:
 @pytest.mark.parametrize("seed", [-1, 1.5, True, 2**32])
 def test_bad_seed_is_refused(seed: object) -> None:
     with pytest.raises(ValueError, match="seed"):
-        data.load("digits", seed=seed)  # type: ignore[arg-type]
+        data.load("digits", seed=seed)
 
 
 @pytest.mark.parametrize("name", ["mnist", "cifar-10", "", "images:", "torchvision:MNIST"])
@@ -408,9 +408,9 @@ def test_torchvision_path_with_a_stand_in_module(
             self.targets = list(range(n)) if not train else [0, 1, 2, 3, 0, 1]
 
     datasets = types.ModuleType("torchvision.datasets")
-    datasets.FakeCIFAR = FakeCIFAR  # type: ignore[attr-defined]
+    datasets.FakeCIFAR = FakeCIFAR
     module = types.ModuleType("torchvision")
-    module.datasets = datasets  # type: ignore[attr-defined]
+    module.datasets = datasets
     monkeypatch.setitem(sys.modules, "torchvision", module)
     monkeypatch.setitem(sys.modules, "torchvision.datasets", datasets)
 

@@ -1,4 +1,4 @@
-"""Reconstruction metrics against hand-computed values (SPEC-attacks.md, "Metrics")."""
+"""Reconstruction metrics against hand-computed values."""
 
 import math
 
@@ -115,7 +115,7 @@ def test_bad_inputs():
         metrics.tau([], limit=-1)
 
 
-# ---------------------------------------------------------------- issue 20: scores and bound
+# ---------------------------------------------------------------- scores and bound
 def test_image_scores_report_ssim_and_identification():
     gen = torch.Generator().manual_seed(0)
     pool = torch.rand(20, 1, 8, 8, generator=gen)

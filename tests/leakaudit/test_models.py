@@ -77,7 +77,7 @@ def test_default_for() -> None:
     assert tabular(tiny_dataset("tabular").x_train).shape == (6, 5)
     assert tabular.fc1.in_features == 30
     with pytest.raises(ValueError, match="dataset"):
-        models.default_for("digits")  # type: ignore[arg-type]
+        models.default_for("digits")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Contract tests over the registries (issue 24): every registered defense and every
+"""Contract tests over the registries: every registered defense and every
 registered attack goes through the same checks, so one added later cannot skip them.
 
 Defenses: the sound ledger records exactly the releases the defense draws (each noise draw
@@ -29,7 +29,7 @@ TINY = dict(dataset="digits", clients=3, clients_per_round=3, rounds=2, local_st
 RANDOM_CALLS = {"randn", "rand", "randint", "randperm", "normal", "normal_", "bernoulli",
                 "multinomial", "exponential_", "uniform_", "randn_like", "rand_like"}
 #: what an attack module may import from the project (attacks never import fl, defenses,
-#: the audits, the CLI or interop: the layers of PREAMBLE / tools/layers.py)
+#: the audits, the CLI or interop: the layers of tests/project/test_layout.py)
 ATTACK_FORBIDDEN = ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing",
                     "leakaudit.empirical", "leakaudit.interop", "leakaudit.cli",
                     "leakaudit.api", "benchmarks")
@@ -37,32 +37,34 @@ ATTACK_FORBIDDEN = ("leakaudit.fl", "leakaudit.defenses", "leakaudit.auditing",
 
 @pytest.fixture(scope="module")
 def tiny_runs():
-    """Each registered defense's tiny run with its noise draws counted (one run each, shared
-    by the tests below)."""
-    out = {}
+    """Each registered defense's tiny run with its noise draws counted, simulated on first
+    use only (``tiny_runs(name)``) and shared by the tests below: a ``-k`` that selects one
+    defense simulates that defense only."""
+    cache: dict = {}
     real = {"gaussian": ops.gaussian_like, "laplace": ops.laplace_like}
-    mp = pytest.MonkeyPatch()
-    try:
-        for name in D.available():
+
+    def tiny_run(name: str):
+        if name not in cache:
             counter = ReleaseCounter()
 
-            def wrap(kind, counter=counter):
+            def wrap(kind):
                 def counted(*args, **kwargs):
                     counter.draws[kind] += 1
                     return real[kind](*args, **kwargs)
                 return counted
 
-            mp.setattr(ops, "gaussian_like", wrap("gaussian"))
-            mp.setattr(ops, "laplace_like", wrap("laplace"))
-            out[name] = (fl.simulate(None, defense=D.get(name), **TINY), counter.draws)
-    finally:
-        mp.undo()
-    return out
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(ops, "gaussian_like", wrap("gaussian"))
+                mp.setattr(ops, "laplace_like", wrap("laplace"))
+                cache[name] = (fl.simulate(None, defense=D.get(name), **TINY), counter.draws)
+        return cache[name]
+
+    return tiny_run
 
 
 @pytest.mark.parametrize("name", D.available())
 def test_every_defense_ledger_records_exactly_the_releases_it_draws(name, tiny_runs):
-    run, draws = tiny_runs[name]
+    run, draws = tiny_runs(name)
     held = ReleaseCounter.in_ledgers(run.sound)
     uploads = sum(len(u) for u in run.uploads)
     assert uploads > 0 and sum(held.values()) > 0, (name, held)
@@ -97,7 +99,7 @@ def test_every_defense_audit_declarations_hold(name, tiny_runs):
     if all(batched):
         # batched trials need every draw through ops (a trial dimension in ops.trials)
         assert _draws_outside_ops(importlib.import_module(type(d).__module__)) == [], name
-        _, draws = tiny_runs[name]
+        _, draws = tiny_runs(name)
         assert d.level == "none" or sum(draws.values()) > 0, name
     model = models.lenet(1, 28, 10, generator=torch.Generator().manual_seed(0))
     d.audit_setup([p.detach().clone() for p in model.parameters()], bound)

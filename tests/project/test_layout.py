@@ -98,12 +98,12 @@ def test_the_cycle_detector_finds_a_cycle():
 #: the layers, bottom to top: a module imports only from its own unit or from units of
 #: lower layers (a unit is a package or a module; within the bottom layer of leakaudit the
 #: units may use one another, the cycle test keeps them apart); ``APART`` lists the pairs
-#: that sit in order but must not meet. The same rules as ../shared/tools/layers.py.
+#: that sit in order but must not meet.
 LAYERS: list[tuple[str, ...]] = [
     ("accounting",),
     ("leakaudit._validate", "leakaudit._jsonsafe", "leakaudit.grads", "leakaudit.data",
      "leakaudit.models", "leakaudit.optim", "leakaudit.metrics", "leakaudit.records",
-     "leakaudit.reporting"),
+     "leakaudit.reporting", "leakaudit.neighbours"),
     ("leakaudit.defenses",),
     ("leakaudit.fl",),
     ("leakaudit.attacks",),

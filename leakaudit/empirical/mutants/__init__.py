@@ -72,7 +72,7 @@ MUTANTS: dict[str, Mutant] = {
         2000),
     "unaccounted-sampler": Mutant(
         UnaccountedSampler, "accounted as Poisson with q = 0.1, every example is used", 2000),
-    # correlated noise: a linear functional of the release carries no noise (issue 26)
+    # correlated noise: a linear functional of the release carries no noise
     "centred-noise": Mutant(
         CentredNoise, "noise centred per tensor: each tensor's sum is noise-free", 2000),
     "broadcast-noise": Mutant(

@@ -348,7 +348,7 @@ def test_bad_input_is_refused_before_any_work(leak, monkeypatch, change, message
         attacks.reconstruct(name, model, kw.pop("gradients"), **kw)
 
 
-# ---------------------------------------------------------------- issue 20: per-tensor match
+# ---------------------------------------------------------------- per-tensor match
 def per_layer_clip(grads, clip=4.0):
     """Each tensor clipped to its own norm bound (Fed-alphaCDP's per-layer clipping)."""
     return [g * min(1.0, clip / float(g.norm())) for g in grads]

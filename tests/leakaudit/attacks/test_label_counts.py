@@ -24,7 +24,7 @@ def batches(ds, batch_size, count, seed=0):
 
 @pytest.mark.parametrize(("batch_size", "target"), [(8, 0.95), (32, 0.90)])
 def test_multiset_accuracy_on_untrained_lenet(digits, batch_size, target):
-    """Issue 13's targets; the sign rule it replaces stays below them on the same batches."""
+    """The targets; the sign rule it replaces stays below them on the same batches."""
     ours, sign_rule = [], []
     for model, grads, y in batches(digits, batch_size, 8):
         labels, _ = attacks.infer_labels(model, grads, batch_size, 10)

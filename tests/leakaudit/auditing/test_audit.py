@@ -96,7 +96,7 @@ def test_bad_arguments():
 @pytest.mark.slow
 def test_cli_audit_writes_every_format(tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
-                     "--examples", "1", "--rounds", "1", "--iterations", "20", "--out",
+                     "--examples", "1", "--rounds", "1", "--max-iterations", "20", "--out",
                      str(tmp_path), "--no-progress", "--engine", "serial"])
     assert code == 0
     out = capsys.readouterr().out

@@ -1,5 +1,5 @@
 """The audit's default attacks gain the exact tier where the model has a biased linear first
-layer (issue 27): the undefended example is rebuilt exactly and the verdict lists the tier."""
+layer: the undefended example is rebuilt exactly and the verdict lists the tier."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""audit(batch_size=, local_steps=, stage=, device=) (issue 13): bad input is refused before
+"""audit(batch_size=, local_steps=, stage=, device=): bad input is refused before
 any work, the report records the setting, the multi-step attacks are told L and lr, and an
 attack cell's reconstruction does not depend on the truth it is scored against."""
 

@@ -1,4 +1,4 @@
-"""AuditPlan.make(stages=...) (issue 24): one audit attacks the weights of several training
+"""AuditPlan.make(stages=...): one audit attacks the weights of several training
 stages; the report has a row per (defense, stage) with the accuracy of the attacked weights
 and the eps their training spent; the quick profile's defense parameters are ones at which
 the models learn; bad stage selections are refused before any work."""
@@ -103,7 +103,7 @@ def test_a_resumed_two_stage_audit_is_the_same_and_trains_nothing(two_stages, mo
 
 
 def test_the_quick_profile_trains_models_that_learn_with_the_dp_defenses():
-    # issue 24: the papers' sigma 6 left LeNet at chance on digits; these parameters learn
+    # the papers' sigma 6 left LeNet at chance on digits; these parameters learn
     # (measured: docs/results.md "Main job"); the undefended setting is benchmarks/utility's
     quick = PROFILES["quick"]
     assert (quick.rounds, quick.local_steps) == (30, 10)

@@ -230,7 +230,7 @@ def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
 @pytest.mark.slow
 def test_cli_engine_ray(own_ray, tmp_path, capsys):
     code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
-                     "--examples", "1", "--rounds", "1", "--iterations", "10", "--out",
+                     "--examples", "1", "--rounds", "1", "--max-iterations", "10", "--out",
                      str(tmp_path), "--no-progress", "--engine", "ray", "--stage", "initial"])
     assert code == 0
     assert "| defense | stage | point | attack | resilient |" in capsys.readouterr().out

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from leakaudit.auditing import profile as P
-from leakaudit.auditing.report import AuditReport, markdown_table
+from leakaudit.auditing.report import AuditReport, format_number, markdown_table
 
 ID_OK = {"k": 10, "trials": 100, "success": 0.3, "ci_low": 0.2, "ci_high": 0.42,
          "bound": 0.43, "clean": 1.0, "scorers": 9, "point": 2, "scorer": "all", "mu": 1.1}
@@ -50,7 +50,7 @@ def test_one_row_per_defense_and_stage_with_the_columns(report):
     assert [(r["defense"], r["stage"]) for r in rows] == [
         ("none()", "initial"), ("none()", "trained"), ("fed-cdp(s)", "initial"),
         ("fed-cdp(s)", "trained")]
-    table = P.profile_table(rows)
+    table = P.profile_table(rows, format_number)
     assert all(tuple(t) == P.COLUMNS for t in table)
     assert table[0]["rebuilt [95% CI] PSNR"] == "2/2 [0.16, 1.00] 70 dB idlg"
     assert table[2]["identified [95% CI]"] == "0.30 [0.20, 0.42] k=10"
@@ -73,9 +73,9 @@ def test_cells_longer_than_the_limit_are_refused(report):
     rows = P.profile_rows(report)
     rows[0]["defense"] = "x" * (P.CELL_LIMIT + 1)
     with pytest.raises(ValueError, match="defense"):
-        P.profile_table(rows)
-    assert max(len(v) for t in P.profile_table(P.profile_rows(report)) for v in t.values()) \
-        <= P.CELL_LIMIT
+        P.profile_table(rows, format_number)
+    cells = P.profile_table(P.profile_rows(report), format_number)
+    assert max(len(v) for t in cells for v in t.values()) <= P.CELL_LIMIT
 
 
 @pytest.mark.parametrize("facts, word", [
@@ -108,7 +108,7 @@ def test_rebuilt_at_an_unprotected_point_shows_the_tier_could_succeed(report):
     (row,) = P.profile_rows(rep)
     assert row["point"] == 0 and row["could_rebuild"] is True
     assert row["reconstruction"]["rebuilt"] == 0 and row["verdict"] == "no guarantee"
-    assert "| sdp | trained (30 r.) |" in P.profile_markdown(rep, markdown_table)
+    assert "| sdp | trained (30 r.) |" in P.profile_markdown(rep, markdown_table, format_number)
 
 
 @pytest.mark.slow  # trains 30 rounds of fed-cdp (about 20 s on a quiet core)

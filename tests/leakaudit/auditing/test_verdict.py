@@ -1,4 +1,4 @@
-"""Verdicts that must be earned (issue 27): "resilient" only when the attacks could have
+"""Verdicts that must be earned: "resilient" only when the attacks could have
 succeeded (an undefended baseline rebuilt at this budget and threshold, the threshold inside
 (0, 1)), "inconclusive" otherwise, with the tiers tried."""
 

@@ -212,7 +212,7 @@ def test_privacy_audit_is_exported_at_the_top_level():
 def test_cli_privacy_audit_writes_the_report(tmp_path, capsys):
     from leakaudit.cli import main
 
-    assert main(["privacy-audit", "--defenses", "fed-cdp", "--point", "2", "--trials", "100",
+    assert main(["privacy-audit", "--defenses", "fed-cdp", "--points", "2", "--trials", "100",
                  "--out", str(tmp_path), "--no-progress"]) == 0
     assert "| fed-cdp | 2 | 100 |" in capsys.readouterr().out
     assert (tmp_path / "privacy.csv").exists() and (tmp_path / "privacy.png").exists()

@@ -1,4 +1,4 @@
-"""The auditor without blind spots (issue 26): statistics that see correlated noise, worst-case
+"""The auditor without blind spots: statistics that see correlated noise, worst-case
 backgrounds, any user code, and names in mapping arguments checked."""
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ DIRAC = dict(canaries=300, canary="dirac", rounds=1, clients=2, local_steps=2,
 class _IgnoresData(FedCDP):
     """fed-cdp whose release never reads the gradients (noise only)."""
 
-    def privatize_batch(self, grads, ctx):  # type: ignore[override]
+    def privatize_batch(self, grads, ctx):
         return super().privatize_batch([torch.zeros_like(g) for g in grads], ctx)
 
 
@@ -128,7 +128,7 @@ def test_adaptive_bound_rejects_the_true_mu_no_more_often_than_its_level():
 
 @pytest.mark.slow
 def test_a_whole_fed_cdp_run_with_sound_eps_below_4_is_audited_above_half_of_it():
-    # issue 26 item 5: full-batch fed-cdp (q = 1, mu-GDP ledger, mu 0.889, eps 3.82), 5,000
+    # full-batch fed-cdp (q = 1, mu-GDP ledger, mu 0.889, eps 3.82), 5,000
     # Dirac canaries: eps_lower_gdp above half the sound eps, mu_lower above half its mu
     row = leakaudit.privacy_audit_training(
         "fed-cdp", defense_params=dict(clip=1.0, sigma=2.25), canaries=5000, canary="dirac",

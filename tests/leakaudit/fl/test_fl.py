@@ -215,7 +215,7 @@ def test_an_update_says_how_many_examples_are_behind_it_without_the_truth():
     assert step.examples_behind == 1 == step.batch_size
 
 
-# ----------------------------------------------------------------- client sampling (issue 18)
+# ----------------------------------------------------------------- client sampling
 def test_clients_per_round_is_a_count_and_client_fraction_a_rate(digits):
     with pytest.raises(ValueError, match="client_fraction"):
         fl.simulate(None, dataset=digits, defense="none", clients=4, clients_per_round=0.5,
@@ -287,7 +287,7 @@ def test_sound_eps_is_the_tightest_bound_of_the_worst_client(digits):
 
 @pytest.mark.parametrize("name", ["fed-sdp-server", "fed-sdp-client", "quantile-clip"])
 def test_client_level_dp_with_poisson_clients_requires_a_public_denominator(digits, name):
-    # q N follows the population (one more client, another noise scale: issue 24); the
+    # q N follows the population (one more client, another noise scale); the
     # refusal names the argument and comes before any training
     with pytest.raises(ValueError, match="expected_weight is required"):
         fl.simulate(None, dataset=digits, defense=name, clients=6, client_fraction=0.5,

@@ -1,4 +1,4 @@
-"""The simulator's sound eps against a simulator-level canary game (issue 18).
+"""The simulator's sound eps against a simulator-level canary game.
 
 The game: a small population of background clients and a canary client whose one example has
 a gradient far above the clip bound in a fixed direction. One round of the simulator runs
@@ -93,7 +93,7 @@ def test_every_registered_defense_is_audited_here_or_has_an_infinite_sound_eps(s
 
 
 class RealisedMeanSDP(D.FedSDP):
-    """fed-sdp as it was before issue 18: the whole noise N(0, sigma^2 C^2) on EVERY client's
+    """fed-sdp with FedAvg's realised mean: the whole noise N(0, sigma^2 C^2) on EVERY client's
     update, FedAvg's mean over the realised participants, accounted as a Poisson step with
     q = K/N."""
 
@@ -153,12 +153,12 @@ def test_the_game_finds_a_leak_where_there_is_one():
 
 # ----------------------------------------------------------------- random allocation
 def test_balls_in_bins_deals_every_example_into_exactly_one_step_per_epoch():
-    from leakaudit.fl.simulate import FLConfig, _Simulation
+    from leakaudit.fl.simulate import FLConfig, Simulation
     game = CanaryGame(companions=6)
     ds, parts = game.dataset("in")                    # canary client: 7 examples
     cfg = FLConfig.make(clients=len(parts), partition=parts, local_steps=6, batch_size=2,
                         batch_sampling="balls-in-bins", progress=False, val_fraction=0.0)
-    sim = _Simulation(game.model(), ds, D.get("fed-cdp"), cfg)
+    sim = Simulation(game.model(), ds, D.get("fed-cdp"), cfg)
     used: list = []
     draw = sim.sampler(0, BACKGROUND, used)
     for _ in range(6):                                # t = round(7 / 2) = 4: 1.5 epochs

@@ -218,19 +218,13 @@ def test_ledgers_bad_input_is_named():
         lf.StrategyRecorder(FedAvg(), "/tmp", batch_size=0)
 
 
-def test_ledgers_take_keywords_after_the_dp_the_old_form_warns():
+def test_ledgers_take_keywords_after_the_dp():
     new = lf.ledgers(None, participation={1: [1]}, num_clients=3, rounds=1)
-    with pytest.warns(DeprecationWarning, match=r"ledgers\(\.\.\., participation=\.\.\.\)"):
-        old = lf.ledgers(None, {1: [1]}, num_clients=3, rounds=1)
-    assert old.sound[1].epsilon(1e-5) == new.sound[1].epsilon(1e-5) == math.inf
-    with pytest.raises(TypeError, match="missing the keyword argument participation"):
+    assert new.sound[1].epsilon(1e-5) == math.inf
+    with pytest.raises(TypeError, match="positional argument"):
+        lf.ledgers(None, {1: [1]}, num_clients=3, rounds=1)
+    with pytest.raises(TypeError, match="participation"):
         lf.ledgers(None, num_clients=3, rounds=1)
-
-
-def test_the_old_tap_names_are_deprecated_aliases_of_the_recorders():
-    for old, new in (("ClientTap", lf.ClientRecorder), ("StrategyTap", lf.StrategyRecorder)):
-        with pytest.warns(DeprecationWarning, match=f"flower.{old} is deprecated"):
-            assert getattr(lf, old) is new
 
 
 # ------------------------------------------------------------------------------ the mod alone

@@ -167,22 +167,10 @@ def test_gdp_ledger_is_sound_where_opacus_clt_under_reports():
 
 def test_the_ledger_calls_take_keywords_after_the_first_argument():
     acc = _accountant("rdp", [(1.1, 0.01, 10)])
-    with pytest.warns(DeprecationWarning, match=r"ledger_from_accountant\(\.\.\., orders="):
-        old = ledger_from_accountant(acc, "default")
-    assert old.events == ledger_from_accountant(acc, orders="default").events
-    with pytest.raises(TypeError, match="multiple values for argument 'orders'"):
-        ledger_from_accountant(acc, "default", orders="default")
-    with pytest.raises(TypeError, match="missing the keyword argument data_loader"):
+    with pytest.raises(TypeError, match="positional argument"):
+        ledger_from_accountant(acc, "default")
+    with pytest.raises(TypeError, match="data_loader"):
         ledgers(acc)
-
-
-def test_the_old_name_tap_is_a_deprecated_alias_of_the_recorder():
-    from leakaudit.interop import opacus as lo
-
-    with pytest.warns(DeprecationWarning, match="opacus.Tap is deprecated: use Recorder"):
-        assert lo.Tap is Recorder
-    with pytest.raises(AttributeError, match="NoSuchThing"):
-        lo.NoSuchThing  # noqa: B018
 
 
 def test_bad_input_is_named():
@@ -402,7 +390,7 @@ def test_weighted_sampler_accounts_every_step_at_batch_multiplicity():
 
 
 def test_passes_take_the_smallest_noise_of_each_pass():
-    from leakaudit.interop.opacus import _pass_sigmas
+    from leakaudit.interop.opacus import pass_sigmas
 
     rng = np.random.default_rng(0)
     for _ in range(50):
@@ -411,7 +399,7 @@ def test_passes_take_the_smallest_noise_of_each_pass():
         per_pass = int(rng.integers(1, 6))
         flat = [s for s, _, c in history for _ in range(c)]
         brute = [min(flat[i:i + per_pass]) for i in range(0, len(flat), per_pass)]
-        runs = _pass_sigmas(history, per_pass, None)
+        runs = pass_sigmas(history, per_pass, None)
         assert [s for s, k in runs for _ in range(k)] == brute
 
 

@@ -1,0 +1,19 @@
+"""benchmarks/ledger_queries.py runs end to end at its tiny size."""
+
+import pytest
+from conftest import load_benchmark
+
+
+@pytest.mark.slow  # about 40 s: three PLD computations and a subprocess
+
+def test_ledger_queries_runs_and_the_shared_queries_cost_one(tmp_path, capsys):
+    bench = load_benchmark("ledger_queries")
+    assert bench.main(["--tiny", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "ledger_queries.md").read_text()
+    assert text == capsys.readouterr().out
+    assert "## 1. One computation" in text and "## 2. Mixed ledgers" in text
+    # every query of section 1 gives the same certified eps (one PLD bracket)
+    eps = {line.split("|")[2].strip() for line in text.splitlines()
+           if line.startswith(("| epsilon(pld)", "| epsilon_bounds(pld)", "| tightest"))}
+    assert len(eps) == 1
+    assert "| small-mix | 1e-06 |" in text

@@ -1,0 +1,245 @@
+"""The code rules of DEVELOPERS.md that a parser can check: no underscore name used across
+modules, no function over 80 lines, and benchmarks that use the library's public API only
+(no private name, no assignment into it). The layers and cycles are in test_layout.py."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the repository's Python packages (tests included: they use the public names too)
+SOURCES = ("accounting", "leakaudit", "benchmarks", "tests")
+LIBRARY = ("accounting", "leakaudit")
+MAX_LINES = 80
+
+#: underscore names used across modules today, each "module -> name". The accounting entries
+#: (and the accountant's tests') go with the split of ``accounting/pld.py`` and
+#: ``accounting/allocation.py`` into packages with public names, done on its own branch:
+#: empty them when it is merged. A stale entry fails the test too.
+PRIVATE_ALLOWED = {
+    "accounting._grid -> accounting.registry._rule",
+    "accounting.accountants -> accounting.registry._memo_key",
+    "accounting.allocation -> accounting.pld._PMF",
+    "accounting.allocation -> accounting.pld._trim",
+    "accounting.allocation -> accounting.pld._discretise",
+    "accounting.allocation -> accounting.pld._compose",
+    "accounting.allocation -> accounting.pld._eps_of",
+    "accounting.fixed_size -> accounting.pld._loss_limits",
+    "accounting.fixed_size -> accounting.pld._replace_loss_limits",
+    "accounting.replace_one -> accounting.events._gaussian_pairs",
+    "accounting.replace_one -> accounting.pld._replace_loss_limits",
+    "accounting.replace_one -> accounting.pld._replace_variance",
+    "accounting.shuffle -> accounting.pld._atom_intervals",
+    "accounting.shuffle -> accounting.pld._compose",
+    "accounting.shuffle -> accounting.pld._eps_of",
+    "accounting.shuffle -> accounting.pld._discretise",
+    "accounting.without_replacement -> accounting.pld._trim",
+    "accounting.without_replacement -> accounting.pld._PMF",
+    "accounting.without_replacement -> accounting.pld._GridTooLarge",
+    "accounting.without_replacement -> accounting.pld._eps_of",
+    "accounting.without_replacement -> accounting.pld._compose",
+    "accounting.without_replacement -> accounting.pld._loss_limits",
+    "accounting.without_replacement -> accounting.pld._replace_loss_limits",
+    # the accountant's tests reach the same internals (and the registry's tables)
+    "tests.accounting.test_allocation -> accounting.allocation._epoch",
+    "tests.accounting.test_allocation -> accounting.allocation._leaf",
+    "tests.accounting.test_contracts -> accounting.registry._RULES",
+    "tests.accounting.test_contracts -> accounting.registry._TYPES",
+    "tests.accounting.test_pld_small_q -> accounting.pld._PMF",
+    "tests.accounting.test_pld_small_q -> accounting.pld._delta_of",
+    "tests.accounting.test_pld_small_q -> accounting.pld._discretise",
+    "tests.accounting.test_pld_small_q -> accounting.pld._gaussian_intervals",
+    "tests.accounting.test_pld_small_q -> accounting.pld._loss_limits",
+    "tests.accounting.test_pld_small_q -> accounting.pld._lower_shifts",
+    "tests.accounting.test_without_replacement -> accounting.pld._delta_of",
+    "tests.leakaudit.empirical.test_empirical_onerun -> accounting.registry._RULES",
+    "tests.leakaudit.empirical.test_empirical_onerun -> accounting.registry._TYPES",
+    # helpers of modules being rewritten on their own branches (the audit's settings
+    # objects, the score-to-bound engine): made public or gone there
+    "tests.leakaudit.auditing.test_audit_arguments -> leakaudit.auditing.auditor._fold_plan",
+    "tests.leakaudit.auditing.test_audit_pipeline -> leakaudit.auditing.auditor._attack_jobs",
+    "tests.leakaudit.auditing.test_audit_pipeline -> leakaudit.auditing.auditor._attack_round",
+    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._curve",
+    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._outside",
+}
+#: functions over MAX_LINES that stay for now, each with why: "module.function"
+LONG_ALLOWED = {
+    # accounting/allocation.py, pld.py: split into packages on their own branch
+    "accounting.allocation._mp_conv",
+    "accounting.pld.pld_epsilon",
+    "accounting.rdp._frac_block",
+    # being rewritten on their own branches (the settings objects, the score-to-bound
+    # engine): shortened there
+    "leakaudit.auditing.auditor.audit",
+    "leakaudit.empirical.api._release_row",
+    "leakaudit.interop.opacus.audit_optimizer",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _files() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in SOURCES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[:len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def private_uses(module: str, path: Path, modules: set[str]) -> set[str]:
+    """"module -> target._name" for each underscore name of another module of the repository
+    that ``module`` imports (``from x import _name``) or reads (``x._name``, ``x`` a module
+    it imported). Modules whose own name starts with an underscore (``leakaudit._validate``)
+    are internal to the repository, not to one module: their public names may be used."""
+    tree = ast.parse(path.read_text())
+    found, aliases = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            source = _absolute(module, path.name == "__init__.py", node)
+            if source not in modules and source.split(".")[0] not in SOURCES:
+                continue
+            for a in node.names:
+                target = f"{source}.{a.name}"
+                if target in modules:
+                    aliases[a.asname or a.name] = target
+                elif _private(a.name):
+                    found.add(f"{module} -> {target}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in modules:
+                    aliases[a.asname or a.name.split(".")[0]] = \
+                        a.name if a.asname else a.name.split(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                chain.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in aliases:
+                owner = ".".join([aliases[base.id], *reversed(chain[1:])])
+                if owner in modules and owner != module:
+                    found.add(f"{module} -> {owner}.{node.attr}")
+    return found
+
+
+def long_functions(module: str, path: Path) -> set[str]:
+    """"module.function" (or "module.Class.method") of each function over MAX_LINES lines."""
+    found = set()
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if child.end_lineno - child.lineno + 1 > MAX_LINES:
+                    found.add(f"{prefix}.{child.name}")
+                visit(child, f"{prefix}.{child.name}")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}.{child.name}")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(path.read_text()), module)
+    return found
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, Path]:
+    return _files()
+
+
+def test_no_underscore_name_is_used_across_modules(files):
+    modules = set(files)
+    found = set().union(*(private_uses(m, p, modules) for m, p in files.items()))
+    assert not found - PRIVATE_ALLOWED, "make these public (or move the code): " + \
+        "; ".join(sorted(found - PRIVATE_ALLOWED))
+    assert not PRIVATE_ALLOWED - found, "gone, drop from PRIVATE_ALLOWED: " + \
+        "; ".join(sorted(PRIVATE_ALLOWED - found))
+
+
+def test_no_function_is_over_80_lines(files):
+    found = set().union(*(long_functions(m, p) for m, p in files.items()))
+    assert not found - LONG_ALLOWED, "split these: " + "; ".join(sorted(found - LONG_ALLOWED))
+    assert not LONG_ALLOWED - found, "gone, drop from LONG_ALLOWED: " + \
+        "; ".join(sorted(LONG_ALLOWED - found))
+
+
+def test_the_checks_find_what_they_should(tmp_path):
+    pkg = tmp_path / "leakaudit"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("def _h():\n    pass\n")
+    (pkg / "b.py").write_text("from .a import _h\nfrom leakaudit import a\n"
+                              "a._h()\n\ndef f():\n" + "    x = 1\n" * MAX_LINES)
+    modules = {"leakaudit.a", "leakaudit.b"}
+    assert private_uses("leakaudit.b", pkg / "b.py", modules) == {"leakaudit.b -> leakaudit.a._h"}
+    assert long_functions("leakaudit.b", pkg / "b.py") == {"leakaudit.b.f"}
+    (pkg / "c.py").write_text("from leakaudit._validate import check_int\n")
+    assert private_uses("leakaudit.c", pkg / "c.py", modules | {"leakaudit._validate"}) == set()
+
+
+def _library_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARY:
+            names.update(a.asname or a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names
+                         if a.name.split(".")[0] in LIBRARY)
+    return names
+
+
+def reaches_inside(path: Path) -> list[str]:
+    """What a benchmark script does to the library beyond its public API: a private name
+    imported or read (from a private module too), ``setattr`` on it, an assignment into it."""
+    tree = ast.parse(path.read_text())
+    names, found = _library_names(tree), []
+
+    def rooted(e: ast.AST) -> bool:
+        while isinstance(e, (ast.Attribute, ast.Call, ast.Subscript)):
+            e = e.func if isinstance(e, ast.Call) else e.value
+        return isinstance(e, ast.Name) and e.id in names
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARY:
+            if any(_private(p) for p in (node.module or "").split(".")) or \
+                    any(_private(a.name) for a in node.names):
+                found.append(f"{path.name}:{node.lineno} imports from {node.module}")
+        elif isinstance(node, ast.Attribute) and _private(node.attr) and rooted(node.value):
+            found.append(f"{path.name}:{node.lineno} reads {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id == "setattr" and node.args and rooted(node.args[0]):
+            found.append(f"{path.name}:{node.lineno} setattr on {ast.unparse(node.args[0])}")
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found += [f"{path.name}:{node.lineno} assigns {ast.unparse(t)}" for t in targets
+                      if isinstance(t, ast.Attribute) and rooted(t.value)]
+    return found
+
+
+def test_benchmarks_use_the_public_api_of_the_library():
+    found = [f for p in sorted((ROOT / "benchmarks").rglob("*.py")) for f in reaches_inside(p)]
+    assert not found, "; ".join(found)
+
+
+def test_the_benchmark_check_finds_a_reach_inside(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text("import leakaudit\nfrom leakaudit._validate import check_int\n"
+                      "from leakaudit.fl import simulate as s\nleakaudit.fl._x\n"
+                      "setattr(s, 'y', 1)\ns.z = 2\n")
+    assert sorted(f.split(" ", 1)[1] for f in reaches_inside(script)) == [
+        "assigns s.z", "imports from leakaudit._validate", "reads leakaudit.fl._x",
+        "setattr on s"]
