@@ -128,3 +128,29 @@ def test_the_quick_profile_has_a_dp_row_that_learns_at_a_meaningful_eps():
                       defense=get("fed-cdp", **prof.defense_params["fed-cdp"]), config=config)
     assert run.epsilon(1e-5, "sound") <= P.EPS_MEANINGFUL
     assert run.final_accuracy >= 0.7
+
+
+@pytest.mark.slow  # two small audits end to end
+def test_identification_records_resume_without_work(tmp_path, monkeypatch):
+    """The identification cells are stored like the attack cells: a rerun with the same
+    results file simulates nothing and prints the same bytes."""
+    from leakaudit import fl
+    from leakaudit.auditing import AuditPlan, audit
+    from leakaudit.auditing.identification import IdentificationBudget
+
+    options = dict(attacks=("idlg",), engine="serial", progress=False, seed=0,
+                   plan=AuditPlan.make(points=(1, 2), examples=1, rounds=1, max_iterations=2,
+                                       stages=("initial", "trained")),
+                   identify=IdentificationBudget(k=2, trials=4, pool=4),
+                   results=str(tmp_path / "r.jsonl"))
+    first = audit(["none", "fed-cdp"], **options)
+    rows = first.profile_rows()
+    assert len(rows) == 4 and all(r["identification"]["trials"] == 4 for r in rows)
+    assert rows[2]["point"] == 2 and rows[2]["identification"]["bound"] < 1.0
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("a complete results file must resume without simulating")
+
+    monkeypatch.setattr(fl, "simulate", no_simulation)
+    again = audit(["none", "fed-cdp"], **options)
+    assert again.to_markdown() == first.to_markdown() and again.to_json() == first.to_json()
