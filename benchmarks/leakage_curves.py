@@ -22,8 +22,11 @@ stage and noise, with the bound no attack can beat on the same axes.
 (d) The prior-aware attack (Hayes et al. 2023; :class:`leakaudit.attacks.CandidateScorer`)
     against fed-cdp and fed-sdp-client at B = 1, L = 1, leak point 1: per (defense, sigma)
     ``id_trials`` releases of a target drawn from a pool of ``id_pool`` training digits,
-    candidate sets of k in ``id_ks`` (kappa = 1/k), success with a Clopper-Pearson interval
-    next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond its interval makes the run
+    candidate sets of k in ``id_ks`` (kappa = 1/k), every release with a noise draw of its
+    own (per defense, sigma, k and trial), scored on the whole release and on each tensor
+    (:mod:`leakaudit.auditing.identification`), the best scorer with its Bonferroni-paid
+    Clopper-Pearson interval next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond
+    its interval makes the run
     exit 1 (``--identification-only`` runs this section alone). Model: a ReLU MLP with one
     hidden layer of 100 (see :func:`identification_model`), clip 0.5 (below every
     per-example gradient norm, so every candidate has norm C), client lr 1.
@@ -80,6 +83,8 @@ from benchmarks._common import (
 )
 from leakaudit import attacks, data, fl, grads, metrics, models
 from leakaudit import defenses as D
+from leakaudit.auditing import identification
+from leakaudit.auditing.identification import release_mu
 from leakaudit.auditing.pipeline import protocol_options, with_weights
 from leakaudit.auditing.results import ResultsFile
 from leakaudit.engines import ENGINE_HELP, ENGINES, EngineConfig
@@ -252,27 +257,6 @@ def score(rec: attacks.Reconstruction, truth: fl.GroundTruth,
     if pool is not None:
         out["identification"] = scores["identification"]
     return out
-
-
-def release_mu(ledgers: Sequence[Any]) -> float | None:
-    """Add/remove Gaussian mu of the worst client's release when its sound ledger holds only
-    Gaussian steps at q = 1: mu = sqrt(sum count / sigma^2) (Hayes et al.'s bound compares
-    the release with and without the target: add/remove, no group privacy). A fixed-size
-    client-sampling step (fed-sdp's ledger charges sensitivity 2C there because a client
-    displaces another in the K-subset) counts with its own sigma: the attacked view is the
-    upload of a client known to take part, and removing the target example changes its
-    clipped update by at most C. None for any other ledger."""
-    worst = 0.0
-    for ledger in ledgers:
-        total = 0.0
-        for ev in ledger.events:
-            if type(ev).__name__ != "SampledGaussian" or ev.q != 1.0:
-                return None
-            if ev.sigma == 0.0:
-                return math.inf
-            total += ev.count / ev.sigma ** 2
-        worst = max(worst, math.sqrt(total))
-    return worst
 
 
 def release_bound(run: fl.Run, defense: Any, point: int, kappas: dict[str, float],
@@ -1012,78 +996,32 @@ def identification_main(report: Report, prof: Profile, args: argparse.Namespace)
 # ------------------------------------------------------------------ (d) prior-aware attack
 #: what one identification cell runs: defense x sigma, every k on the same releases
 ID_COLUMNS = ("defense", "sigma", "k", "trials", "successes", "success", "ci_low",
-              "ci_high", "kappa", "mu", "bound", "ratio")
+              "ci_high", "kappa", "mu", "bound", "ratio", "scorer")
 #: two-sided confidence level of the identification intervals (Clopper-Pearson)
 ID_CONFIDENCE = 0.95
-
-
-def release_model(defense: Any, lr: float, local_steps: int, batch_size: int
-                  ) -> dict[str, Any]:
-    """What the attacker knows of the release at leak point 1 from the defense's PUBLIC
-    parameters (``defense.params()``), in the units of the gradient it uses (g = -dW / (lr
-    L)): fed-cdp: (sum of per-example clips to C + N(0, sigma^2 C^2)) / B; fed-sdp-client
-    (one client per round, m = 1): clip of the update to C plus N(0, sigma^2 C^2), i.e. in
-    gradient units clip C / lr, noise sigma C / lr. Other defenses: ValueError."""
-    p = defense.params()
-    clip, sigma = float(p["clip"]), float(p["sigma"])
-    if local_steps != 1:
-        raise ValueError("local_steps: the identification cells use one local step")
-    if defense.name == "fed-cdp":
-        return {"clip_mode": "example", "clip": clip, "noise_std": sigma * clip / batch_size,
-                "divisor": float(batch_size)}
-    if defense.name == "fed-sdp-client":
-        return {"clip_mode": "update", "clip": clip / lr, "noise_std": sigma * clip / lr}
-    raise ValueError(f"defense: no release model for {defense.name!r}")
 
 
 def identification_cell(defense: Any, ds: data.Dataset, model: torch.nn.Module,
                         ks: Sequence[int], trials: int, pool: int, lr: float, seed: int
                         ) -> list[dict[str, Any]]:
-    """Hayes et al.'s prior-aware attack against one defense at B = 1, L = 1, leak point 1:
-    ``trials`` releases, each of a target drawn uniformly from a pool of ``pool`` training
-    images; for each k the candidate set is the target and k - 1 other pool images drawn
-    uniformly (in random order), so the target is uniform in it (kappa = 1 / k). The
-    attacker scores the candidates (:class:`leakaudit.attacks.CandidateScorer`, informed:
-    nothing else in the batch) from the defense's public parameters; the scorer alone
-    compares its choice with the target. Bound: Phi(Phi^-1(1/k) + mu) with mu the attacked
-    release's add/remove mu from its sound ledger (:func:`release_mu`)."""
-    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
-
-    rng = np.random.default_rng([seed, 7])
-    members = np.sort(rng.choice(len(ds.y_train), size=pool, replace=False))
-    xs, ys = ds.x_train[members], ds.y_train[members]
-    rel = release_model(defense, lr, 1, 1)
-    scorer = attacks.CandidateScorer(model, xs, ys, **rel)
-    hits = dict.fromkeys(ks, 0)
-    mu = math.nan
-    for t in range(trials):
-        target = int(rng.integers(pool))
-        others = rng.permutation(np.delete(np.arange(pool), target))
-        sets = {}
-        for k in ks:
-            cand = np.concatenate([[target], others[:k - 1]])
-            rng.shuffle(cand)
-            sets[k] = cand
-        run = observe(model, ds, defense, [int(members[target])], 1, lr, (1,), seed + t)
-        if t == 0:
-            m = release_mu(run.sound)
-            mu = math.nan if m is None else m
-        g = run.observations[0].as_gradient()
-        for k, cand in sets.items():
-            hits[k] += int(cand[scorer.identify(g, torch.as_tensor(cand))] == target)
-    alpha = (1.0 - ID_CONFIDENCE) / 2
+    """Hayes et al.'s prior-aware attack against one defense at B = 1, L = 1, leak point 1,
+    one :func:`leakaudit.auditing.identification.identification` per k: ``trials``
+    releases each, of a target drawn uniformly from a pool of ``pool`` training images,
+    among k candidates (kappa = 1 / k), every release with a noise draw of its own (per
+    defense, sigma, k and trial: no two cells share one); scored on the whole release and
+    on each tensor, the best scorer with its Bonferroni interval. Bound: Phi(Phi^-1(1/k) +
+    mu), mu the attacked release's add/remove mu from its sound ledger."""
     out = []
     for k in ks:
-        kappa = metrics.prior_success_identification(k)
-        bound = metrics.rero_bound_gdp(kappa, mu) if math.isfinite(mu) or mu == math.inf \
-            else 1.0
+        budget = identification.IdentificationBudget(k=k, trials=trials, pool=pool,
+                                                     confidence=ID_CONFIDENCE)
+        r = identification.identification(model, ds, defense, point=1, budget=budget,
+                                          lr=lr, seed=seed, cell=f"k={k}")
         out.append({"defense": defense.name, "sigma": float(defense.params()["sigma"]),
-                    "k": k, "trials": trials, "successes": hits[k],
-                    "success": hits[k] / trials,
-                    "ci_low": clopper_pearson_lower(hits[k], trials, alpha),
-                    "ci_high": clopper_pearson_upper(hits[k], trials, alpha),
-                    "kappa": kappa, "mu": mu, "bound": bound,
-                    "ratio": hits[k] / trials / bound})
+                    **{c: r[c] for c in ("k", "trials", "successes", "success", "ci_low",
+                                         "ci_high", "mu", "bound", "scorer")},
+                    "kappa": metrics.prior_success_identification(k),
+                    "ratio": r["success"] / r["bound"]})
     return out
 
 

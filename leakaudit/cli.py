@@ -43,7 +43,7 @@ FLAGS = {"defense_params": "--defense-param",
          "device": "--device",
          "empirical_trials": "--empirical", "workers": "--workers", "delta": "--delta",
          "trials": "--trials", "confidence": "--confidence", "statistic": "--statistic",
-         "results": "--out"}
+         "results": "--out", "identify": "--identify"}
 
 
 # ---------------------------------------------------------------- argument types
@@ -248,6 +248,12 @@ def _attacked_client_flags(a: argparse.ArgumentParser, plan: Any, stages: dict[s
                    help="also measure a lower bound on eps of each defense (privacy-audit "
                    "with TRIALS runs per side, 2000 if not given): a 'measured eps >=' "
                    "column%(default).0s")
+    a.add_argument("--identify", type=_int_at_least(1), nargs="?", const=100, default=None,
+                   metavar="TRIALS",
+                   help="also run the prior-aware identification attack (k = 10 candidates, "
+                   "TRIALS releases per defense and stage, 100 if not given) against each "
+                   "defense's own release, beside its bound: the profile's 'identified' "
+                   "column%(default).0s")
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -336,6 +342,7 @@ def _out_dir(text: str) -> Path:
 def _cmd_audit(args: argparse.Namespace) -> int:
     from .api import audit
     from .auditing import PROFILES, AuditPlan, EngineConfig
+    from .auditing.identification import IdentificationBudget
 
     defs, _ = _checked_defenses(args, base=PROFILES[args.profile].defense_params)
     engine = EngineConfig.make(args.engine, workers=args.workers, ray_address=args.ray_address)
@@ -348,7 +355,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     args.resume_file = out / "results.jsonl"
     report = audit(defs, dataset=args.dataset, plan=plan, engine=engine, seed=args.seed,
                    results=str(args.resume_file), progress=not args.no_progress,
-                   empirical=args.empirical or False)
+                   empirical=args.empirical or False,
+                   identify=None if args.identify is None else IdentificationBudget(
+                       k=10, trials=args.identify, pool=100))
     print(report.to_markdown())
     paths = report.save(out)
     print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -176,6 +176,8 @@ class CandidateScorer:
             means = _clip_rows(mean_grad, clip if clip_mode == "update" else None)
         self.means = means.to(torch.float32)
         self.sq_norms = means.pow(2).sum(dim=1)
+        #: (name, numel) of each trainable tensor, in the order of the flat release
+        self.tensors = [(n, p.numel()) for n, p in trainable(model)]
 
     def scores(self, observed: Sequence[torch.Tensor] | torch.Tensor,
                subset: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
@@ -194,6 +196,33 @@ class CandidateScorer:
             dots = means.double() @ y.double()
             return (dots - 0.5 * sq) / self.noise_std ** 2
         return -(means.double() - y.double()).abs().sum(dim=1) / self.noise_std
+
+    def tensor_scores(self, observed: Sequence[torch.Tensor] | torch.Tensor,
+                      subset: Sequence[int] | torch.Tensor | None = None) -> torch.Tensor:
+        """Scores of the candidates (of ``subset``) on the whole release (row 0, as
+        :meth:`scores`) and on each trainable tensor alone (row 1 + i for
+        ``self.tensors[i]``), float64, shape (1 + tensors, candidates). The likelihood of the
+        stated noise model on one tensor is still that model's; a release whose noise is
+        missing on part of the parameters is identified by the row of that part even when
+        the noise of the rest hides it in row 0. Choosing the best row after seeing the
+        outcomes is a multiple comparison: pay for it (e.g. Bonferroni over the rows)."""
+        y = observed if isinstance(observed, torch.Tensor) and observed.ndim == 1 else \
+            torch.cat([t.detach().reshape(-1).double() for t in observed])
+        if y.numel() != self.means.shape[1]:
+            raise ValueError(f"observed has {y.numel()} values, the model "
+                             f"{self.means.shape[1]} parameters")
+        idx = None if subset is None else torch.as_tensor(subset, dtype=torch.int64)
+        means = (self.means if idx is None else self.means[idx]).double()
+        rows = [self.scores(y.double(), subset)]
+        start = 0
+        for _, size in self.tensors:
+            m, part = means[:, start:start + size], y[start:start + size].double()
+            if self.noise == "gaussian":
+                rows.append((m @ part - 0.5 * m.pow(2).sum(dim=1)) / self.noise_std ** 2)
+            else:
+                rows.append(-(m - part).abs().sum(dim=1) / self.noise_std)
+            start += size
+        return torch.stack(rows)
 
     def identify(self, observed: Sequence[torch.Tensor] | torch.Tensor,
                  subset: Sequence[int] | torch.Tensor | None = None) -> int:

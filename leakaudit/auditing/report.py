@@ -1,8 +1,8 @@
-"""The audit report: first the summary (defense [x stage] x leak point: resilient or how it
-leaks, with the accuracy of the attacked weights and the claimed and sound eps), then per
-defense x leak point x attack the metric columns (docs/glossary.md), and per defense why
-claimed and sound eps differ; Markdown, CSV, LaTeX, JSON and a PNG grid
-(``matplotlib.figure.Figure``: the caller's matplotlib backend is never touched)."""
+"""The audit report: first the protection profile (:mod:`.profile`: one row per defense
+and stage, one verdict word), then per defense x stage x leak point x attack the metric
+columns (docs/glossary.md), and per defense the training run's accuracy and why claimed and
+sound eps differ; Markdown, CSV, LaTeX, JSON and a PNG (:mod:`.figure`; the per-point
+verdict sentences of :meth:`AuditReport.summary_rows` stay available to callers)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ import numpy as np
 from .._jsonsafe import finite_json
 from .._jsonsafe import number as _num
 from ..reporting import latex_escape, latex_table, write_tables
+from .figure import save_profile_figure
+from .profile import profile_markdown, profile_rows
 
 __all__ = ["AuditReport", "CELL_COLUMNS", "DEFENSE_COLUMNS", "latex_escape", "markdown_table"]
 
@@ -64,6 +66,8 @@ class AuditReport:
     #: defense -> stage -> the attacked weights' record (rounds trained, test accuracy, the
     #: claimed and sound eps spent by those rounds); cells then carry their "stage"
     stages: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: defense -> stage -> the identification record (:mod:`.identification`)
+    identification: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def add_defense(self, key: str, name: str, record: dict[str, Any]) -> None:
         self.defenses[key] = dict(record, name=name)
@@ -73,6 +77,13 @@ class AuditReport:
 
     def add_cell(self, record: dict[str, Any]) -> None:
         self.cells.append(record)
+
+    def add_identification(self, key: str, stage: str, record: dict[str, Any]) -> None:
+        self.identification.setdefault(key, {})[stage] = dict(record)
+
+    def profile_rows(self) -> list[dict[str, Any]]:
+        """The protection profile's rows, raw values (:mod:`.profile`)."""
+        return profile_rows(self)
 
     # ------------------------------------------------------------------ tables
     def rows(self) -> list[dict[str, Any]]:
@@ -195,13 +206,12 @@ class AuditReport:
                 "spent by those rounds")
 
     def to_markdown(self) -> str:
+        """The setting, the protection profile (the first table), then per defense, stage,
+        leak point and attack the metrics, and the training runs' accuracy and eps."""
         lines = [self.setting_line()] if "batch_size" in self.config else []
-        lines += [f"Summary (attack succeeds when MSE <= {self.threshold:g}; resilient = no "
-                 "attacked example rebuilt by any attack; tau = L-BFGS steps to success; "
-                 f"{self._summary_caption()}; eps at delta = {self.delta:g}, worst client; "
-                 "claimed: RDP; sound: the tightest certified bound, exact Gaussian, PLD or "
-                 "RDP)", "", self.summary_markdown(),
-                 "Per attack (tau = L-BFGS steps to success, else the limit)",
+        lines += [profile_markdown(self, markdown_table, format_number),
+                 f"Per attack (succeeds when MSE <= {self.threshold:g}; resilient = no "
+                 "attacked example rebuilt; tau = L-BFGS steps to success, else the limit)",
                  "", markdown_table(self._cell_columns(), self.rows()), "",
                  f"Accuracy and privacy of the training run (eps at delta = {self.delta:g}, "
                  "worst client)", "",
@@ -231,6 +241,8 @@ class AuditReport:
             # the records behind the defense table (from_json rebuilds the report from them)
             "defense_records": finite_json(self.defenses),
             "stage_records": finite_json(self.stages),
+            "identification_records": finite_json(self.identification),
+            "profile": finite_json(self.profile_rows()),
             "cells": [{k: v for k, v in c.items() if k not in ("truth", "reconstruction")}
                       for c in self.cells],
         }
@@ -245,116 +257,18 @@ class AuditReport:
                              "rerun the audit with its results file to rebuild the report")
         return cls(config=data["config"], threshold=data["threshold"], delta=data["delta"],
                    defenses=data["defense_records"], cells=data["cells"],
-                   stages=data.get("stage_records", {}))
+                   stages=data.get("stage_records", {}),
+                   identification=data.get("identification_records", {}))
 
     def save_figure(self, path: str | Path) -> Path:
-        """PNG grid: a row per (defense, [stage,] leak point); columns: the ground truth, then each
-        attack; each panel shows the attacked examples side by side (the first
-        ``FIGURE_EXAMPLES`` when there are more, as the title says), framed green when
-        rebuilt, and the mean MSE over all of them, the table's."""
-        from matplotlib.figure import Figure
-        from matplotlib.patches import Patch
-
-        groups, attacks = self._figure_cells()
-        n = max(len(v) for g in groups.values() for v in g.values())
-        shown = min(n, FIGURE_EXAMPLES)
-        table = {(r["defense"], r.get("stage"), r["point"], r["attack"]): r
-                 for r in self.rows()}
-        panel = 0.35 * shown + 0.2
-        fig = Figure(figsize=(panel * (len(attacks) + 1) + 1.6, 0.65 * len(groups) + 1.4),
-                     dpi=100, layout="constrained")
-        axes = fig.subplots(len(groups), len(attacks) + 1, squeeze=False)
-        for i, (key, by_attack) in enumerate(groups.items()):
-            truths = next(iter(by_attack.values()))[:shown]
-            panels = [("ground truth", [c["truth"] for c in truths], [None] * len(truths))]
-            panels += [(a, [c["reconstruction"] for c in by_attack.get(a, [])[:shown]],
-                        [bool(c["success"]) for c in by_attack.get(a, [])[:shown]])
-                       for a in attacks]
-            for j, (title, images, rebuilt) in enumerate(panels):
-                ax = axes[i][j]
-                ax.set_xticks([])
-                ax.set_yticks([])
-                if images:
-                    ax.imshow(_strip(images, rebuilt), interpolation="nearest")
-                if i == 0:
-                    ax.set_title(title if j == 0 else _ATTACK_NAMES.get(title, title),
-                                 fontsize=8)
-                if j == 0:
-                    stage = "" if key[1] is None else f"{key[1]}, "
-                    ax.set_ylabel(f"{key[0].split('(')[0]}\n{stage}point {key[2]}",
-                                  fontsize=7, rotation=0, ha="right", va="center")
-                elif (*key, title) in table:
-                    row = table[(*key, title)]
-                    ax.set_xlabel(f"MSE {format_number(row['mse'], 2)}, "
-                                  f"{sum(rebuilt)}/{len(rebuilt)} rebuilt" if images else "",
-                                  fontsize=6)
-        which = (f"all {n} attacked examples" if shown == n else
-                 f"the first {shown} of {n} attacked examples")
-        data = self.config.get("dataset", "data")
-        fig.suptitle(f"Reconstructions by defense and leak point ({data})\n{which} per "
-                     f"panel; MSE is the mean over all {n}, as in the table", fontsize=9)
-        legend = [(_FRAME[True], f"rebuilt (MSE <= {self.threshold:g})"),
-                  (_FRAME[False], "not rebuilt"), (_FRAME[None], "ground truth")]
-        fig.legend(handles=[Patch(color=c, label=t) for c, t in legend],
-                   loc="outside lower center", ncol=3, fontsize=7, frameon=False)
-        out = Path(path)
-        fig.savefig(out, bbox_inches="tight")  # a narrow grid keeps its title and legend
-        return out
-
-    def _figure_cells(self) -> tuple[dict[tuple[str, Any, int],
-                                          dict[str, list[dict[str, Any]]]], list[str]]:
-        """The cells with images, by (defense, stage, point) then attack, in example
-        order."""
-        groups: dict[tuple[str, Any, int], dict[str, list[dict[str, Any]]]] = {}
-        attacks: list[str] = []
-        for c in self.cells:
-            if "reconstruction" not in c:
-                continue
-            groups.setdefault((c["defense"], c.get("stage"), int(c["point"])), {}).setdefault(
-                c["attack"], []).append(c)
-            if c["attack"] not in attacks:
-                attacks.append(c["attack"])
-        if not groups:
-            raise ValueError("the report has no reconstructions to draw")
-        for by_attack in groups.values():
-            for cells in by_attack.values():
-                cells.sort(key=lambda c: int(c["example"]))
-        return groups, attacks
+        """The PNG of the protection profile (:func:`.figure.save_profile_figure`): eps
+        claimed, sound and measured; identification against its bound; the undefended
+        and the best-protected defense's reconstructions beside the truth."""
+        return save_profile_figure(self, path)
 
     def save(self, directory: str | Path, stem: str = "audit") -> dict[str, Path]:
         """Write Markdown, CSV, LaTeX, JSON and the PNG grid into ``directory``."""
         return write_tables(self, directory, stem, figure=self.save_figure)
-
-
-#: at most this many attacked examples per panel of the figure (the title says when fewer)
-FIGURE_EXAMPLES = 8
-#: frame of an example in the figure: rebuilt, not rebuilt, ground truth
-_FRAME = {True: (0.15, 0.65, 0.25), False: (0.85, 0.25, 0.2), None: (0.6, 0.6, 0.6)}
-
-
-def _strip(images: Sequence[Any], rebuilt: Sequence[bool | None]) -> np.ndarray:
-    """The images side by side (RGB), each in a one-pixel frame of its ``_FRAME`` colour,
-    one white pixel apart."""
-    tiles = []
-    for values, ok in zip(images, rebuilt):
-        img = _to_image(values)
-        rgb = img if img.ndim == 3 else np.repeat(img[..., None], 3, axis=2)
-        framed = np.empty((rgb.shape[0] + 2, rgb.shape[1] + 2, 3))
-        framed[:] = _FRAME[ok]
-        framed[1:-1, 1:-1] = rgb
-        tiles += [framed, np.ones((framed.shape[0], 1, 3))]
-    return np.concatenate(tiles[:-1], axis=1)
-
-
-def _to_image(values: Any) -> np.ndarray:
-    arr = np.asarray(values, dtype=float)
-    if arr.ndim == 3 and arr.shape[0] in (1, 3):
-        arr = arr[0] if arr.shape[0] == 1 else np.transpose(arr, (1, 2, 0))
-    elif arr.ndim == 1:
-        side = int(math.ceil(math.sqrt(arr.size)))
-        arr = np.pad(arr, (0, side * side - arr.size)).reshape(side, side)
-        arr = (arr - arr.min()) / (np.ptp(arr) or 1.0)
-    return np.clip(arr, 0, 1)
 
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Mapping[str, Any] | Sequence[Any]]

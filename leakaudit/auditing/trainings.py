@@ -75,6 +75,7 @@ class Training:
             # the tightest certified bound the sound ledger allows (exact Gaussian, PLD or RDP)
             "eps_sound": run.epsilon(self.delta, "sound"),
             "eps_sound_rdp": run.epsilon(self.delta, "sound", method="rdp"),
+            "relation": run.relation,
             "settings": {k: v for k, v in run.settings.items() if k != "defense"},
             "weights": pack_weights(run.model)})
 

@@ -146,14 +146,14 @@ def test_an_empty_out_is_refused(tmp_path, capsys, monkeypatch):
 
 def test_a_batch_size_beyond_the_clients_data_is_refused_naming_the_flag(tmp_path, capsys,
                                                                           monkeypatch):
-    # it was accepted: the attacked clients of the quick profile hold ~121 examples
+    # it was accepted: the attacked clients of the quick profile hold ~606 examples
     from leakaudit.auditing import auditor
 
     monkeypatch.setattr(auditor, "_train", lambda *a, **k: 1 / 0)  # no training
     assert leakaudit_main(["audit", "--defenses", "none", "--batch-size", "100000",
                            "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --batch-size must be at most") and "121 examples" in err
+    assert err.startswith("error: --batch-size must be at most") and "606 examples" in err
 
 
 def _choices(parser, command, flag):

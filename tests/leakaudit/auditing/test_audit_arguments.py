@@ -91,9 +91,9 @@ def test_a_plan_is_rebuilt_checked_and_a_new_profile_brings_its_sizes():
 
 
 def test_batch_size_beyond_the_attacked_clients_data_is_refused_before_training(no_work):
-    # it was accepted: the attacked clients hold ~121 examples, so B silently became 121
+    # it was accepted: the attacked clients hold ~606 examples, so B silently became 606
     with pytest.raises(ValueError, match=r"batch_size must be at most the attacked clients' "
-                                         r"data \(about 121 examples"):
+                                         r"data \(about 606 examples"):
         audit(["none"], plan=AuditPlan.make(batch_size=100_000), engine="serial",
               progress=False)
     with pytest.raises(ValueError, match=r"batch_size 1000 x examples 2 exceeds"):

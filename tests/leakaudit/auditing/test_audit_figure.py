@@ -1,37 +1,47 @@
-"""The report's figure: read at a glance (a title, a legend, a sensible size) and showing
-every attacked example, so that the MSE written under a panel is the table's."""
+"""The report's figure: read at a glance (three panels on one page: eps on a log axis,
+identification against its bound, reconstructions of the undefended and the best-protected
+defense beside the truth)."""
+
+from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 
-from leakaudit.auditing.report import FIGURE_EXAMPLES, AuditReport, format_number
+from leakaudit.auditing.figure import best_protected, strip
+from leakaudit.auditing.report import AuditReport
 
-DEFENSES = ("none()", "fed-cdp(clip=4.0, sigma=6.0)", "prune(rate=0.1)")
-ATTACKS = ("dlg", "idlg", "cpl")
+DEFENSES = {"none()": ("none", math.inf, []), "fed-cdp(sigma=0.9)": ("fed-cdp", 7.6, ["example"]),
+            "fed-cdp(sigma=0.7)": ("fed-cdp", 54.0, ["example"]),
+            "prune(rate=0.1)": ("prune", math.inf, ["client"])}
 
 
-def _report(examples: int) -> AuditReport:
+def _report() -> AuditReport:
     rng = np.random.default_rng(0)
     rep = AuditReport(config={"dataset": "digits"}, threshold=0.01)
-    for d in DEFENSES:
-        for p in (0, 1, 2):
-            for a in ATTACKS:
-                for e in range(examples):
-                    truth = rng.random((1, 8, 8))
-                    mse = float(rng.choice([1e-4, 0.2]))
-                    rep.add_cell({"defense": d, "point": p, "attack": a, "example": e,
-                                  "mse": mse, "psnr": 1.0, "ssim": 0.5, "tau": 3,
-                                  "success": mse <= 0.01, "label_accuracy": 1.0,
-                                  "truth": truth.tolist(), "reconstruction":
-                                  (truth + np.sqrt(mse) * rng.standard_normal(truth.shape))
-                                  .tolist()})
+    for d, (name, eps, sites) in DEFENSES.items():
+        rep.add_defense(d, name, {"eps_sound": eps, "eps_claimed": eps, "sites": sites,
+                                  "eps_measured": 1.0, "level": "instance"})
+        for stage in ("initial", "trained"):
+            rep.add_stage(d, stage, {"rounds": 0 if stage == "initial" else 30,
+                                     "accuracy": 0.5})
+            rep.add_identification(d, stage, {"k": 10, "trials": 100, "success": 0.3,
+                                              "ci_low": 0.2, "ci_high": 0.4, "bound": 0.5,
+                                              "clean": 1.0, "scorers": 9})
+            for e in range(3):
+                truth = rng.random((1, 8, 8))
+                mse = 1e-4 if name == "none" else 0.2
+                rep.add_cell({"defense": d, "stage": stage, "point": 2, "attack": "idlg",
+                              "example": e, "mse": mse, "psnr": 10.0, "success": mse < 0.01,
+                              "truth": truth.tolist(), "reconstruction":
+                              (truth + np.sqrt(mse) * rng.standard_normal(truth.shape))
+                              .tolist()})
     return rep
 
 
 @pytest.mark.slow  # over a second of CPU: make test, not make test-fast
-@pytest.mark.parametrize("examples", [3, FIGURE_EXAMPLES + 4])
-def test_the_figure_has_a_title_a_legend_every_example_and_the_tables_mse(examples, tmp_path,
-                                                                          monkeypatch):
+def test_the_figure_fits_a_page_with_three_panels(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
     figures = []
@@ -42,30 +52,33 @@ def test_the_figure_has_a_title_a_legend_every_example_and_the_tables_mse(exampl
         return real_savefig(self, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", keep)
-    rep = _report(examples)
+    rep = _report()
     path = rep.save_figure(tmp_path / "audit.png")
     fig, = figures
-    shown = min(examples, FIGURE_EXAMPLES)
-    title = fig.get_suptitle()
-    assert "Reconstructions" in title and f"mean over all {examples}" in title
-    assert ("all" if shown == examples else f"first {shown} of {examples}") in title
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
-        "rebuilt (MSE <= 0.01)", "not rebuilt", "ground truth"]
     width, height = fig.get_size_inches() * fig.dpi
-    assert width <= 1600 and height <= 1600  # 9 panel rows: a page, not a scroll
-    table = {(r["defense"], r["point"], r["attack"]): r for r in rep.rows()}
-    assert len(fig.axes) == len(DEFENSES) * 3 * (len(ATTACKS) + 1)
-    for idx, ax in enumerate(fig.axes):  # row-major: (defense, point) x (truth, attacks)
-        (i, j), img = divmod(idx, len(ATTACKS) + 1), ax.get_images()[0]
-        # each panel draws `shown` framed 8x8 examples side by side, one pixel apart
-        assert img.get_array().shape[:2] == (10, shown * 10 + shown - 1)
-        if j == 0:
-            assert ax.yaxis.label.get_text() == f"{DEFENSES[i // 3].split('(')[0]}\npoint {i % 3}"
-            continue
-        key = (DEFENSES[i // 3], i % 3, ATTACKS[j - 1])
-        cells = [c for c in rep.cells if (c["defense"], c["point"], c["attack"]) == key]
-        rebuilt = sum(c["success"] for c in cells[:shown])
-        # the table's MSE (the mean over every example), not the first example's
-        assert ax.xaxis.label.get_text() == (
-            f"MSE {format_number(table[key]['mse'], 2)}, {rebuilt}/{shown} rebuilt")
+    assert width <= 1600 and height <= 1000  # a page, not a 2,900-px scroll
+    eps, ident, rec = fig.axes
+    assert eps.get_xscale() == "log"
+    assert len(ident.get_yticklabels()) == 2 * len(DEFENSES)  # a row per (defense, stage)
+    labels = [t.get_text() for t in rec.get_yticklabels()]
+    assert labels[0] == "truth" and labels[1].startswith("none()")
+    assert labels[2].startswith("fed-cdp(sigma=0.9)")  # the least finite sound eps
+    # three 8x8 examples framed, one pixel apart, per line; three lines, a blank row each
+    assert rec.get_images()[0].get_array().shape[:2] == (3 * 11, 3 * 10 + 2)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_best_protected_is_the_least_finite_sound_eps():
+    rows = [{"defense": d, "eps_sound": eps} for d, (_, eps, _) in DEFENSES.items()]
+    assert best_protected(rows) == "fed-cdp(sigma=0.9)"
+    assert best_protected([{"defense": "none()", "eps_sound": math.inf}]) is None
+
+
+def test_strip_frames_each_example():
+    out = strip([np.zeros((1, 4, 4)), np.ones((1, 4, 4))], [True, None])
+    assert out.shape == (6, 13, 3) and tuple(out[0, 0]) == (0.15, 0.65, 0.25)
+
+
+def test_an_empty_report_has_no_figure(tmp_path):
+    with pytest.raises(ValueError, match="no profile rows"):
+        AuditReport().save_figure(tmp_path / "x.png")

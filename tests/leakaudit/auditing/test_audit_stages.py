@@ -76,8 +76,10 @@ def test_each_defense_is_attacked_at_every_stage_with_its_accuracy_and_eps(two_s
     rows = {(r["defense"], r["stage"]): r for r in report.rows()}
     assert len(rows) == 4
     md = report.to_markdown()
-    assert "| defense | stage | type 2 | accuracy | claimed eps | sound eps |" in md
-    assert "stage initial, trained" in md and "test accuracy of those weights" in md
+    assert "| defense | stage | accuracy | claimed eps | sound eps |" in md
+    assert "| defense | stage | type 2 | accuracy | claimed eps | sound eps |" in \
+        report.summary_markdown()
+    assert "stage initial, trained" in md and "test accuracy of the attacked weights" in md
     assert "stage" in report.to_csv().splitlines()[0].split(",")
 
 
@@ -119,7 +121,7 @@ def test_bare_names_get_the_profile_parameters_and_defense_params_override(monke
         raise RuntimeError("stop")
 
     monkeypatch.setattr(fl, "simulate", stop)
-    for params, want in ((None, "fed-cdp(clip=4.0, sigma=0.7)"),
+    for params, want in ((None, "fed-cdp(clip=4.0, sigma=0.9)"),
                          ({"fed-cdp": {"sigma": 2.0}}, "fed-cdp(clip=4.0, sigma=2.0)")):
         with pytest.raises(RuntimeError):
             audit(["fed-cdp"], **SMALL, plan=AuditPlan.make(**SIZES), defense_params=params)
