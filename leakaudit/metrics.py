@@ -292,17 +292,15 @@ def success_interval(successes: int, trials: int, confidence: float = 0.95
     """Two-sided Clopper-Pearson interval (Clopper & Pearson 1934) on a success rate from
     ``successes`` in ``trials``: the alpha/2 quantile of Beta(k, n - k + 1) and the
     1 - alpha/2 quantile of Beta(k + 1, n - k), alpha = 1 - ``confidence``; 0 at k = 0 and
-    1 at k = n. The one-sided bounds of the empirical audit are its halves."""
-    from scipy.stats import beta
+    1 at k = n: the one-sided bounds of :mod:`leakaudit.scoring.bounds` at alpha / 2 each."""
+    from .scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
 
     n = check_int("trials", trials, 1)
     k = check_int("successes", successes, 0)
     if k > n:
         raise ValueError(f"successes must be at most trials = {n}, got {k}")
     alpha = 1.0 - check_number("confidence", confidence, minimum=0.0, maximum=1.0)
-    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return low, high
+    return clopper_pearson_lower(k, n, alpha / 2), clopper_pearson_upper(k, n, alpha / 2)
 
 
 def rero_bound_dp(kappa: float, pairs: Iterable[tuple[float, float]]) -> float:

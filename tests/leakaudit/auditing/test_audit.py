@@ -34,7 +34,10 @@ def test_none_leaks_and_fed_cdp_resists(tiny_report):
     assert rows[(none, 2)]["label_accuracy"] == 1.0 and rows[(none, 2)]["mse"] < 1e-3
     d = {r["defense"]: r for r in rep.defense_rows()}
     assert d[none]["eps_sound"] == float("inf")
-    assert 0 < d[cdp]["eps_claimed"] < float("inf") and d[cdp]["reason"]
+    # every client takes part in every round here, so claimed and sound agree; where they do
+    # not, the row says why
+    assert 0 < d[cdp]["eps_claimed"] < float("inf")
+    assert d[cdp]["reason"] or d[cdp]["eps_claimed"] == d[cdp]["eps_sound"]
 
 
 @pytest.mark.slow
@@ -100,8 +103,8 @@ def test_cli_audit_writes_every_format(tmp_path, capsys):
                      str(tmp_path), "--no-progress", "--engine", "serial"])
     assert code == 0
     out = capsys.readouterr().out
-    assert "| defense | stage | point | attack | resilient |" in out   # initial and trained
-    assert "| none() | trained (1 rounds) |" in out
+    assert "| defense | stage | accuracy | claimed eps | sound eps |" in out  # the profile
+    assert "| none() | trained (1 r.) |" in out and "| none() | initial (0 r.) |" in out
     for ext in ("md", "csv", "tex", "json", "png"):
         assert (tmp_path / f"audit.{ext}").exists()
     assert json.loads((tmp_path / "audit.json").read_text())["rows"][0]["point"] == 2

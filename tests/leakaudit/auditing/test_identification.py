@@ -128,7 +128,7 @@ def test_an_unnoised_output_layer_is_caught_by_its_tensor(digits, mlp):
 
 def test_success_interval_is_the_two_one_sided_clopper_pearson_bounds():
     from leakaudit import metrics
-    from leakaudit.empirical.stats import clopper_pearson_lower, clopper_pearson_upper
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
 
     for k, n in ((0, 10), (3, 10), (10, 10), (28, 100)):
         low, high = metrics.success_interval(k, n, 0.9)

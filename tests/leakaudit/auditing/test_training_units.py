@@ -67,10 +67,10 @@ def test_the_audit_trains_on_the_engine_and_every_engine_gives_one_table(serial_
     assert kinds[:8] == [
         ("weights", "training|none()"), ("training", "none()"),
         ("weights", "stage|none()|round1"), ("stage", "none()|round1"),
-        ("weights", "training|fed-cdp(clip=4.0, sigma=0.7)"),
-        ("training", "fed-cdp(clip=4.0, sigma=0.7)"),
-        ("weights", "stage|fed-cdp(clip=4.0, sigma=0.7)|round1"),
-        ("stage", "fed-cdp(clip=4.0, sigma=0.7)|round1")]
+        ("weights", "training|fed-cdp(clip=4.0, sigma=0.9)"),
+        ("training", "fed-cdp(clip=4.0, sigma=0.9)"),
+        ("weights", "stage|fed-cdp(clip=4.0, sigma=0.9)|round1"),
+        ("stage", "fed-cdp(clip=4.0, sigma=0.9)|round1")]
     got = audit(DEFENSES, plan=PLAN, engine=EngineConfig.make("process", workers=2),
                 results=str(tmp_path / "p.jsonl"), progress=False)
     assert _table(got) == _table(rep)
@@ -137,7 +137,8 @@ def test_one_run_seeds_are_units_equal_on_every_engine_and_resumed(one_run_seria
                                                                    tmp_path, capsys):
     rep, path = one_run_serial
     assert [r["seed"] for r in rep.rows()] == [0, 1, 2, 3]
-    assert len({(r["included"], r["fitted_mu"]) for r in rep.rows()}) == 4  # 4 seeds, 4 games
+    games = {(r["included"], r["correct"], r["mu_correct"]) for r in rep.rows()}
+    assert len(games) == 4  # 4 seeds, 4 games
     alone = leakaudit.privacy_audit_training("fed-cdp", seed=2, **ONE_RUN).rows()[0]
     assert json.dumps(rep.rows()[2]) == json.dumps(alone)  # no seed depends on another
     got = leakaudit.privacy_audit_training("fed-cdp", seeds=[0, 1, 2, 3], engine=EngineConfig
