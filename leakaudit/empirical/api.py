@@ -78,6 +78,14 @@ MAX_SELECTION = 2000
 #: (:func:`leakaudit.scoring.bounds.select`)
 MARGIN = 0.1
 
+#: the selection runs every game plays first (the pilot): this share of them, at least
+#: :data:`PILOT_MIN` per side; only the first game (the pre-registered preference) and the
+#: :data:`FINALISTS` games whose pilot predicts the largest mu bound play the rest. With
+#: PILOT_MIN runs or fewer per side, or few games, every game plays them all.
+PILOT = 0.25
+PILOT_MIN = 500
+FINALISTS = 3
+
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
 CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)
 
@@ -107,6 +115,15 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
                                  f"got {c!r}")
 
 
+def _computed(wanted: Sequence[str]) -> tuple[str, ...]:
+    """The statistics :func:`game.statistics` computes for ``wanted`` (llr: from the
+    projection and the energy)."""
+    need = set(wanted) - {"llr"}
+    if "llr" in wanted:
+        need |= {"projection", "energy"}
+    return tuple(sorted(need))
+
+
 class _Canary:
     """One canary's game: its setup, reference, selection runs and (later) held-out runs."""
 
@@ -121,25 +138,39 @@ class _Canary:
         sub = None if space is None else (space, ref.sub_total, ref.sub_sq)
         self.reference = game.Reference.from_sums(ref.total, ref.total_sq, n_ref, sub,
                                                   setup.direction)
-        self.sel = [self._stats(side, n_sel) for side in (False, True)]
-        dims = self.reference.mean.numel()
-        self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
-                                self.sel[1]["projection"], self.sel[1]["energy"], dims)
-        for s in self.sel:
-            s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit, dims)
+        self.sel = [self._stats(side, n_sel, _computed(wanted)) for side in (False, True)]
+        self.fit: dict[str, float] = {}
+        self._fit_llr(self.sel)
         self.eval: list[dict[str, np.ndarray]] | None = None
 
-    def _stats(self, side: bool, n: int) -> dict[str, np.ndarray]:
-        return dict(game.run_trials(self.template, self.setup, side, n, self.reference,
-                                    self.generator, self.chunk, self.vectorise).stats)
+    def _fit_llr(self, splits: list[dict[str, np.ndarray]], refit: bool = True) -> None:
+        """The llr of every run of ``splits`` (fitted on the selection split if ``refit``)."""
+        if "llr" not in self.wanted:
+            return
+        dims = self.reference.mean.numel()
+        if refit:
+            self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
+                                    self.sel[1]["projection"], self.sel[1]["energy"], dims)
+        for s in splits:
+            s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit, dims)
 
-    def held_out(self, n: int) -> list[dict[str, np.ndarray]]:
+    def _stats(self, side: bool, n: int, wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        return dict(game.run_trials(self.template, self.setup, side, n, self.reference,
+                                    self.generator, self.chunk, self.vectorise,
+                                    wanted=wanted).stats)
+
+    def extend(self, n: int) -> None:
+        """n more selection runs per side (a finalist of the pilot), the llr refitted on all."""
+        more = [self._stats(side, n, _computed(self.wanted)) for side in (False, True)]
+        self.sel = [{k: np.concatenate([s[k], m[k]]) for k in m} for s, m in zip(self.sel, more)]
+        self._fit_llr(self.sel)
+
+    def held_out(self, n: int, wanted: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        """n held-out runs per side, with (at least) the ``wanted`` statistics; drawn once."""
         if self.eval is None:
-            self.eval = [self._stats(side, n) for side in (False, True)]
-            dims = self.reference.mean.numel()
-            for s in self.eval:
-                s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit,
-                                                     dims)
+            self.eval = [self._stats(side, n, _computed(wanted)) for side in (False, True)]
+            if "llr" in wanted:
+                self._fit_llr(self.eval, refit=False)
         return self.eval
 
 
@@ -156,6 +187,46 @@ def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delt
     for (name, stat), score in scores.items():
         table.setdefault(name, {})[stat] = score
     return {t: (*w.key, w.rule) for t, w in winners.items()}, table
+
+
+def _finalists(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
+               n_eval: int) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The games that play the rest of the selection split after the pilot: the first and
+    the :data:`FINALISTS` others whose best statistic predicts the largest mu bound on the
+    pilot runs (:func:`leakaudit.scoring.bounds.best_rule`, the judge of :func:`_select`),
+    in their given order; and every candidate's predicted eps bound on the pilot (the
+    report's selection score of a game that did not go on)."""
+    best: dict[str, float] = {}
+    table: dict[str, dict[str, float]] = {}
+    for name, g in games.items():
+        for stat in wanted:
+            out, into = g.sel[0][stat], g.sel[1][stat]
+            mu = stats.best_rule(out, into, alpha, delta, "mu", (n_eval, n_eval))[1]
+            eps = stats.best_rule(out, into, alpha, delta, "eps", (n_eval, n_eval))[1]
+            best[name] = max(best.get(name, -math.inf), mu)
+            table.setdefault(name, {})[stat] = round(eps, 4)
+    order = list(games)
+    top = set(sorted(order[1:], key=lambda k: -best[k])[:FINALISTS])
+    return [order[0], *(k for k in order[1:] if k in top)], table
+
+
+def _choose(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
+            trials: int, rest: int
+            ) -> tuple[dict[str, tuple[str, str, stats.Threshold]], dict, dict[str, tuple]]:
+    """:func:`_select` among the games, after ``rest`` more selection runs per side of the
+    :func:`_finalists` (all games when ``rest`` is 0): the winners, every candidate's
+    selection score, and per winning game the statistics its held-out runs need."""
+    keep, pilot = list(games), {}
+    if rest > 0:
+        keep, pilot = _finalists(games, wanted, alpha, delta, trials)
+        for name in keep:
+            games[name].extend(rest)
+    winners, chosen = _select({k: games[k] for k in keep}, wanted, alpha, delta, trials)
+    held: dict[str, set[str]] = {}
+    for name, stat, _ in winners.values():
+        held.setdefault(name, set()).add(stat)
+    return (winners, {k: chosen.get(k, pilot.get(k, {})) for k in games},
+            {k: tuple(sorted(v)) for k, v in held.items()})
 
 
 def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
@@ -323,9 +394,12 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     # past a few thousand runs per side a choice among the candidates no longer improves
     n_sel = max(20, min(int(round(select_fraction * trials)), MAX_SELECTION))
     n_ref = max(50, min(1000, trials // 10))
-    games, skipped = _play(defense, pool, names, setup, n_ref, n_sel, generator, vec, chunk,
+    n_pilot = n_sel if n_sel <= PILOT_MIN or len(names) <= FINALISTS + 1 else \
+        max(PILOT_MIN, int(round(PILOT * n_sel)))
+    games, skipped = _play(defense, pool, names, setup, n_ref, n_pilot, generator, vec, chunk,
                            wanted)
-    winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
+    winners, selection, held = _choose(games, wanted, (1.0 - confidence) / 3.0, delta, trials,
+                                       n_sel - n_pilot)
     probe = game.probe(defense, games[winners["eps"][0]].setup, generator)
     eps_claimed = release_epsilon(probe.claimed, delta)
     eps_sound = release_epsilon(probe.sound, delta)
@@ -339,12 +413,12 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
         share = {k: v * 2.0 / 3.0 for k, v in share.items()}
     got: dict[str, stats.Tested] = {}
     for target, (name, stat, rule) in winners.items():
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
         got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
     curve_points: list[tuple[float, float]] = []
     if general:
         name, stat, rule = winners["eps"]
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
         curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
                                                             rule.sign), e_out, e_in, total / 3.0)
     eps_lower, mu_lower = got["eps"][0], got["mu"][0]
