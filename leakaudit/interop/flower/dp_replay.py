@@ -1,0 +1,332 @@
+"""Record/replay of Flower's own DP code: :func:`audit_dp` runs a wrapper's real
+``aggregate_train`` (``aggregate_fit``) or ``LocalDpMod``'s call on canary updates and hands
+the releases to :mod:`leakaudit.interop.replay`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from flwr.app import (
+    Array,
+    ArrayRecord,
+    ConfigRecord,
+    Context,
+    Message,
+    MessageType,
+    MetricRecord,
+    RecordDict,
+)
+
+from ..._validate import check_int, check_probability
+from ...neighbours import canary_out
+from .._ledgers import check_relation
+from ..replay import ReplayReport, record, replay_row
+from .dp_ledgers import central_noise_multiplier, classical_gaussian_std, local_dp_noise_multiplier
+from .wrappers import ADAPTIVE, CENTRAL, CLIENT_ADAPTIVE, CLIENT_FIXED, LEGACY, LEGACY_LOCAL, LOCAL
+
+__all__ = ["audit_dp"]
+
+
+# ---------------------------------------------------------------------------- record/replay
+class _Identity:
+    """Flower's messages need a task identity (a simulation sets one); set while replaying,
+    restored afterwards."""
+
+    def __enter__(self) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        self._saved = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+        for name in ("_task_id", "_run_id", "_node_id"):
+            if getattr(TaskIdentity, name) is None:
+                setattr(TaskIdentity, name, 1)
+
+    def __exit__(self, *exc: object) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = self._saved
+
+
+def _record(vector: np.ndarray) -> ArrayRecord:
+    return ArrayRecord({"w": Array(np.asarray(vector, dtype=np.float64).copy())})
+
+
+def _seeded(seed: int) -> Any:
+    """numpy's global generator (Flower draws its DP noise from it) seeded, then restored."""
+    class _Seeded:
+        def __enter__(self) -> None:
+            self.state = np.random.get_state()
+            np.random.seed(seed % 2**32)
+
+        def __exit__(self, *exc: object) -> None:
+            np.random.set_state(self.state)
+
+    return _Seeded()
+
+
+def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """The wrapper's real aggregate_train on K replies (each the global weights, 0, plus an
+    update), its accountant detached: the published aggregate."""
+    msg = Message(content=RecordDict({"config": ConfigRecord({"server-round": 1})}),
+                  dst_node_id=1, message_type=MessageType.TRAIN)
+    replies = [Message(RecordDict({"arrays": _record(u),
+                                   "metrics": MetricRecord({"num-examples": 1})}),
+                       reply_to=msg) for u in updates]
+    dp.current_arrays = _record(np.zeros_like(updates[0]))
+    with _seeded(seed):
+        arrays, _ = dp.aggregate_train(1, replies)
+    if arrays is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_train released nothing for "
+                         f"{len(updates)} replies (num_sampled_clients="
+                         f"{dp.num_sampled_clients})")
+    return np.asarray(arrays["w"].numpy(), dtype=np.float64).reshape(-1)
+
+
+def _local_release(mod: Any, update: np.ndarray, seed: int) -> np.ndarray:
+    """LocalDpMod's real __call__ around a client that returns the global weights (0) plus
+    ``update``: the upload that leaves the client."""
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    if isinstance(mod, LEGACY_LOCAL):  # flwr.client.mod's reads the older message layout
+        from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {"server-round": 1}), keep_input=True)
+
+        def reply(m: Message) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+    else:
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({"server-round": 1})})
+
+        def reply(m: Message) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    with _seeded(seed):
+        out = mod(msg, ctx, lambda m, c: reply(m))
+    if out.has_error():
+        raise ValueError(f"LocalDpMod answered with an error: {out.error}")
+    if isinstance(mod, LEGACY_LOCAL):
+        from flwr.common import parameters_to_ndarrays
+        from flwr.compat.common import recorddict_compat as compat
+
+        res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        return np.asarray(parameters_to_ndarrays(res.parameters)[0],
+                          dtype=np.float64).reshape(-1)
+    return np.asarray(next(iter(out.content.array_records.values()))["w"].numpy(),
+                      dtype=np.float64).reshape(-1)
+
+
+def _local_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                 relation: str) -> dict[str, Any]:
+    """LocalDpMod: its call around a client returning the canary's (or the other) update;
+    declared: its ``sensitivity`` and the std its (eps, delta) calibrate."""
+    if not (dp.epsilon > 0 and 0 < dp.delta < 1):
+        raise ValueError(f"LocalDpMod has epsilon={dp.epsilon}, delta={dp.delta}: its "
+                         f"noise std needs epsilon > 0 and 0 < delta < 1")
+    clip = float(dp.clipping_norm)
+    std = classical_gaussian_std(dp.sensitivity, dp.epsilon, dp.delta)
+    sensitivity = float(dp.sensitivity) if dp.sensitivity > 0 else clip
+    span = clip * (1.0 if relation == "zero-out" else 2.0)
+    return {"release": lambda world_in, s: _local_release(dp, canary if world_in else other,
+                                                          s),
+            "mode": f"LocalDpMod ({type(dp).__module__})", "std": std,
+            "sensitivity": sensitivity, "detached": None,
+            "mu_claimed": sensitivity / std,  # the Gaussian its (eps, delta) calibrates
+            "mu_sound": 1.0 / local_dp_noise_multiplier(std, clip, relation),
+            "note": (f"its sensitivity {dp.sensitivity:g} calibrates the noise, but the "
+                     f"clipped upload moves by up to {span:g} under {relation}: the sound "
+                     f"eps of a release is above the claimed one"
+                     if span > dp.sensitivity else "")}
+
+
+def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
+                   relation: str) -> dict[str, Any]:
+    """A fixed-clipping wrapper: its aggregate over K replies, the canary's in one and
+    updates of norm C/2 in the others (through Flower's ``fixedclipping_mod`` first for the
+    client-side wrapper); declared: C/K on the mean and the std z C / K."""
+    clip, k, z = float(dp.clipping_norm), int(dp.num_sampled_clients), float(
+        dp.noise_multiplier)
+    rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1,
+                                                                             canary.size))]
+    legacy = isinstance(dp, LEGACY)
+    client_side = isinstance(dp, CLIENT_FIXED)
+    aggregate = _legacy_central_release if legacy else _central_release
+
+    def release(world_in: bool, s: int) -> np.ndarray:
+        updates = [canary if world_in else other, *rest]
+        if client_side:
+            updates = [_client_clipped(u, clip, legacy) for u in updates]
+        try:         # an adaptive wrapper moves its clip every call: each replay is round 1
+            return aggregate(dp, updates, s)
+        finally:
+            dp.clipping_norm = clip
+
+    mu_sound = 1.0 / central_noise_multiplier(z, k, 1.0 / k, relation)
+    mu_claimed, note = 1.0 / z, ("clipped by Flower's fixedclipping_mod at each client"
+                                 if client_side else "")
+    if isinstance(dp, ADAPTIVE):
+        # Flower splits the requested z into the update's z_Delta (dp.noise_multiplier) and
+        # the clipped count's 2 sigma_b (Andrew et al. 2021, Thm 1); a round releases both
+        count_std = float(dp.clipped_count_stddev or 0.0)
+        z_round = (z ** -2 + (2 * count_std) ** -2) ** -0.5 if count_std and z else z
+        mu_claimed = 1.0 / z_round
+        mu_sound = math.hypot(mu_sound, 1.0 / count_std if count_std else math.inf)
+        note = (f"adaptive clipping: the update's effective multiplier z_Delta = {z:.4g} "
+                f"(requested {z_round:.4g}, the clipped count's std {count_std:.4g}), clip "
+                f"{clip:g} at the start of the round")
+    return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
+            "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
+            "mu_claimed": mu_claimed, "mu_sound": mu_sound,
+            "detached": getattr(dp, "accountant", None), "note": note}
+
+
+def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray:
+    """``update`` as it leaves a client through Flower's ``fixedclipping_mod``."""
+    from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
+
+    if legacy:
+        from flwr.client.mod import fixedclipping_mod
+        from flwr.common import (
+            Code,
+            FitIns,
+            FitRes,
+            Status,
+            ndarrays_to_parameters,
+            parameters_to_ndarrays,
+        )
+        from flwr.compat.common import recorddict_compat as compat
+
+        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
+            [np.zeros_like(update)]), {KEY_CLIPPING_NORM: clip}), keep_input=True)
+
+        def reply(m: Message, c: Context) -> Message:
+            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
+            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            res = compat.recorddict_to_fitres(out.content, keep_input=True)
+            return np.asarray(parameters_to_ndarrays(res.parameters)[0], dtype=np.float64)
+    else:
+        from flwr.clientapp.mod import fixedclipping_mod
+
+        content = RecordDict({"arrays": _record(np.zeros_like(update)),
+                              "config": ConfigRecord({KEY_CLIPPING_NORM: clip})})
+
+        def reply(m: Message, c: Context) -> Message:
+            return Message(RecordDict({"arrays": _record(update),
+                                       "metrics": MetricRecord({"num-examples": 1})}),
+                           reply_to=m)
+
+        def read(out: Message) -> np.ndarray:
+            return np.asarray(out.content.array_records["arrays"]["w"].numpy(),
+                              dtype=np.float64)
+    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    out = fixedclipping_mod(msg, ctx, reply)
+    if out.has_error():
+        raise ValueError(f"fixedclipping_mod answered with an error: {out.error}")
+    return read(out).reshape(-1)
+
+
+def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+    """A flwr.server.strategy wrapper's real aggregate_fit on K FitRes results."""
+    from flwr.common import (
+        Code,
+        FitRes,
+        Status,
+        ndarrays_to_parameters,
+        parameters_to_ndarrays,
+    )
+
+    dp.current_round_params = [np.zeros_like(updates[0])]
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u.copy()]), 1, {}))
+               for u in updates]
+    with _seeded(seed):
+        params, _ = dp.aggregate_fit(1, results, [])
+    if params is None:
+        raise ValueError(f"{type(dp).__name__}.aggregate_fit released nothing")
+    return np.asarray(parameters_to_ndarrays(params)[0], dtype=np.float64).reshape(-1)
+
+
+def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
+             trials: int = 200, pairs: int = 8, delta: float = 1e-5,
+             confidence: float = 0.95, seed: int = 0) -> ReplayReport:
+    """Record/replay a Flower DP wrapper's (or ``LocalDpMod``'s) own code: one public call,
+    one report row (:class:`leakaudit.interop.replay.ReplayReport`).
+
+    Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``, either
+    import path) and server-side adaptive clipping (its clip reset to the round's start
+    before each run; declared: its effective update multiplier z_Delta, claimed: the
+    requested z that also pays for the clipped count): the wrapper's real
+    ``aggregate_train`` on K replies (weights ``dim`` zeros plus an update), the canary's
+    update of norm 10 C in one of them and updates of norm C/2 in the others; the out world
+    replaces it by its negative (replace-one and add-remove: Flower's cohort has a fixed
+    size K) or by zeros (zero-out). ``LocalDpMod``: its real ``__call__`` around a client
+    returning the canary's (or the other) update.
+    Each run draws Flower's noise from numpy's global generator seeded per run (restored
+    afterwards); the wrapper's accountant, if any, is detached while replaying.
+
+    Checked: the release moves by at most the declared sensitivity (central: C/K on the
+    mean per client; LocalDpMod: its ``sensitivity`` argument) and the noise std is the one
+    Flower computes (``z C / K``; LocalDpMod's Dwork & Roth std); the game against one
+    release as claimed (DP-FedAvg's multiplier z; LocalDpMod's (eps, delta), read as the
+    Gaussian it calibrates) and as the sound ledger has it (:func:`.ledgers`).
+    """
+    if isinstance(dp, CLIENT_ADAPTIVE):
+        raise ValueError("dp: the client-side adaptive-clipping wrapper is not replayed (its "
+                         "clients clip and report the bit through adaptiveclipping_mod); "
+                         "the server-side one is")
+    if not isinstance(dp, CENTRAL + LOCAL):
+        raise ValueError(f"dp must be one of Flower's central DP wrappers or a "
+                         f"LocalDpMod (either import path), got {type(dp).__module__}."
+                         f"{type(dp).__name__}")
+    neighbouring = check_relation("neighbouring", neighbouring)
+    for name, value, low in (("dim", dim, 1), ("trials", trials, 8), ("pairs", pairs, 1)):
+        check_int(name, value, low)
+    for name, value in (("delta", delta), ("confidence", confidence)):
+        check_probability(name, value)
+    import flwr
+
+    rng = np.random.default_rng(seed)
+    clip = float(dp.clipping_norm)
+    direction = rng.standard_normal(dim)
+    canary = 10.0 * clip * direction / np.linalg.norm(direction)
+    # zero-out: Flower's clipping divides by the update's norm (an all-zero update raises
+    # ZeroDivisionError in compute_clip_model_update), so the zeroed update is 1e-10 x it
+    # (add-remove: Flower's cohort has a fixed size, so an absent client is replaced)
+    other = 1e-10 * canary if canary_out(neighbouring) == "zero" else -canary
+    setup = (_local_setup if isinstance(dp, LOCAL) else _central_setup)(
+        dp, canary, other, rng, neighbouring)
+    release, detached = setup["release"], setup["detached"]
+    logger = logging.getLogger("flwr")
+    level = logger.level
+    with _Identity(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logger.setLevel(logging.ERROR)  # Flower logs every clip and noise draw
+        if detached is not None:
+            dp.accountant = None
+        try:
+            out, into, p_out, p_in = record(release, trials=trials, pairs=pairs, seed=seed)
+        finally:
+            if detached is not None:
+                dp.accountant = detached
+            logger.setLevel(level)
+    row = replay_row(library="flower", version=flwr.__version__, mode=setup["mode"],
+                     relation=neighbouring, out=out, into=into, paired_in=p_in,
+                     paired_out=p_out, sensitivity=setup["sensitivity"],
+                     noise_std=setup["std"], mu_claimed=setup["mu_claimed"],
+                     mu_sound=setup["mu_sound"], delta=delta, confidence=confidence,
+                     seed=seed, note=setup["note"])
+    row["clipping_norm"] = clip
+    report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
+                                  "trials": trials, "pairs": pairs, "dim": dim})
+    report.add(row)
+    return report
