@@ -21,12 +21,18 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
+from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from ..._validate import check_int, check_probability
 from ...neighbours import canary_out
 from .._ledgers import check_relation
 from ..replay import ReplayReport, record, replay_row
-from .dp_ledgers import central_noise_multiplier, classical_gaussian_std, local_dp_noise_multiplier
+from .dp_ledgers import (
+    central_noise_multiplier,
+    classical_gaussian_std,
+    local_dp_noise_multiplier,
+    requested_noise_multiplier,
+)
 from .wrappers import ADAPTIVE, CENTRAL, CLIENT_ADAPTIVE, CLIENT_FIXED, LEGACY, LEGACY_LOCAL, LOCAL
 
 __all__ = ["audit_dp"]
@@ -68,14 +74,16 @@ def _seeded(seed: int) -> Any:
     return _Seeded()
 
 
-def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
+def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int,
+                     metrics: Sequence[dict[str, Any]] | None = None) -> np.ndarray:
     """The wrapper's real aggregate_train on K replies (each the global weights, 0, plus an
-    update), its accountant detached: the published aggregate."""
+    update, with the clients' ``metrics``: their norm bits), its accountant detached: the
+    published aggregate."""
     msg = Message(content=RecordDict({"config": ConfigRecord({"server-round": 1})}),
                   dst_node_id=1, message_type=MessageType.TRAIN)
-    replies = [Message(RecordDict({"arrays": _record(u),
-                                   "metrics": MetricRecord({"num-examples": 1})}),
-                       reply_to=msg) for u in updates]
+    metrics = metrics or [{"num-examples": 1} for _ in updates]
+    replies = [Message(RecordDict({"arrays": _record(u), "metrics": MetricRecord(dict(m))}),
+                       reply_to=msg) for u, m in zip(updates, metrics)]
     dp.current_arrays = _record(np.zeros_like(updates[0]))
     with _seeded(seed):
         arrays, _ = dp.aggregate_train(1, replies)
@@ -149,23 +157,26 @@ def _local_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
 
 def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
                    relation: str) -> dict[str, Any]:
-    """A fixed-clipping wrapper: its aggregate over K replies, the canary's in one and
-    updates of norm C/2 in the others (through Flower's ``fixedclipping_mod`` first for the
-    client-side wrapper); declared: C/K on the mean and the std z C / K."""
+    """A central wrapper: its aggregate over K replies, the canary's in one and updates of
+    norm C/2 in the others; declared: C/K on the mean and the std z C / K (adaptive: z_Delta,
+    :func:`_adaptive_declared`)."""
     clip, k, z = float(dp.clipping_norm), int(dp.num_sampled_clients), float(
         dp.noise_multiplier)
     rest = [0.5 * clip * v / np.linalg.norm(v) for v in rng.standard_normal((k - 1,
                                                                              canary.size))]
     legacy = isinstance(dp, LEGACY)
-    client_side = isinstance(dp, CLIENT_FIXED)
+    client_side = isinstance(dp, CLIENT_FIXED + CLIENT_ADAPTIVE)
+    adaptive_mod = isinstance(dp, CLIENT_ADAPTIVE)
     aggregate = _legacy_central_release if legacy else _central_release
 
     def release(world_in: bool, s: int) -> np.ndarray:
-        updates = [canary if world_in else other, *rest]
-        if client_side:
-            updates = [_client_clipped(u, clip, legacy) for u in updates]
+        updates, metrics = [canary if world_in else other, *rest], None
         try:         # an adaptive wrapper moves its clip every call: each replay is round 1
-            return aggregate(dp, updates, s)
+            if client_side:  # the clip the wrapper sends, then each client's own mod
+                config = _sent_config(dp, canary.size, legacy)
+                replies = [_client_mod(u, config, legacy, adaptive_mod) for u in updates]
+                updates, metrics = [u for u, _ in replies], [m for _, m in replies]
+            return aggregate(dp, updates, s, metrics)
         finally:
             dp.clipping_norm = clip
 
@@ -173,27 +184,80 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
     mu_claimed, note = 1.0 / z, ("clipped by Flower's fixedclipping_mod at each client"
                                  if client_side else "")
     if isinstance(dp, ADAPTIVE):
-        # Flower splits the requested z into the update's z_Delta (dp.noise_multiplier) and
-        # the clipped count's 2 sigma_b (Andrew et al. 2021, Thm 1); a round releases both
-        count_std = float(dp.clipped_count_stddev or 0.0)
-        z_round = (z ** -2 + (2 * count_std) ** -2) ** -0.5 if count_std and z else z
-        mu_claimed = 1.0 / z_round
-        mu_sound = math.hypot(mu_sound, 1.0 / count_std if count_std else math.inf)
-        note = (f"adaptive clipping: the update's effective multiplier z_Delta = {z:.4g} "
-                f"(requested {z_round:.4g}, the clipped count's std {count_std:.4g}), clip "
-                f"{clip:g} at the start of the round")
+        mu_claimed, mu_sound, note = _adaptive_declared(dp, mu_sound)
     return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
             "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
             "mu_claimed": mu_claimed, "mu_sound": mu_sound,
             "detached": getattr(dp, "accountant", None), "note": note}
 
 
-def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray:
-    """``update`` as it leaves a client through Flower's ``fixedclipping_mod``."""
-    from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
+def _adaptive_declared(dp: Any, mu_update: float) -> tuple[float, float, str]:
+    """(mu_claimed, mu_sound, note) of one adaptive-clipping round: Flower splits the
+    requested z into the update's z_Delta (``dp.noise_multiplier``) and the clipped count's
+    2 sigma_b (Andrew et al. 2021, Thm 1); the round releases both, so the sound mu adds the
+    count's 1 / sigma_b (a 0/1 bit, sensitivity 1) to the update's ``mu_update``."""
+    z, clip = float(dp.noise_multiplier), float(dp.clipping_norm)
+    count_std = float(dp.clipped_count_stddev or 0.0)
+    z_round = requested_noise_multiplier(z, count_std)
+    mu_sound = math.hypot(mu_update, 1.0 / count_std if count_std else math.inf)
+    where = ("each client clips with Flower's adaptiveclipping_mod at the clip the wrapper "
+             "sent and reports its norm bit; " if isinstance(dp, CLIENT_ADAPTIVE) else "")
+    return 1.0 / z_round, mu_sound, (
+        f"adaptive clipping: {where}the update's effective multiplier z_Delta = {z:.4g} "
+        f"(requested {z_round:.4g}, the clipped count's std {count_std:.4g}), clip "
+        f"{clip:g} at the start of the round")
 
+
+class _Sent:
+    """Stands in for the wrapped strategy while a client-side wrapper configures a round:
+    keeps the config the wrapper sends its clients (its clip, ``KEY_CLIPPING_NORM``)."""
+
+    def __init__(self) -> None:
+        self.config: dict[str, Any] = {}
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Any) -> list[Message]:
+        self.config = dict(config)
+        return []
+
+    def configure_fit(self, server_round: int, parameters: Any,
+                      client_manager: Any) -> list[tuple[None, Any]]:
+        from flwr.common import FitIns
+
+        ins = FitIns(parameters, {})
+        self.config = ins.config  # the wrapper adds its clip to it
+        return [(None, ins)]
+
+
+def _sent_config(dp: Any, dim: int, legacy: bool) -> dict[str, Any]:
+    """The config a client-side wrapper's real ``configure_train`` (``configure_fit``) sends
+    its clients for round 1, the wrapped strategy replaced by :class:`_Sent` meanwhile."""
+    inner, sent = dp.strategy, _Sent()
+    dp.strategy = sent
+    try:
+        if legacy:
+            from flwr.common import ndarrays_to_parameters
+
+            dp.configure_fit(1, ndarrays_to_parameters([np.zeros(dim)]), None)
+        else:
+            dp.configure_train(1, _record(np.zeros(dim)), ConfigRecord({"server-round": 1}),
+                               None)
+    finally:
+        dp.strategy = inner
+    if KEY_CLIPPING_NORM not in sent.config:
+        raise ValueError(f"{type(dp).__name__}.configure_train sent its clients no "
+                         f"{KEY_CLIPPING_NORM!r}: the client mods cannot clip")
+    return dict(sent.config)
+
+
+def _client_mod(update: np.ndarray, config: dict[str, Any], legacy: bool,
+                adaptive: bool) -> tuple[np.ndarray, dict[str, Any]]:
+    """``update`` as it leaves a client through Flower's own client mod
+    (``adaptiveclipping_mod`` if ``adaptive``, else ``fixedclipping_mod``) given the round's
+    ``config``, and the reply's metrics (the norm bit included): a client returning the
+    global weights (0) plus ``update``."""
     if legacy:
-        from flwr.client.mod import fixedclipping_mod
+        from flwr.client import mod as mods
         from flwr.common import (
             Code,
             FitIns,
@@ -205,39 +269,43 @@ def _client_clipped(update: np.ndarray, clip: float, legacy: bool) -> np.ndarray
         from flwr.compat.common import recorddict_compat as compat
 
         content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
-            [np.zeros_like(update)]), {KEY_CLIPPING_NORM: clip}), keep_input=True)
+            [np.zeros_like(update)]), config), keep_input=True)
 
         def reply(m: Message, c: Context) -> Message:
             res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
             return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
 
-        def read(out: Message) -> np.ndarray:
+        def read(out: Message) -> tuple[np.ndarray, dict[str, Any]]:
             res = compat.recorddict_to_fitres(out.content, keep_input=True)
-            return np.asarray(parameters_to_ndarrays(res.parameters)[0], dtype=np.float64)
+            return parameters_to_ndarrays(res.parameters)[0], dict(res.metrics)
     else:
-        from flwr.clientapp.mod import fixedclipping_mod
+        from flwr.clientapp import mod as mods
 
         content = RecordDict({"arrays": _record(np.zeros_like(update)),
-                              "config": ConfigRecord({KEY_CLIPPING_NORM: clip})})
+                              "config": ConfigRecord(config)})
 
         def reply(m: Message, c: Context) -> Message:
             return Message(RecordDict({"arrays": _record(update),
                                        "metrics": MetricRecord({"num-examples": 1})}),
                            reply_to=m)
 
-        def read(out: Message) -> np.ndarray:
-            return np.asarray(out.content.array_records["arrays"]["w"].numpy(),
-                              dtype=np.float64)
+        def read(out: Message) -> tuple[np.ndarray, dict[str, Any]]:
+            return (out.content.array_records["arrays"]["w"].numpy(),
+                    dict(out.content.metric_records["metrics"]))
+    mod = mods.adaptiveclipping_mod if adaptive else mods.fixedclipping_mod
     msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
     ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    out = fixedclipping_mod(msg, ctx, reply)
+    out = mod(msg, ctx, reply)
     if out.has_error():
-        raise ValueError(f"fixedclipping_mod answered with an error: {out.error}")
-    return read(out).reshape(-1)
+        raise ValueError(f"{mod.__name__} answered with an error: {out.error}")
+    clipped, metrics = read(out)
+    return np.asarray(clipped, dtype=np.float64).reshape(-1), metrics
 
 
-def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -> np.ndarray:
-    """A flwr.server.strategy wrapper's real aggregate_fit on K FitRes results."""
+def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int,
+                            metrics: Sequence[dict[str, Any]] | None = None) -> np.ndarray:
+    """A flwr.server.strategy wrapper's real aggregate_fit on K FitRes results (with the
+    clients' ``metrics``: their norm bits)."""
     from flwr.common import (
         Code,
         FitRes,
@@ -247,8 +315,9 @@ def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int) -
     )
 
     dp.current_round_params = [np.zeros_like(updates[0])]
-    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u.copy()]), 1, {}))
-               for u in updates]
+    metrics = metrics or [{} for _ in updates]
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([u.copy()]), 1,
+                             dict(m))) for u, m in zip(updates, metrics)]
     with _seeded(seed):
         params, _ = dp.aggregate_fit(1, results, [])
     if params is None:
@@ -262,15 +331,19 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     """Record/replay a Flower DP wrapper's (or ``LocalDpMod``'s) own code: one public call,
     one report row (:class:`leakaudit.interop.replay.ReplayReport`).
 
-    Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``, either
-    import path) and server-side adaptive clipping (its clip reset to the round's start
-    before each run; declared: its effective update multiplier z_Delta, claimed: the
-    requested z that also pays for the clipped count): the wrapper's real
-    ``aggregate_train`` on K replies (weights ``dim`` zeros plus an update), the canary's
-    update of norm 10 C in one of them and updates of norm C/2 in the others; the out world
-    replaces it by its negative (replace-one and add-remove: Flower's cohort has a fixed
-    size K) or by zeros (zero-out). ``LocalDpMod``: its real ``__call__`` around a client
-    returning the canary's (or the other) update.
+    Central fixed clipping (``DifferentialPrivacy{Server,Client}SideFixedClipping``) and
+    adaptive clipping (``DifferentialPrivacy{Server,Client}SideAdaptiveClipping``; its clip
+    reset to the round's start before each run; declared: its effective update multiplier
+    z_Delta, claimed: the requested z that also pays for the clipped count), either import
+    path: the wrapper's real ``aggregate_train`` (``aggregate_fit``) on K replies (weights
+    ``dim`` zeros plus an update), the canary's update of norm 10 C in one of them and
+    updates of norm C/2 in the others; the out world replaces it by its negative
+    (replace-one and add-remove: Flower's cohort has a fixed size K) or by zeros
+    (zero-out). The client-side wrappers first configure the round (their real
+    ``configure_train``, which sends the clip in the config) and each reply leaves its client
+    through Flower's own ``fixedclipping_mod`` or ``adaptiveclipping_mod`` (which clips and
+    adds the norm bit to the reply's metrics). ``LocalDpMod``: its real ``__call__`` around a
+    client returning the canary's (or the other) update.
     Each run draws Flower's noise from numpy's global generator seeded per run (restored
     afterwards); the wrapper's accountant, if any, is detached while replaying.
 
@@ -280,10 +353,6 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
     release as claimed (DP-FedAvg's multiplier z; LocalDpMod's (eps, delta), read as the
     Gaussian it calibrates) and as the sound ledger has it (:func:`.ledgers`).
     """
-    if isinstance(dp, CLIENT_ADAPTIVE):
-        raise ValueError("dp: the client-side adaptive-clipping wrapper is not replayed (its "
-                         "clients clip and report the bit through adaptiveclipping_mod); "
-                         "the server-side one is")
     if not isinstance(dp, CENTRAL + LOCAL):
         raise ValueError(f"dp must be one of Flower's central DP wrappers or a "
                          f"LocalDpMod (either import path), got {type(dp).__module__}."
