@@ -96,40 +96,9 @@ def _central_release(dp: Any, updates: Sequence[np.ndarray], seed: int,
 
 def _local_release(mod: Any, update: np.ndarray, seed: int) -> np.ndarray:
     """LocalDpMod's real __call__ around a client that returns the global weights (0) plus
-    ``update``: the upload that leaves the client."""
-    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    if isinstance(mod, LEGACY_LOCAL):  # flwr.client.mod's reads the older message layout
-        from flwr.common import Code, FitIns, FitRes, Status, ndarrays_to_parameters
-        from flwr.compat.common import recorddict_compat as compat
-
-        content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
-            [np.zeros_like(update)]), {"server-round": 1}), keep_input=True)
-
-        def reply(m: Message) -> Message:
-            res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
-            return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=m)
-    else:
-        content = RecordDict({"arrays": _record(np.zeros_like(update)),
-                              "config": ConfigRecord({"server-round": 1})})
-
-        def reply(m: Message) -> Message:
-            return Message(RecordDict({"arrays": _record(update),
-                                       "metrics": MetricRecord({"num-examples": 1})}),
-                           reply_to=m)
-    msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
+    ``update``, its noise seeded: the upload that leaves the client."""
     with _seeded(seed):
-        out = mod(msg, ctx, lambda m, c: reply(m))
-    if out.has_error():
-        raise ValueError(f"LocalDpMod answered with an error: {out.error}")
-    if isinstance(mod, LEGACY_LOCAL):
-        from flwr.common import parameters_to_ndarrays
-        from flwr.compat.common import recorddict_compat as compat
-
-        res = compat.recorddict_to_fitres(out.content, keep_input=True)
-        return np.asarray(parameters_to_ndarrays(res.parameters)[0],
-                          dtype=np.float64).reshape(-1)
-    return np.asarray(next(iter(out.content.array_records.values()))["w"].numpy(),
-                      dtype=np.float64).reshape(-1)
+        return _through_mod(mod, update, {"server-round": 1}, isinstance(mod, LEGACY_LOCAL))[0]
 
 
 def _local_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
@@ -166,7 +135,7 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
                                                                              canary.size))]
     legacy = isinstance(dp, LEGACY)
     client_side = isinstance(dp, CLIENT_FIXED + CLIENT_ADAPTIVE)
-    adaptive_mod = isinstance(dp, CLIENT_ADAPTIVE)
+    mod = _clip_mod(legacy, isinstance(dp, CLIENT_ADAPTIVE))
     aggregate = _legacy_central_release if legacy else _central_release
 
     def release(world_in: bool, s: int) -> np.ndarray:
@@ -174,7 +143,7 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
         try:         # an adaptive wrapper moves its clip every call: each replay is round 1
             if client_side:  # the clip the wrapper sends, then each client's own mod
                 config = _sent_config(dp, canary.size, legacy)
-                replies = [_client_mod(u, config, legacy, adaptive_mod) for u in updates]
+                replies = [_through_mod(mod, u, config, legacy) for u in updates]
                 updates, metrics = [u for u, _ in replies], [m for _, m in replies]
             return aggregate(dp, updates, s, metrics)
         finally:
@@ -250,14 +219,23 @@ def _sent_config(dp: Any, dim: int, legacy: bool) -> dict[str, Any]:
     return dict(sent.config)
 
 
-def _client_mod(update: np.ndarray, config: dict[str, Any], legacy: bool,
-                adaptive: bool) -> tuple[np.ndarray, dict[str, Any]]:
-    """``update`` as it leaves a client through Flower's own client mod
-    (``adaptiveclipping_mod`` if ``adaptive``, else ``fixedclipping_mod``) given the round's
-    ``config``, and the reply's metrics (the norm bit included): a client returning the
-    global weights (0) plus ``update``."""
+def _clip_mod(legacy: bool, adaptive: bool) -> Any:
+    """Flower's own client-side clipping mod of the import path: ``adaptiveclipping_mod``
+    (clips, adds the norm bit) or ``fixedclipping_mod``."""
     if legacy:
         from flwr.client import mod as mods
+    else:
+        from flwr.clientapp import mod as mods
+    return mods.adaptiveclipping_mod if adaptive else mods.fixedclipping_mod
+
+
+def _through_mod(mod: Any, update: np.ndarray, config: dict[str, Any],
+                 legacy: bool) -> tuple[np.ndarray, dict[str, Any]]:
+    """A client mod's real call, given the round's ``config``, around a client that returns
+    the global weights (0) plus ``update``: the upload that leaves the client and its reply's
+    metrics (the norm bit, for ``adaptiveclipping_mod``). ``legacy``: the mod of
+    ``flwr.client.mod``, which reads and writes the older FitIns / FitRes layout."""
+    if legacy:
         from flwr.common import (
             Code,
             FitIns,
@@ -269,7 +247,7 @@ def _client_mod(update: np.ndarray, config: dict[str, Any], legacy: bool,
         from flwr.compat.common import recorddict_compat as compat
 
         content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(
-            [np.zeros_like(update)]), config), keep_input=True)
+            [np.zeros_like(update)]), dict(config)), keep_input=True)
 
         def reply(m: Message, c: Context) -> Message:
             res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([update.copy()]), 1, {})
@@ -279,10 +257,8 @@ def _client_mod(update: np.ndarray, config: dict[str, Any], legacy: bool,
             res = compat.recorddict_to_fitres(out.content, keep_input=True)
             return parameters_to_ndarrays(res.parameters)[0], dict(res.metrics)
     else:
-        from flwr.clientapp import mod as mods
-
         content = RecordDict({"arrays": _record(np.zeros_like(update)),
-                              "config": ConfigRecord(config)})
+                              "config": ConfigRecord(dict(config))})
 
         def reply(m: Message, c: Context) -> Message:
             return Message(RecordDict({"arrays": _record(update),
@@ -290,16 +266,16 @@ def _client_mod(update: np.ndarray, config: dict[str, Any], legacy: bool,
                            reply_to=m)
 
         def read(out: Message) -> tuple[np.ndarray, dict[str, Any]]:
-            return (out.content.array_records["arrays"]["w"].numpy(),
-                    dict(out.content.metric_records["metrics"]))
-    mod = mods.adaptiveclipping_mod if adaptive else mods.fixedclipping_mod
+            return (next(iter(out.content.array_records.values()))["w"].numpy(),
+                    dict(next(iter(out.content.metric_records.values()))))
     msg = Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN)
     ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
     out = mod(msg, ctx, reply)
     if out.has_error():
-        raise ValueError(f"{mod.__name__} answered with an error: {out.error}")
-    clipped, metrics = read(out)
-    return np.asarray(clipped, dtype=np.float64).reshape(-1), metrics
+        name = getattr(mod, "__name__", type(mod).__name__)
+        raise ValueError(f"{name} answered with an error: {out.error}")
+    upload, metrics = read(out)
+    return np.asarray(upload, dtype=np.float64).reshape(-1), metrics
 
 
 def _legacy_central_release(dp: Any, updates: Sequence[np.ndarray], seed: int,
