@@ -23,7 +23,10 @@ fixed number K of clients and another takes the place):
   clipping with the requested multiplier; sound: per round taken part, the update's Gaussian
   (multiplier z_Delta after Flower's split, :func:`requested_noise_multiplier`, halved as
   above) and the clipped-count Gaussian (0/1 bits, sensitivity 1 under every relation, std
-  ``clipped_count_stddev``) as two releases.
+  ``clipped_count_stddev``) as two releases. This holds for update noise drawn at the
+  round's clip, as Andrew et al. draw it; Flower 1.41 draws it at the clip already moved by
+  the round's noisy count (a multiplier z_Delta C_next / C that depends on the count, not
+  bounded here; the reason says so and :func:`~leakaudit.interop.flower.audit_dp` flags it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 
 from accounting.relations import gaussian_sensitivity
 
+from ..._validate import check_int
 from .._ledgers import LedgerPair, check_relation, multiplier, new_ledger
 from .taps import SAMPLING, Captured, RoundRecord
 from .wrappers import ADAPTIVE, CENTRAL, LOCAL
@@ -78,10 +82,7 @@ def ledgers(dp: Any, *, participation: Captured | Mapping[int, Sequence[int]],
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
     """
     neighbouring = check_relation("neighbouring", neighbouring)
-    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
-        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise ValueError(f"rounds must be an integer >= 0, got {rounds!r}")
+    num_clients, rounds = check_int("num_clients", num_clients, 1), check_int("rounds", rounds, 0)
     records = participation.rounds if isinstance(participation, Captured) else None
     if isinstance(participation, Captured):
         participation = participation.participation
@@ -220,8 +221,14 @@ def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: i
            f"one Gaussian step per round a client's update was aggregated; under {relation} "
            f"it moves the sum of clipped updates by up to {_span(relation)}: multiplier "
            f"{z:g}")
-    return why + (f", and the clipped-count bit (std {count_std:g}, sensitivity 1)"
-                  if adaptive else "")
+    if not adaptive:
+        return why
+    return why + (f", and the clipped-count bit (std {count_std:g}, sensitivity 1). Both "
+                  f"hold for update noise drawn at the round's clip; Flower 1.41 draws it at "
+                  f"the clip already moved by the round's noisy count (clip_norm_lr "
+                  f"{float(dp.clip_norm_lr):g}), a multiplier z_Delta C_next / C that "
+                  f"depends on that count and that this ledger does not bound (audit_dp "
+                  f"flags it)")
 
 
 def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> str:

@@ -68,8 +68,7 @@ def _read_truth(context: Context) -> GroundTruth | None:
     if _TRUTH_KEY not in context.state:
         return None
     record = context.state[_TRUTH_KEY]
-    truth_type = GroundTruth
-    return truth_type(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
+    return GroundTruth(inputs=torch.from_numpy(record["inputs"].numpy().copy()),
                        labels=torch.from_numpy(record["labels"].numpy().copy()))
 
 
@@ -341,7 +340,6 @@ def load(directory: str | Path) -> Captured:
     records.sort(key=lambda x: (x["round"], -x["point"], x["node"]))
     clients = {(t_round, n): t["client"] for (t_round, n), t in truths.items()}
     clients.update({(x["round"], x["node"]): x["client"] for x in records if x["point"] == 1})
-    observation_type, truth_type = Observation, GroundTruth
     observations, gts = [], []
     participation: dict[int, set[int]] = {}
     have_aggregate = any(x["point"] == 0 for x in records)
@@ -352,9 +350,9 @@ def load(directory: str | Path) -> Captured:
             raise ValueError(f"round {x['round']}: no truth for node(s) {missing}: the train "
                              f"function must call keep_truth() (and ClientRecorder write to "
                              f"{str(d)!r})")
-        gts.append(truth_type(inputs=torch.cat([t["inputs"] for t in parts]),
+        gts.append(GroundTruth(inputs=torch.cat([t["inputs"] for t in parts]),
                                labels=torch.cat([t["labels"] for t in parts])))
-        observations.append(observation_type(
+        observations.append(Observation(
             point=x["point"], round=x["round"], client=x["client"], local_step=None,
             tensors=list(x["tensors"]), weights=dict(zip(x["names"], x["weights"])),
             lr=x["lr"], local_steps=x["local_steps"], batch_size=x["batch_size"],

@@ -5,7 +5,7 @@ import importlib
 import math
 
 import pytest
-from _extras import require
+from _extras import effective_steps, require
 
 require("flwr", "flower")
 
@@ -81,3 +81,17 @@ def test_client_side_wrapper_that_sends_no_clip_is_an_error():
 
     with pytest.raises(ValueError, match="clipping_norm"):
         lf.audit_dp(_wrapper(False, lr=1e-12, cls=Silent), dim=50, trials=8, pairs=1)
+
+
+def test_client_side_adaptive_ledger_names_what_it_does_not_bound():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a plain mapping: the rounds are not checked
+        pair = lf.ledgers(_wrapper(False, lr=0.2), participation={0: [1]}, num_clients=4,
+                          rounds=1)
+    # the update's Gaussian (z_Delta / 2 under replace-one) and the count's (std 2)
+    assert [s for _, s, _ in effective_steps(pair.sound[0])] == pytest.approx(
+        [(1.0 - 1.0 / 16.0) ** -0.5 / 2, 2.0])
+    assert pair.claimed[0].events[0].sigma == pytest.approx(1.0)  # the requested z
+    assert "clip already moved" in pair.reason and "does not bound" in pair.reason
