@@ -9,7 +9,9 @@ The game is described in :mod:`leakaudit.empirical.game`; scores become bounds i
 2. a selection split (``select_fraction * trials`` runs per side and canary) scores every
    (canary, statistic) by the mu bound its best threshold is predicted to give; the best
    one (the first by a :data:`MARGIN`) is chosen for eps and for mu, each with its own
-   threshold (the report names the canary and statistic that won);
+   threshold (the report names the canary and statistic that won); past
+   :data:`PILOT_MIN` runs per side every game plays a pilot share first and only the
+   first game and the :data:`FINALISTS` best by the pilot play the rest;
 3. the release is run once with the winning canary to read the defense's own ledgers of
    exactly that release (q = 1): eps_claimed, eps_sound, and mu where a ledger is a
    composition of Gaussians (mu-GDP);
@@ -40,6 +42,7 @@ from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability, keywords_after_first
 from ..defenses import Defense
+from ..grads import torch_threads
 from ..records import ResultsFile
 from ..scoring import bounds as stats
 from ..scoring import fdp
@@ -317,10 +320,11 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
                          f"protects there (sites {sorted(defense.sites)})")
     # here, so that an undeclared defense's warning points at the caller's line
     vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
-    row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
-                       wanted=wanted, canaries=canaries, shapes=shapes, background=background,
-                       background_scale=background_scale, local_steps=local_steps,
-                       select_fraction=select_fraction, vec=vec, chunk=chunk)
+    with torch_threads(1):   # chunks of a few hundred runs: a second thread costs more CPU
+        row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
+                           wanted=wanted, canaries=canaries, shapes=shapes, background=background,
+                           background_scale=background_scale, local_steps=local_steps,
+                           select_fraction=select_fraction, vec=vec, chunk=chunk)
     config = {"trials": trials, "delta": delta, "confidence": confidence, "seed": seed,
               "statistic": list(wanted)}
     return PrivacyReport(config=config, records=[row])
