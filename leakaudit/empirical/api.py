@@ -232,6 +232,30 @@ def _choose(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delt
             {k: tuple(sorted(v)) for k, v in held.items()})
 
 
+def _test_held_out(games: dict[str, _Canary],
+                   winners: dict[str, tuple[str, str, stats.Threshold]],
+                   held: dict[str, tuple], trials: int, total: float, delta: float,
+                   general: bool) -> tuple[dict[str, stats.Tested], list[tuple[float, float]]]:
+    """The winners' rules tested on ``trials`` held-out runs per side at level ``total``
+    split (Bonferroni) between eps, mu and, for a ``general`` ledger, its curve points."""
+    # Bonferroni: eps gets 0.8 (its bound is decided in the tails, where few runs count), mu
+    # 0.2 (decided in the middle); a general ledger's curve takes a third from both
+    share = {"eps": 0.8 * total, "mu": 0.2 * total}
+    if general:
+        share = {k: v * 2.0 / 3.0 for k, v in share.items()}
+    got: dict[str, stats.Tested] = {}
+    for target, (name, stat, rule) in winners.items():
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
+        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
+    curve_points: list[tuple[float, float]] = []
+    if general:
+        name, stat, rule = winners["eps"]
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
+        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
+                                                            rule.sign), e_out, e_in, total / 3.0)
+    return got, curve_points
+
+
 def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
     """(delta, eps(delta)) points of a ledger's privacy curve: ``eps`` (the tightest) at the
     row's delta, RDP at the others (an upper bound on the ledger's eps there, so a point
@@ -409,22 +433,8 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     eps_sound = release_epsilon(probe.sound, delta)
     general = any(ledger_mu(led) is None and math.isfinite(release_epsilon(led, delta))
                   for led in (probe.claimed, probe.sound))
-    total = 1.0 - confidence
-    # Bonferroni: eps gets 0.8 (its bound is decided in the tails, where few runs count), mu
-    # 0.2 (decided in the middle); a general ledger's curve takes a third from both
-    share = {"eps": 0.8 * total, "mu": 0.2 * total}
-    if general:
-        share = {k: v * 2.0 / 3.0 for k, v in share.items()}
-    got: dict[str, stats.Tested] = {}
-    for target, (name, stat, rule) in winners.items():
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
-        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
-    curve_points: list[tuple[float, float]] = []
-    if general:
-        name, stat, rule = winners["eps"]
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
-        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
-                                                            rule.sign), e_out, e_in, total / 3.0)
+    got, curve_points = _test_held_out(games, winners, held, trials, 1.0 - confidence, delta,
+                                       general)
     eps_lower, mu_lower = got["eps"][0], got["mu"][0]
     claim_v, claim_by, mu_claimed = _verdict(probe.claimed, eps_claimed, eps_lower, mu_lower,
                                              curve_points, delta)
