@@ -35,7 +35,6 @@ LONG_ALLOWED = {
     "accounting.rdp._frac_block",
     # being rewritten on their own branches (the settings objects, the score-to-bound
     # engine): shortened there
-    "leakaudit.auditing.auditor.audit",
     "leakaudit.interop.opacus.audit_optimizer",
 }
 
