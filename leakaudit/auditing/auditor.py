@@ -75,7 +75,7 @@ from .report import AuditReport
 from .trainings import Setting, Training
 
 __all__ = ["audit", "AuditPlan", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES",
-           "DEFAULT_STAGES", "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS",
+           "DEFAULT_STAGES", "MeasuredEps", "MOVED", "fold_plan", "PAPER_PARAMS", "POINTS",
            "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
@@ -309,7 +309,9 @@ def _with_exact_tier(plan: AuditPlan, model: nn.Module, attacks: Sequence[Any] |
     return plan.replace(attacks=(*plan.attacks, *extra)) if extra else plan
 
 
-def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
+def fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
+    """``plan`` (None: ``AuditPlan.make()``) with the old keywords ``old`` set (audit()'s
+    deprecated form), checked as :meth:`AuditPlan.replace` checks them."""
     return (plan or AuditPlan.make()).replace(**old)
 
 
@@ -319,7 +321,7 @@ MOVED = {
     "plan": Moved(names=("profile", "points", "examples", "rounds", "max_iterations",
                          "restarts", "threshold", "delta", "trained", "batch_size",
                          "local_steps", "stage", "stages", "device"),
-                  fold=_fold_plan, how="AuditPlan.make"),
+                  fold=fold_plan, how="AuditPlan.make"),
     "engine": Moved(names=("workers", "ray_address"), fold=fold_engine,
                     how="EngineConfig.make"),
 }

@@ -25,7 +25,6 @@ PRIVATE_ALLOWED = {
     "tests.leakaudit.empirical.test_empirical_onerun -> accounting.registry._TYPES",
     # helpers of modules being rewritten on their own branches (the audit's settings
     # objects, the score-to-bound engine): made public or gone there
-    "tests.leakaudit.auditing.test_audit_arguments -> leakaudit.auditing.auditor._fold_plan",
     "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._curve",
     "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._outside",
 }
