@@ -26,8 +26,6 @@ PRIVATE_ALLOWED = {
     # helpers of modules being rewritten on their own branches (the audit's settings
     # objects, the score-to-bound engine): made public or gone there
     "tests.leakaudit.auditing.test_audit_arguments -> leakaudit.auditing.auditor._fold_plan",
-    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._curve",
-    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._outside",
 }
 #: functions over MAX_LINES that stay for now, each with why: "module.function"
 LONG_ALLOWED = {
