@@ -232,10 +232,7 @@ def test_flower_central_fixed_clipping_real_aggregate_from_one_call():
 
 def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_multiplier():
     lf, _, FedAvg = _flower()
-    from flwr.serverapp.strategy import (
-        DifferentialPrivacyClientSideAdaptiveClipping,
-        DifferentialPrivacyServerSideAdaptiveClipping,
-    )
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 
     def audit(lr):
         dp = DifferentialPrivacyServerSideAdaptiveClipping(
@@ -254,9 +251,6 @@ def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_mul
     # the noise std is not the one declared for the round's sensitivity
     _, row = audit(0.2)
     assert row["flagged"] and "noise std" in row["finding"], row["finding"]
-    with pytest.raises(ValueError, match="client-side adaptive-clipping wrapper"):
-        lf.audit_dp(DifferentialPrivacyClientSideAdaptiveClipping(
-            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, clipped_count_stddev=2.0))
 
 
 def test_flower_wrapper_with_half_the_noise_is_flagged():
