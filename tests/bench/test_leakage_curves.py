@@ -59,7 +59,7 @@ def test_rerun_resumes_without_work(tiny, monkeypatch):
     def no_work(job):
         raise AssertionError(f"job redone: {job['kind']}")
 
-    monkeypatch.setattr(bench, "run_job", no_work)
+    monkeypatch.setattr(load_benchmark("leakage_cells"), "run_job", no_work)  # where it runs
     before = (out / "leakage_curves.csv").read_text()
     assert bench.main(["--tiny", "--workers", "1", "--out", str(out)]) == 0
     assert (out / "leakage_curves.csv").read_text() == before

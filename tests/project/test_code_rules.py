@@ -34,7 +34,6 @@ LONG_ALLOWED = {
     # being rewritten on their own branches (the settings objects, the score-to-bound
     # engine): shortened there
     "leakaudit.auditing.auditor.audit",
-    "leakaudit.interop.opacus.audit_optimizer",
 }
 
 
