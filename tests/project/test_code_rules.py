@@ -23,9 +23,6 @@ PRIVATE_ALLOWED = {
     "tests.accounting.test_contracts -> accounting.registry._TYPES",
     "tests.leakaudit.empirical.test_empirical_onerun -> accounting.registry._RULES",
     "tests.leakaudit.empirical.test_empirical_onerun -> accounting.registry._TYPES",
-    # the empirical audit's curve helpers (made public on their own branch)
-    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._curve",
-    "tests.leakaudit.empirical.test_empirical_auditor -> leakaudit.empirical.api._outside",
 }
 #: functions over MAX_LINES that stay for now, each with why: "module.function"
 LONG_ALLOWED = {
