@@ -48,8 +48,10 @@ from ..scoring import bounds as stats
 from ..scoring import fdp
 from . import game
 from .report import PrivacyReport
+from .whitebox import whitebox_check
 
-__all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
+__all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS",
+           "ledger_curve", "outside_curve"]
 
 STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate", "subspace", "lattice")
 
@@ -256,7 +258,7 @@ def _test_held_out(games: dict[str, _Canary],
     return got, curve_points
 
 
-def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
+def ledger_curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
     """(delta, eps(delta)) points of a ledger's privacy curve: ``eps`` (the tightest) at the
     row's delta, RDP at the others (an upper bound on the ledger's eps there, so a point
     outside its region is outside the tight one too; PLD costs seconds per delta)."""
@@ -264,7 +266,7 @@ def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float,
                                    if d != delta)})
 
 
-def _outside(points: list[tuple[float, float]], curve: list[tuple[float, float]]
+def outside_curve(points: list[tuple[float, float]], curve: list[tuple[float, float]]
              ) -> str | None:
     """The first (FPR, FNR) upper-bound pair outside the (eps(delta), delta) region, named."""
     for fpr, fnr in points:
@@ -284,7 +286,7 @@ def _verdict(ledger: PrivacyLedger, eps: float, eps_lower: float, mu_lower: floa
     if mu is not None and mu_lower > mu:
         return True, "mu", mu
     if mu is None and curve_points and math.isfinite(eps):
-        where = _outside(curve_points, _curve(ledger, delta, eps))
+        where = outside_curve(curve_points, ledger_curve(ledger, delta, eps))
         if where:
             return True, f"curve ({where})", mu
     return False, "", mu
@@ -440,6 +442,8 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
                                              curve_points, delta)
     sound_v, sound_by, mu_sound = _verdict(probe.sound, eps_sound, eps_lower, mu_lower,
                                            curve_points, delta)
+    white = whitebox_check(defense, setup, shapes_t, delta=delta, seed=seed, vec=vec,
+                           chunk=chunk)
     return {"defense": defense.name, "params": defense.describe(), "point": point,
             "trials": trials, "canary": winners["eps"][0], "statistic": winners["eps"][1],
             "eps_claimed": eps_claimed, "eps_sound": eps_sound, "eps_lower": eps_lower,
@@ -448,8 +452,11 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             "mu_claimed": math.nan if mu_claimed is None else mu_claimed,
             "mu_sound": math.nan if mu_sound is None else mu_sound,
             "eps_lower_gdp": stats.gdp_epsilon(mu_lower, delta),
-            "claim_violated": claim_v, "sound_violated": sound_v,
-            "violated_by": sound_by or claim_by,
+            "claim_violated": claim_v or white["whitebox_claim"],
+            "sound_violated": sound_v or white["whitebox_sound"],
+            "violated_by": sound_by or claim_by or (
+                "white-box" if white["whitebox_claim"] or white["whitebox_sound"] else ""),
+            **white,
             "fpr_ub": got["eps"].fpr, "fnr_ub": got["eps"].fnr,
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),
