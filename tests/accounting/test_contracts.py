@@ -286,6 +286,7 @@ def test_absurd_inputs_are_refused_by_name(call):
         call()
 
 
+@pytest.mark.slow
 def test_robustness_cases_answer_within_seconds():
     lap = A.PrivacyLedger()
     lap.laplace(b=1e12)
@@ -527,6 +528,7 @@ _COVERED = [r for r in A.SELECTION_RULES if r not in A.tuning.NOT_COVERED]
 
 
 @settings(QUIET, max_examples=30)
+@pytest.mark.slow
 @given(runs=st.lists(_RUN, min_size=1, max_size=4), rule=st.sampled_from(_COVERED),
        mean=st.floats(1.0, 50.0), more=st.floats(1.0, 4.0), shape=st.floats(-0.9, 3.0),
        delta=DELTAS)
