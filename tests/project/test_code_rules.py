@@ -31,8 +31,6 @@ PRIVATE_ALLOWED = {
 }
 #: functions over MAX_LINES that stay for now, each with why: "module.function"
 LONG_ALLOWED = {
-    # the fractional-order RDP block
-    "accounting.rdp._frac_block",
     # being rewritten on their own branches (the settings objects, the score-to-bound
     # engine): shortened there
     "leakaudit.auditing.auditor.audit",
