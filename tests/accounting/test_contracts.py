@@ -19,7 +19,14 @@ from hypothesis import strategies as st
 import accounting as A
 from accounting.accountants import ACCOUNTANTS, CERTIFIED, certified, supporting
 from accounting.events import Event, event_from_dict
-from accounting.registry import UnsupportedEventError, event_types, register_event, rules_of
+from accounting.registry import (
+    UnsupportedEventError,
+    event_types,
+    register_event,
+    registered_types,
+    rules_of,
+    unregister_event,
+)
 from accounting.relations import RELATIONS, SAMPLINGS
 
 #: extremes included: sigma from 0.01 (almost no noise) to 1e4, q from 1e-9 to 1
@@ -270,10 +277,7 @@ def test_an_unwired_event_type_is_refused_by_name_and_fails_the_suite():
         with pytest.raises(AssertionError, match="add a strategy"):
             test_every_registered_event_type_has_a_strategy_and_an_accountant()
     finally:
-        from accounting import registry
-
-        registry._TYPES.pop(_Unwired.kind, None)
-        registry._RULES.pop(_Unwired, None)
+        unregister_event(_Unwired)
 
 
 @pytest.mark.parametrize("call", [
@@ -372,8 +376,6 @@ def test_allocation_at_tiny_sigma_is_answered_or_refused_by_name():
     assert math.isfinite(eps) and eps > 100 and method in CERTIFIED
 
 
-@QUIET
-
 def _assert_same_eps(first: list, second: list, delta: float) -> None:
     """Every fast method gives the same eps (or the same refusal) for both histories."""
     for method in FAST:
@@ -383,6 +385,8 @@ def _assert_same_eps(first: list, second: list, delta: float) -> None:
             continue
         assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (method, a, b)
 
+
+@QUIET
 @given(events=histories(2, 4), delta=DELTAS, data=st.data())
 def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, delta, data):
     """Sequential composition commutes: the history in any order, and with a release
@@ -483,12 +487,12 @@ class _Dummy(Event):
 
 
 @pytest.fixture
-def scratch_registry(monkeypatch):
-    """The registry as it is, restored after the test."""
-    from accounting import registry
-
-    for name in ("_TYPES", "_RULES", "_CONVERTERS"):
-        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+def scratch_registry():
+    """The event types registered during the test are unregistered after it."""
+    before = set(registered_types().values())
+    yield
+    for cls in set(registered_types().values()) - before:
+        unregister_event(cls)
 
 
 def test_a_dummy_event_module_left_out_of_the_package_import_fails_by_name(
