@@ -97,6 +97,38 @@ def audit_pair(name: str, point: int, trials: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def _g(v: Any) -> str:
+    if isinstance(v, str) and v in ("inf", "nan"):
+        return v
+    return f"{float(v):.3g}" if isinstance(v, float) else str(v)
+
+
+def table(paths: list[str]) -> str:
+    """The Markdown table of the audited lines of ``paths`` (one file per seed), then the
+    skipped pairs with their reasons."""
+    rows, skipped = [], {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            if "skipped" in r:
+                skipped.setdefault(r["defense"], {})[r["point"]] = r["skipped"]
+            else:
+                rows.append(r)
+    out = ["| defense | point | seed | eps_lower | mu_lower | sound eps | sound mu | flagged "
+           "| eps: world / statistic | mu: world / statistic |", "|---" * 10 + "|"]
+    for r in sorted(rows, key=lambda r: (r["defense"], -r["point"], r["seed"])):
+        flag = f"**yes** ({r['violated_by']})" if r["sound_violated"] else "no"
+        out.append(f"| {r['defense']} | {r['point']} | {r['seed']} | {_g(r['eps_lower'])} | "
+                   f"{_g(r['mu_lower'])} | {_g(r['eps_sound'])} | {_g(r['mu_sound'])} | "
+                   f"{flag} | {r['canary']} / {r['statistic']} | "
+                   f"{r['mu_canary']} / {r['mu_statistic']} |")
+    out.append("")
+    for name, points in sorted(skipped.items()):
+        out.append(f"- {name} (points {', '.join(map(str, sorted(points)))}): "
+                   f"{sorted(set(points.values()))}")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=2000)
@@ -104,7 +136,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--points", default="0,1,2")
     p.add_argument("--defenses", default="", help="comma-separated; default every registered")
     p.add_argument("--out", required=True, help="JSON-lines file (appended, resumable)")
+    p.add_argument("--table", nargs="*", help="print the Markdown table of these files")
     a = p.parse_args(argv)
+    if a.table:
+        print(table(a.table))
+        return
     torch.set_num_threads(1)
     names = a.defenses.split(",") if a.defenses else D.available()
     points = [int(x) for x in a.points.split(",")]
