@@ -198,6 +198,14 @@ def _batches(background: Any, canary: Any, relation: str) -> tuple[tuple[torch.T
     return into, out
 
 
+def _sound_mu(sampler: Sampler, relation: str, sigma: float) -> float:
+    """mu of one release as the sound ledger has it: the relation's distance over sigma,
+    times B where the loader can put one example into a batch up to B times (a weighted
+    sampler or one with replacement: :func:`ledgers`' "every step" rule; unbounded: inf)."""
+    copies = 1 if sampler.kind != "any" else (sampler.batch or math.inf)
+    return distance(relation) * copies / sigma if sigma > 0 else math.inf
+
+
 def run_epsilons(engine: Any, data_loader: Any, relation: str, delta: float
                  ) -> dict[str, Any]:
     """The whole run's claimed and sound eps at ``delta``, from the same
@@ -268,7 +276,7 @@ def audit_optimizer(optimizer: Any, model: nn.Module, data_loader: Any, *,
                      relation=relation, out=out, into=into, paired_in=p_in, paired_out=p_out,
                      sensitivity=scale, noise_std=sigma * scale,
                      mu_claimed=1.0 / sigma if sigma > 0 else math.inf,  # Opacus: add-remove
-                     mu_sound=distance(relation) / sigma if sigma > 0 else math.inf,
+                     mu_sound=_sound_mu(sampler, relation, sigma),
                      delta=delta, confidence=confidence, seed=seed, note=note,
                      findings=setup_findings(optimizer, model, sampler))
     row.update(noise_multiplier=sigma, max_grad_norm=float(optimizer.max_grad_norm),

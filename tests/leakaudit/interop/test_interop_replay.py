@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from leakaudit.interop.opacus import audit_optimizer  # noqa: E402
 from leakaudit.interop.replay import ReplayReport, noise_tolerance  # noqa: E402
+from leakaudit.neighbours import distance  # noqa: E402
 from leakaudit.reporting import Report  # noqa: E402
 
 
@@ -185,6 +186,9 @@ def test_the_row_states_the_whole_runs_eps_from_the_same_ledgers_call(kind):
     else:  # no amplification: the run spends at least one release, and more than claimed
         assert row["eps_sound_run"] >= row["eps_sound"] > 0
         assert row["eps_sound_run"] > row["eps_claimed_run"]
+    # one release: B copies of an example can enter a weighted batch (ledgers()' rule)
+    copies = 8 if kind == "weighted" else 1
+    assert row["mu_sound"] == pytest.approx(distance(row["relation"]) * copies / 1.0)
     # without the engine the row has no run eps (it does not guess one)
     bare = audit_optimizer(opt, model, loader, trials=16, pairs=2).rows()[0]
     assert "eps_sound_run" not in bare
