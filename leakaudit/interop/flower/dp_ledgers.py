@@ -20,13 +20,14 @@ fixed number K of clients and another takes the place):
   by the ledger. Sound: the Gaussian actually added, multiplier s / (2 C) per round (s / C
   under zero-out), whatever Delta says.
 - adaptive clipping wrappers, server- or client-side (Andrew et al. 2021): claimed as fixed
-  clipping with the requested multiplier; sound: per round taken part, the update's Gaussian
-  (multiplier z_Delta after Flower's split, :func:`requested_noise_multiplier`, halved as
-  above) and the clipped-count Gaussian (0/1 bits, sensitivity 1 under every relation, std
-  ``clipped_count_stddev``) as two releases. This holds for update noise drawn at the
-  round's clip, as Andrew et al. draw it; Flower 1.41 draws it at the clip already moved by
-  the round's noisy count (a multiplier z_Delta C_next / C that depends on the count, not
-  bounded here; the reason says so and :func:`~leakaudit.interop.flower.audit_dp` flags it).
+  clipping with the requested multiplier; sound: per round taken part, the clipped-count
+  Gaussian (0/1 bits, sensitivity 1 under every relation, std ``clipped_count_stddev``),
+  the update's Gaussian and a pure delta ``delta_cut``. Flower 1.41 moves the clip by the
+  round's noisy count before it noises the update, so the update's multiplier is
+  z_Delta C_next / C, a function of the count's output; :func:`adaptive_update_multiplier`
+  bounds it below outside the count noise's upper tail of probability ``delta_cut``, and
+  the ledger charges the update at that bound (halved as above) and ``delta_cut`` as an
+  ``ApproxDP(0, delta_cut)`` event.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from scipy.special import ndtri
 
 from accounting.relations import gaussian_sensitivity
 
@@ -45,14 +48,21 @@ from .wrappers import ADAPTIVE, CENTRAL, LOCAL
 
 __all__ = ["ledgers", "CLAIMED_RELATION", "central_noise_multiplier",
            "local_dp_noise_multiplier", "classical_gaussian_std",
-           "requested_noise_multiplier"]
+           "requested_noise_multiplier", "adaptive_update_multiplier", "DELTA_CUT"]
 
 #: DP-FedAvg's claim (McMahan et al. 2018): Poisson client sampling, add/remove adjacency
 CLAIMED_RELATION = "add-remove"
 
+#: default tail cut per round of adaptive clipping: the count noise exceeds its
+#: (1 - DELTA_CUT) quantile with this probability. A fixed 1e-10, not a share of the target
+#: delta (the ledger is built before a delta is asked): 1,000 rounds cost 1e-7, 1 % of a
+#: 1e-5 target, while the Gaussian quantile grows only as sqrt(2 ln(1 / DELTA_CUT)) (6.4)
+DELTA_CUT = 1e-10
+
 
 def ledgers(dp: Any, *, participation: Captured | Mapping[int, Sequence[int]],
-            num_clients: int, rounds: int, neighbouring: str = "replace-one") -> LedgerPair:
+            num_clients: int, rounds: int, neighbouring: str = "replace-one",
+            delta_cut: float = DELTA_CUT) -> LedgerPair:
     """``(claimed, sound)`` ledgers per client for a Flower DP wrapper or ``LocalDpMod``:
     ``ledgers(dp, participation=load(d), num_clients=N, rounds=T)`` (keyword-only after
     ``dp``).
@@ -80,9 +90,14 @@ def ledgers(dp: Any, *, participation: Captured | Mapping[int, Sequence[int]],
             rounds its update was aggregated.
         num_clients: N, the clients Flower sampled from; rounds: rounds run.
         neighbouring: "replace-one" (default), "add-remove" or "zero-out".
+        delta_cut: adaptive clipping only: the probability, per round a client took part,
+            of the count noise's upper tail that the ledger pays as a pure delta
+            (:func:`adaptive_update_multiplier`; default :data:`DELTA_CUT`), in (0, 0.5].
     """
     neighbouring = check_relation("neighbouring", neighbouring)
     num_clients, rounds = check_int("num_clients", num_clients, 1), check_int("rounds", rounds, 0)
+    if not 0.0 < delta_cut <= 0.5:
+        raise ValueError(f"delta_cut must be in (0, 0.5], got {delta_cut!r}")
     records = participation.rounds if isinstance(participation, Captured) else None
     if isinstance(participation, Captured):
         participation = participation.participation
@@ -112,7 +127,8 @@ def ledgers(dp: Any, *, participation: Captured | Mapping[int, Sequence[int]],
     elif isinstance(dp, LOCAL):
         reason = _local(dp, claimed, sound, taken, neighbouring)
     else:
-        reason = _central(dp, claimed, sound, taken, num_clients, rounds, neighbouring)
+        reason = _central(dp, claimed, sound, taken, num_clients, rounds, neighbouring,
+                          delta_cut)
     return LedgerPair(claimed, sound, relation=neighbouring, sampling=SAMPLING,
                       claimed_relation=claimed_relation,
                       claimed_sampling="poisson" if isinstance(dp, CENTRAL)
@@ -191,30 +207,58 @@ def requested_noise_multiplier(update_multiplier: float, clipped_count_stddev: f
     return float((update_multiplier ** -2 + (2 * clipped_count_stddev) ** -2) ** -0.5)
 
 
+def adaptive_update_multiplier(update_multiplier: float, clip_norm_lr: float,
+                               target_quantile: float, clipped_count_stddev: float,
+                               num_sampled: int, delta_cut: float) -> float:
+    """Smallest multiplier of an adaptive-clipping round's update noise outside a tail of
+    probability ``delta_cut`` of the count noise, in units of the round's clip C_t.
+
+    Andrew et al. 2021 (Alg. 1): b~ = (sum_i b_i + N(0, sigma_b^2)) / K and
+    C_{t+1} = C_t exp(-eta (b~ - gamma)); Flower 1.41 (its b_i = 1 when update i was clipped)
+    moves the clip before it noises the update, with std z_Delta C_{t+1} / K on the mean of
+    updates clipped at C_t: the multiplier z_Delta exp(-eta (b~ - gamma)) falls as b~ grows.
+    sum_i b_i <= K, so with probability >= 1 - delta_cut under every dataset
+    b~ <= b_max = 1 + sigma_b Phi^-1(1 - delta_cut) / K and the multiplier is at least
+    z_Delta exp(-eta (b_max - gamma)) (<= z_Delta, since b_max >= 1 >= gamma). A Gaussian of
+    larger std is post-processing of this one, so outside the tail the round is the count's
+    Gaussian then an update Gaussian at least this multiplier (adaptive composition), and the
+    tail costs delta_cut: (eps, delta + delta_cut) per round. eta = 0 gives z_Delta.
+    """
+    z_cut = -float(ndtri(delta_cut))  # Phi^-1(1 - delta_cut), exact in the tail
+    b_max = 1.0 + clipped_count_stddev * z_cut / num_sampled
+    return float(update_multiplier * math.exp(-clip_norm_lr * (b_max - target_quantile)))
+
+
 def _span(relation: str) -> str:
     return "C" if relation == "zero-out" else "2C"
 
 
 def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: int,
-             relation: str) -> str:
+             relation: str, delta_cut: float) -> str:
     k = int(dp.num_sampled_clients)
     q = min(1.0, k / n)
     z_update = float(dp.noise_multiplier)
     count_std = float(getattr(dp, "clipped_count_stddev", 0.0) or 0.0)
     adaptive = isinstance(dp, ADAPTIVE)
     z_claim = requested_noise_multiplier(z_update, count_std) if adaptive else z_update
+    z_sound = adaptive_update_multiplier(
+        z_update, float(dp.clip_norm_lr), float(dp.target_clipped_quantile), count_std, k,
+        delta_cut) if adaptive else z_update
     name = type(dp).__name__
-    z = central_noise_multiplier(z_update, k, 1.0 / k, relation)
+    z = central_noise_multiplier(z_sound, k, 1.0 / k, relation)
     for c in claimed:
         claimed[c].step(q=q, sigma=z_claim, count=rounds,
                         note=f"{name}: DP-FedAvg, q=K/N every round")
         # the ledger charges the relation's sensitivity (2C, or C zero-out) itself: z -> {z}
-        sound[c].step(q=1.0, sigma=z_update, count=taken[c], sampling="fixed-size",
+        sound[c].step(q=1.0, sigma=z_sound, count=taken[c], sampling="fixed-size",
                       note=f"{name}: rounds aggregated, no amplification, {relation}")
         if adaptive:  # a 0/1 bit moves the count by 1 under every relation
             bit = count_std * gaussian_sensitivity("fixed-size", relation)
             sound[c].step(q=1.0, sigma=bit, count=taken[c], sampling="fixed-size",
                           note=f"{name}: clipped-count bit, sensitivity 1")
+        if adaptive:
+            sound[c].dp_step(0.0, delta_cut, count=taken[c],
+                             note=f"{name}: count noise above its 1 - {delta_cut:g} quantile")
     why = (f"claimed: DP-FedAvg's convention, every client every round a Poisson-sampled "
            f"Gaussian step (q = K/N = {q:g}, multiplier {z_claim:g}, add-remove). Flower draws "
            f"a fixed-size cohort with random.sample and the server knows it: no amplification, "
@@ -223,12 +267,13 @@ def _central(dp: Any, claimed: dict, sound: dict, taken: dict, n: int, rounds: i
            f"{z:g}")
     if not adaptive:
         return why
-    return why + (f", and the clipped-count bit (std {count_std:g}, sensitivity 1). Both "
-                  f"hold for update noise drawn at the round's clip; Flower 1.41 draws it at "
-                  f"the clip already moved by the round's noisy count (clip_norm_lr "
-                  f"{float(dp.clip_norm_lr):g}), a multiplier z_Delta C_next / C that "
-                  f"depends on that count and that this ledger does not bound (audit_dp "
-                  f"flags it)")
+    return why + (f"; adaptive clipping: the clipped-count bit first (std {count_std:g}, "
+                  f"sensitivity 1), then the update noise, which Flower 1.41 draws at the "
+                  f"clip already moved by that noisy count (clip_norm_lr "
+                  f"{float(dp.clip_norm_lr):g}): multiplier z_Delta C_next / C, at least "
+                  f"{z_sound:.4g} (z_Delta {z_update:.4g}) unless the count noise exceeds its "
+                  f"1 - {delta_cut:g} quantile, a pure delta {delta_cut:g} per round taken "
+                  f"part (Andrew et al. 2021, Alg. 1)")
 
 
 def _local(dp: Any, claimed: dict, sound: dict, taken: dict, relation: str) -> str:

@@ -25,9 +25,12 @@ from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
 from ..._validate import check_int, check_probability
 from ...neighbours import canary_out
+from ...scoring.bounds import gdp_epsilon
 from .._ledgers import check_relation
 from ..replay import ReplayReport, record, replay_row
 from .dp_ledgers import (
+    DELTA_CUT,
+    adaptive_update_multiplier,
     central_noise_multiplier,
     classical_gaussian_std,
     local_dp_noise_multiplier,
@@ -153,28 +156,37 @@ def _central_setup(dp: Any, canary: np.ndarray, other: np.ndarray, rng: Any,
     mu_claimed, note = 1.0 / z, ("clipped by Flower's fixedclipping_mod at each client"
                                  if client_side else "")
     if isinstance(dp, ADAPTIVE):
-        mu_claimed, mu_sound, note = _adaptive_declared(dp, mu_sound)
+        mu_claimed, mu_sound, note = _adaptive_declared(dp, relation)
     return {"release": release, "std": z * clip / k, "sensitivity": clip / k,
             "mode": f"{type(dp).__name__} ({type(dp).__module__}), K={k}",
             "mu_claimed": mu_claimed, "mu_sound": mu_sound,
             "detached": getattr(dp, "accountant", None), "note": note}
 
 
-def _adaptive_declared(dp: Any, mu_update: float) -> tuple[float, float, str]:
+def _adaptive_declared(dp: Any, relation: str) -> tuple[float, float, str]:
     """(mu_claimed, mu_sound, note) of one adaptive-clipping round: Flower splits the
     requested z into the update's z_Delta (``dp.noise_multiplier``) and the clipped count's
-    2 sigma_b (Andrew et al. 2021, Thm 1); the round releases both, so the sound mu adds the
-    count's 1 / sigma_b (a 0/1 bit, sensitivity 1) to the update's ``mu_update``."""
+    2 sigma_b (Andrew et al. 2021, Thm 1); the round releases both, and Flower draws the
+    update noise at the clip the noisy count moved, so the sound mu adds the count's
+    1 / sigma_b (a 0/1 bit, sensitivity 1) to the update's at the multiplier
+    :func:`.adaptive_update_multiplier` bounds outside a tail of probability
+    :data:`.DELTA_CUT` (the row's sound eps pays that delta)."""
     z, clip = float(dp.noise_multiplier), float(dp.clipping_norm)
+    k = int(dp.num_sampled_clients)
     count_std = float(dp.clipped_count_stddev or 0.0)
     z_round = requested_noise_multiplier(z, count_std)
+    z_cut = adaptive_update_multiplier(z, float(dp.clip_norm_lr),
+                                       float(dp.target_clipped_quantile), count_std, k,
+                                       DELTA_CUT)
+    mu_update = 1.0 / central_noise_multiplier(z_cut, k, 1.0 / k, relation)
     mu_sound = math.hypot(mu_update, 1.0 / count_std if count_std else math.inf)
     where = ("each client clips with Flower's adaptiveclipping_mod at the clip the wrapper "
              "sent and reports its norm bit; " if isinstance(dp, CLIENT_ADAPTIVE) else "")
     return 1.0 / z_round, mu_sound, (
         f"adaptive clipping: {where}the update's effective multiplier z_Delta = {z:.4g} "
         f"(requested {z_round:.4g}, the clipped count's std {count_std:.4g}), clip "
-        f"{clip:g} at the start of the round")
+        f"{clip:g} at the start of the round; sound: the update noise at the clip the noisy "
+        f"count moved, multiplier >= {z_cut:.4g} but with probability {DELTA_CUT:g}")
 
 
 class _Sent:
@@ -371,6 +383,10 @@ def audit_dp(dp: Any, *, dim: int = 2000, neighbouring: str = "replace-one",
                      mu_sound=setup["mu_sound"], delta=delta, confidence=confidence,
                      seed=seed, note=setup["note"])
     row["clipping_norm"] = clip
+    if isinstance(dp, ADAPTIVE):  # the count's tail cut is paid from the row's delta
+        row["eps_sound"] = gdp_epsilon(row["mu_sound"], delta - DELTA_CUT) \
+            if delta > DELTA_CUT else math.inf
+        row["delta_cut"] = DELTA_CUT
     report = ReplayReport(config={"delta": delta, "confidence": confidence, "seed": seed,
                                   "trials": trials, "pairs": pairs, "dim": dim})
     report.add(row)

@@ -182,9 +182,16 @@ def test_adaptive_clipping_claims_the_requested_multiplier():
             FedAvg(), noise_multiplier=1.2, num_sampled_clients=N, clipped_count_stddev=2.0)
         claimed, sound = lf.ledgers(dp, participation={0: [1]}, num_clients=N, rounds=1)
     assert claimed[0].events[0].sigma == pytest.approx(1.2)
-    # the update's Gaussian at z_Delta/2 (replace-one); a 0/1 bit moves the count by 1
-    assert [s for _, s, _ in effective_steps(sound[0])] == pytest.approx(
-        [dp.noise_multiplier / 2, 2.0])
+    # the update's Gaussian at the clip moved by the count's upper tail, halved
+    # (replace-one); a 0/1 bit moves the count by 1; the tail's delta
+    worst = lf.dp_ledgers.adaptive_update_multiplier(
+        dp.noise_multiplier, dp.clip_norm_lr, dp.target_clipped_quantile, 2.0, N,
+        lf.dp_ledgers.DELTA_CUT)
+    gaussians = PrivacyLedger(relation=sound[0].relation)
+    for e in sound[0].events[:2]:
+        gaussians.record(e)
+    assert [s for _, s, _ in effective_steps(gaussians)] == pytest.approx([worst / 2, 2.0])
+    assert sound[0].events[2].delta == lf.dp_ledgers.DELTA_CUT
     assert dp.noise_multiplier > 1.2  # Flower moved part of the noise to the count
 
 
@@ -450,4 +457,5 @@ def test_both_flower_import_paths_are_accepted():
         adaptive = OldCA(OldFedAvg(), noise_multiplier=1.2, num_sampled_clients=N,
                          clipped_count_stddev=2.0)
         pair = lf.ledgers(adaptive, participation={0: [1]}, num_clients=N, rounds=1)
-    assert len(pair.sound[0].events) == 2  # the update's and the count's Gaussians
+    # the update's and the count's Gaussians, the count's tail as a pure delta
+    assert len(pair.sound[0].events) == 3
