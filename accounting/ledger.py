@@ -124,12 +124,25 @@ class PrivacyLedger(LedgerRecording, LedgerJSON):
         if event.steps:
             self._append(event)
 
+    @classmethod
+    def from_events(cls, events: Iterable[Event], relation: str = ADD_REMOVE,
+                    orders: object = None) -> PrivacyLedger:
+        """A ledger holding exactly ``events``, in order (nothing merged or dropped; each
+        checked against ``relation``): how a stored or converted history is rebuilt."""
+        new = cls(relation=relation, orders=orders)
+        for event in events:
+            if not isinstance(event, Event):
+                raise ValueError(f"events must be accounting.events.Event, got {type(event)!r}")
+            new._check_event_relation(event)
+            new._events.append(event)
+        return new
+
     def converted(self, relation: str) -> PrivacyLedger:
         """A new ledger of ``relation`` holding this ledger's events, each converted where a
         valid conversion exists (:func:`accounting.relations.convert_event`), else ValueError."""
-        new = PrivacyLedger(relation=check_relation("relation", relation), orders=self.orders)
-        new._events = [convert_event(e, relation) for e in self._events]
-        return new
+        relation = check_relation("relation", relation)
+        return PrivacyLedger.from_events((convert_event(e, relation) for e in self._events),
+                                         relation=relation, orders=self.orders)
 
     @property
     def events(self) -> tuple[Event, ...]:

@@ -17,11 +17,12 @@ LEDGER_FORMAT = "leakaudit.ledger/1"
 
 class LedgerJSON:
     """to_dict / to_json / save and from_dict / from_json / load of
-    :class:`accounting.PrivacyLedger` (which needs ``relation``, ``orders``, ``_events``)."""
+    :class:`accounting.PrivacyLedger` (through its ``relation``, ``orders``, ``events`` and
+    ``from_events``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": LEDGER_FORMAT, "relation": self.relation,
-                "orders": self.orders.tolist(), "events": [e.to_dict() for e in self._events]}
+                "orders": self.orders.tolist(), "events": [e.to_dict() for e in self.events]}
 
     def to_json(self, **kwargs: Any) -> str:
         """The full per-step history as JSON (floats round-trip exactly)."""
@@ -31,15 +32,12 @@ class LedgerJSON:
     def from_dict(cls, data: dict[str, Any]) -> Any:
         if not isinstance(data, dict) or data.get("format") != LEDGER_FORMAT:
             raise ValueError(f"not a ledger: expected format {LEDGER_FORMAT!r}")
-        ledger = cls(relation=data.get("relation", ADD_REMOVE), orders=data.get("orders"))
         events = data.get("events", [])
         if not isinstance(events, list):
             raise ValueError("ledger 'events' must be a list")
-        for item in events:
-            event = event_from_dict(item)
-            ledger._check_event_relation(event)
-            ledger._events.append(event)
-        return ledger
+        return cls.from_events((event_from_dict(item) for item in events),
+                               relation=data.get("relation", ADD_REMOVE),
+                               orders=data.get("orders"))
 
     @classmethod
     def from_json(cls, text: str) -> Any:

@@ -158,6 +158,84 @@ def _log_abs_binom(a: np.ndarray, i: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return log_abs, sign
 
 
+def _a_terms(log_q: float, log_1mq: float, z0: np.ndarray, inv2s2: np.ndarray,
+             rs2: np.ndarray, alphas: np.ndarray, i: np.ndarray, need_a1: np.ndarray):
+    """log |term| of the A series for sigmas (r,) x orders (c,) x indices i (n,), and the
+    sign of C(a, i), shape (c, n) (Mironov, Talwar, Zhang 2019, Section 3.3):
+      A0_i = C(a,i) q^i (1-q)^(a-i) exp((i^2-i)/(2s^2)) erfc((i - z0)/(sqrt2 s)) / 2,
+      A1_i = C(a,i) q^(a-i) (1-q)^i exp((j^2-j)/(2s^2)) erfc((z0 - j)/(sqrt2 s)) / 2, j = a - i,
+    the A1 part added only where ``need_a1`` (r, c); both parts share the sign of C(a, i)."""
+    a = alphas[:, None]
+    log_c, sgn = _log_abs_binom(a, i)  # (c, n)
+    j = a - i[None, :]
+    lt0 = log_c + i[None, :] * log_q + j * log_1mq
+    e0 = _LOG_HALF + _log_erfc((i[None, :] - z0[:, None]) / rs2[:, None])
+    e0 += (i * i - i)[None, :] * inv2s2[:, None]
+    t = lt0[None] + e0[:, None, :]  # (r, c, n): A0 terms
+    if need_a1.any():
+        rr, cc = np.nonzero(need_a1)
+        jj = j[cc]  # (m, n)
+        x1 = (z0[rr][:, None] - jj) / rs2[rr][:, None]
+        lt1 = log_c[cc] + jj * log_q + i[None, :] * log_1mq
+        s1 = lt1 + (jj * jj - jj) * inv2s2[rr][:, None] + _LOG_HALF + _log_erfc(x1)
+        t[rr, cc] = np.logaddexp(t[rr, cc], s1)
+    return t, sgn
+
+
+def _signed_sums(t: np.ndarray, sgn: np.ndarray, sub_scale: np.ndarray):
+    """Sum one chunk of signed terms (log |term| ``t`` (r, c, n), sign ``sgn`` (c, n)) under a
+    running log-scale: (new scale, (signed, absolute) sums, last and previous log |term|,
+    rescale factor of the old sums), what :func:`_fast_chunk` returns. ``t`` is overwritten."""
+    new_scale = np.maximum(sub_scale, t.max(axis=2))
+    with np.errstate(invalid="ignore"):
+        rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
+        t -= new_scale[:, :, None]
+        np.exp(t, out=t)
+        t *= sgn[None]
+        sums = np.nansum(t, axis=2), np.nansum(np.abs(t), axis=2)
+    with np.errstate(divide="ignore"):  # the last terms, back in log space
+        last = np.log(np.abs(t[:, :, -1])) + new_scale
+        prev = np.log(np.abs(t[:, :, -2])) + new_scale
+    return new_scale, sums, last, prev, rescale
+
+
+def _sum_series(log_q: float, alphas: np.ndarray, shape: tuple[int, int], n: int,
+                chunk, floor):
+    """Sum a signed series over i = 0, 1, ... in doubling chunks until every (sigma, order)
+    converged: past the sign-changing head (i > a + 2), decreasing, and below
+    ``floor(scale)``. ``chunk(rows, cols, i, scale)`` returns what :func:`_signed_sums`
+    returns. Returns (scale, signed sum, sum of |terms|, log of the last term: the
+    truncation bound); past _MAX_TERMS a :class:`SeriesConvergenceWarning` and +inf."""
+    scale = np.full(shape, -np.inf)  # running log-scale per element
+    acc, abs_acc = np.zeros(shape), np.zeros(shape)  # signed and |.| sums of exp(term - scale)
+    tail = np.full(shape, -np.inf)
+    active = np.ones(shape, dtype=bool)
+    start = 0
+    while active.any():
+        rows = np.flatnonzero(active.any(axis=1))
+        cols = np.flatnonzero(active.any(axis=0))
+        ix = np.ix_(rows, cols)
+        i = np.arange(start, start + n, dtype=float)
+        sub_active, sub_scale = active[ix], scale[ix]
+        new_scale, sums, last, prev, rescale = chunk(rows, cols, i, sub_scale)
+        acc[ix] = np.where(sub_active, acc[ix] * rescale + sums[0], acc[ix])
+        abs_acc[ix] = np.where(sub_active, abs_acc[ix] * rescale + sums[1], abs_acc[ix])
+        scale[ix] = np.where(sub_active, new_scale, sub_scale)
+        past_head = (start + n) > (alphas[cols] + 2)[None, :]
+        done = past_head & (last <= prev) & (np.maximum(last, prev) < floor(new_scale))
+        active[ix] = sub_active & ~done
+        tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
+        start += n
+        n = min(2 * n, 4096)
+        if start > _MAX_TERMS and active.any():
+            warnings.warn(f"fractional-order RDP series did not converge after {start} terms "
+                          f"(q={math.exp(log_q):.3g}); those orders are reported as +inf",
+                          SeriesConvergenceWarning, stacklevel=4)
+            scale[active], acc[active] = np.inf, 1.0
+            break
+    return scale, acc, abs_acc, tail
+
+
 def _frac_block(
     log_q: float,
     log_1mq: float,
@@ -167,79 +245,23 @@ def _frac_block(
     """log A_alpha for a block of sigmas (R,) x fractional alphas (C,): the two-series form.
 
     Mironov, Talwar, Zhang 2019, Section 3.3, with z0 = sigma^2 log(1/q - 1) + 1/2:
-      A0 = sum_i C(a,i) q^i (1-q)^(a-i) exp((i^2-i)/(2s^2)) erfc((i - z0)/(sqrt2 s)) / 2
-      A1 = sum_i C(a,i) q^(a-i) (1-q)^i exp((j^2-j)/(2s^2)) erfc((z0 - j)/(sqrt2 s)) / 2,
-    j = a - i. C(a,i) changes sign for i > a + 1: the sum is signed, never of absolute values
-    (summing |terms| is the overestimate we found in dp-accounting).
+    A = sum_i (A0_i + A1_i) (:func:`_a_terms`), summed until the terms fall below
+    exp(_TERM_FLOOR). C(a,i) changes sign for i > a + 1: the sum is signed, never of
+    absolute values (summing |terms| is the overestimate we found in dp-accounting).
     """
-    R, C = sigmas.size, alphas.size
     z0 = sigmas**2 * (log_1mq - log_q) + 0.5
     inv2s2 = 1.0 / (2.0 * sigmas**2)
     rs2 = math.sqrt(2.0) * sigmas
     need_a1 = _log_a1_bound(log_q, z0, inv2s2, rs2, alphas) > _TERM_FLOOR - 14.0
-    scale = np.full((R, C), -np.inf)  # running log-scale per element
-    acc = np.zeros((R, C))  # signed sum of exp(term - scale)
-    abs_acc = np.zeros((R, C))  # sum of |exp(term - scale)|, for the round-off allowance
-    tail = np.full((R, C), -np.inf)  # log |last term| at convergence: the truncation bound
-    active = np.ones((R, C), dtype=bool)
-    start = 0
+
+    def chunk(rows, cols, i, sub_scale):
+        t, sgn = _a_terms(log_q, log_1mq, z0[rows], inv2s2[rows], rs2[rows], alphas[cols], i,
+                          need_a1[np.ix_(rows, cols)])
+        return _signed_sums(t, sgn, sub_scale)
+
     n = int(np.clip(math.ceil(36.0 / max(-log_q, 1e-3)) + 4, 8, 256))
-    while active.any():
-        rows = np.flatnonzero(active.any(axis=1))
-        cols = np.flatnonzero(active.any(axis=0))
-        ix = np.ix_(rows, cols)
-        i = np.arange(start, start + n, dtype=float)
-        a = alphas[cols][:, None]
-        log_c, sgn = _log_abs_binom(a, i)  # (c, n)
-        j = a - i[None, :]
-        lt0 = log_c + i[None, :] * log_q + j * log_1mq
-        iv = inv2s2[rows]
-        e0 = _LOG_HALF + _log_erfc((i[None, :] - z0[rows][:, None]) / rs2[rows][:, None])
-        e0 += (i * i - i)[None, :] * iv[:, None]
-        t = lt0[None] + e0[:, None, :]  # (r, c, n): A0 terms
-        sub_need = need_a1[ix]
-        if sub_need.any():
-            rr, cc = np.nonzero(sub_need)
-            jj = j[cc]  # (m, n)
-            x1 = (z0[rows][rr][:, None] - jj) / rs2[rows][rr][:, None]
-            lt1 = log_c[cc] + jj * log_q + i[None, :] * log_1mq
-            s1 = lt1 + (jj * jj - jj) * iv[rr][:, None] + _LOG_HALF + _log_erfc(x1)
-            t[rr, cc] = np.logaddexp(t[rr, cc], s1)  # both parts share the sign of C(a, i)
-        # signed accumulation with a running scale
-        sub_scale = scale[ix]
-        new_scale = np.maximum(sub_scale, t.max(axis=2))
-        with np.errstate(invalid="ignore"):
-            rescale = np.where(np.isfinite(sub_scale), np.exp(sub_scale - new_scale), 0.0)
-            t -= new_scale[:, :, None]
-            np.exp(t, out=t)
-            t *= sgn[None]
-            sub_acc = acc[ix] * rescale + np.nansum(t, axis=2)
-            sub_abs = abs_acc[ix] * rescale + np.nansum(np.abs(t), axis=2)
-        # the last terms, back in log space, decide convergence
-        with np.errstate(divide="ignore"):
-            last = np.log(np.abs(t[:, :, -1])) + new_scale
-            prev = np.log(np.abs(t[:, :, -2])) + new_scale
-        sub_active = active[ix]
-        acc[ix] = np.where(sub_active, sub_acc, acc[ix])
-        abs_acc[ix] = np.where(sub_active, sub_abs, abs_acc[ix])
-        scale[ix] = np.where(sub_active, new_scale, sub_scale)
-        # converged: past the sign-changing head, decreasing, and below the floor
-        past_head = (start + n) > (alphas[cols] + 2)[None, :]
-        done = past_head & (last <= prev) & (np.maximum(last, prev) < _TERM_FLOOR)
-        active[ix] = sub_active & ~done
-        tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
-        start += n
-        n = min(2 * n, 4096)
-        if start > _MAX_TERMS and active.any():
-            warnings.warn(
-                f"fractional-order RDP series did not converge after {start} terms "
-                f"(q={math.exp(log_q):.3g}); those orders are reported as +inf",
-                SeriesConvergenceWarning,
-                stacklevel=3,
-            )
-            scale[active] = np.inf
-            acc[active] = 1.0
-            break
+    scale, acc, abs_acc, tail = _sum_series(log_q, alphas, (sigmas.size, alphas.size), n,
+                                            chunk, lambda _: _TERM_FLOOR)
     return _log_with_allowance(scale, acc, abs_acc, tail)
 
 
@@ -408,39 +430,17 @@ def _frac_block_small_q(log_q: float, log_1mq: float, sigmas: np.ndarray,
     a1_log = _log_a1_bound(log_q, z0, inv2s2, rs2, alphas)
     need_a1 = a1_log > est - 40.0
     skipped = np.where(need_a1, -np.inf, a1_log)
-    scale = np.full((R, C), -np.inf)
-    acc, abs_acc = np.zeros((R, C)), np.zeros((R, C))
-    tail = np.full((R, C), -np.inf)
-    active = np.ones((R, C), dtype=bool)
-    start = 0
-    n = int(np.clip(math.ceil(40.0 / max(-log_q, 1e-3)) + 4, 8, 256))
-    while active.any():
-        rows = np.flatnonzero(active.any(axis=1))
-        cols = np.flatnonzero(active.any(axis=0))
-        ix = np.ix_(rows, cols)
-        i = np.arange(start, start + n, dtype=float)
-        sub_active = active[ix]
-        sub_scale = scale[ix]
-        fast = None if need_a1[ix].any() else _fast_chunk(
+
+    def chunk(rows, cols, i, sub_scale):
+        fast = None if need_a1[np.ix_(rows, cols)].any() else _fast_chunk(
             log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i, sub_scale)
-        new_scale, sums, last, prev, rescale = fast if fast is not None else _slow_chunk(
+        return fast if fast is not None else _slow_chunk(
             log_q, log_1mq, sigmas[rows], z0[rows], alphas[cols], i, sub_scale,
-            need_a1[ix], inv2s2[rows], rs2[rows])
-        acc[ix] = np.where(sub_active, acc[ix] * rescale + sums[0], acc[ix])
-        abs_acc[ix] = np.where(sub_active, abs_acc[ix] * rescale + sums[1], abs_acc[ix])
-        scale[ix] = np.where(sub_active, new_scale, sub_scale)
-        past_head = (start + n) > (alphas[cols] + 2)[None, :]
-        done = past_head & (last <= prev) & (np.maximum(last, prev) < new_scale - 40.0)
-        active[ix] = sub_active & ~done
-        tail[ix] = np.where(sub_active & done, np.maximum(last, prev), tail[ix])
-        start += n
-        n = min(2 * n, 4096)
-        if start > _MAX_TERMS and active.any():
-            warnings.warn(f"fractional-order RDP series did not converge after {start} terms "
-                          f"(q={math.exp(log_q):.3g}); those orders are reported as +inf",
-                          SeriesConvergenceWarning, stacklevel=3)
-            scale[active], acc[active] = np.inf, 1.0
-            break
+            need_a1[np.ix_(rows, cols)], inv2s2[rows], rs2[rows])
+
+    n = int(np.clip(math.ceil(40.0 / max(-log_q, 1e-3)) + 4, 8, 256))
+    scale, acc, abs_acc, tail = _sum_series(log_q, alphas, (R, C), n, chunk,
+                                            lambda s: s - 40.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         slack = (2.0 * np.exp(tail - scale) + _ULPS * np.finfo(float).eps * abs_acc
                  + np.exp(skipped - scale))

@@ -25,14 +25,16 @@ Adding an event type = one file with the class and one call::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
 __all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PLDPart", "RDPPart",
-           "FAMILIES", "register_event", "event_types", "event_class", "rules_of", "parts",
+           "FAMILIES", "register_event", "unregister_event", "event_types", "registered_types",
+           "event_class", "rules_of", "parts",
            "why_unsupported", "merge_repeats", "gaussian_groups", "no_privacy_reason",
            "group_pairs", "why_infinite", "pure_total", "converter", "ACCOUNTANTS",
            "register_accountant"]
@@ -152,6 +154,15 @@ def register_event(cls: type, convert: Converter | None = None, **rules: Rule) -
     return cls
 
 
+def unregister_event(cls: type) -> None:
+    """Remove event type ``cls``, its rules and its converter from the registry (a no-op where
+    it is not registered): for a type defined for a while, e.g. by a test."""
+    if _TYPES.get(getattr(cls, "kind", None)) is cls:
+        del _TYPES[cls.kind]
+    _RULES.pop(cls, None)
+    _CONVERTERS.pop(cls, None)
+
+
 def converter(cls: type) -> Converter | None:
     """The relation converter registered for ``cls`` or its nearest registered base."""
     return next((_CONVERTERS[b] for b in cls.__mro__ if b in _CONVERTERS), None)
@@ -162,6 +173,11 @@ def event_types() -> tuple[type, ...]:
     return tuple(_TYPES.values())
 
 
+def registered_types() -> Mapping[str, type]:
+    """Every registered event type by its ``kind``: a read-only view of the registry."""
+    return MappingProxyType(_TYPES)
+
+
 def event_class(kind: str) -> type:
     """The registered event type of ``kind`` (ValueError naming the known ones)."""
     if kind not in _TYPES:
@@ -169,9 +185,9 @@ def event_class(kind: str) -> type:
     return _TYPES[kind]
 
 
-def rules_of(cls: type) -> dict[str, Rule]:
-    """The rules registered for ``cls`` (a copy)."""
-    return dict(_RULES.get(cls, {}))
+def rules_of(cls: type) -> Mapping[str, Rule]:
+    """The rules registered for ``cls`` itself, family -> rule (read-only; empty where none)."""
+    return MappingProxyType(dict(_RULES.get(cls, {})))
 
 
 def _rules(cls: type) -> dict[str, Rule] | None:

@@ -28,8 +28,7 @@ stage and noise, with the bound no attack can beat on the same axes.
     Clopper-Pearson interval next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond
     its interval makes the run
     exit 1 (``--identification-only`` runs this section alone). Model: a ReLU MLP with one
-    hidden layer of 100 (see
-    :func:`benchmarks.leakage.identification.identification_model`), clip 0.5 (below every
+    hidden layer of 100 (see :func:`identification_model`), clip 0.5 (below every
     per-example gradient norm, so every candidate has norm C), client lr 1.
 
 Scoring per image (the scorer alone sees the truth): Hungarian matching, then PSNR, SSIM
@@ -75,15 +74,35 @@ from benchmarks._common import (
     today,
     write_outputs,
 )
-from benchmarks.leakage.identification import (
+from benchmarks.leakage_cells import (
+    COLUMNS,
+    PROFILES,
+    TINY,
+    Profile,
+    build_model,
+    collect,
+    engine_of,
+    identification_cell,
+    identification_model,
+    load_dataset,
+    plan,
+    refine_sigmas,
+    release_bound,
+    run_sweeps,
+    stage_weights,
+    store_config,
+)
+from benchmarks.leakage_identification import (
+    identification_failures,
     identification_jobs,
+    identification_main,
     identification_section,
     plot_identification,
     write_id_csv,
 )
-from benchmarks.leakage.jobs import engine_of, execute, plan, stage_weights
-from benchmarks.leakage.profile import COLUMNS, PROFILES, Profile, csv_rows, load_dataset
-from benchmarks.leakage.report import (
+from benchmarks.leakage_report import (
+    above_bound,
+    csv_rows,
     grid_section,
     label_section,
     plot,
@@ -91,11 +110,24 @@ from benchmarks.leakage.report import (
     reading_section,
     run_summary,
     sweep_section,
+    transition,
 )
-from benchmarks.leakage.sweeps import collect, run_sweeps
 from leakaudit import data, metrics
+from leakaudit.auditing.identification import release_mu
 from leakaudit.auditing.results import ResultsFile
 from leakaudit.engines import ENGINE_HELP, ENGINES
+
+#: the benchmark's names, wherever they live (tests and users import them from here)
+__all__ = [
+    'COLUMNS', 'PROFILES', 'Profile', 'TINY', 'above_bound', 'build_model', 'collect',
+    'csv_rows', 'engine_of', 'grid_section', 'identification_cell',
+    'identification_failures', 'identification_jobs', 'identification_main',
+    'identification_model', 'identification_section', 'label_section', 'load_dataset',
+    'main', 'plan', 'plot', 'plot_identification', 'plot_reconstructions',
+    'reading_section', 'refine_sigmas', 'release_bound', 'release_mu', 'run_summary',
+    'run_sweeps', 'stage_weights', 'store_config', 'sweep_section', 'transition',
+    'write_id_csv',
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,12 +184,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def store_config(prof: Profile, args: argparse.Namespace) -> dict[str, Any]:
-    return {"dataset": prof.dataset, "seed": args.seed, "lr": prof.client_lr,
-            "train": prof.train, "points": prof.points, "options": prof.options,
-            "version": 3}
-
-
 def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Namespace
            ) -> tuple[int, list[dict[str, Any]], Callable[[Path], None]]:
     """Sections (a) and (b) and the reconstructions figure; returns the status (1 when a
@@ -192,20 +218,6 @@ def curves(report: Report, prof: Profile, ds: data.Dataset, args: argparse.Names
                     "95 % interval.**")
         return 1, rows, figure
     return 0, rows, figure
-
-
-def identification_main(report: Report, prof: Profile, args: argparse.Namespace) -> int:
-    """Only section (d) (``--identification-only``): its table, figure and CSV."""
-    store = ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
-    ident = identification_jobs(prof, args.seed)
-    execute(ident, store, engine_of(args))
-    rows = [r for k, _ in ident for r in store.get("job", k)["rows"]]
-    idc = identification_section(report, rows)
-    plot_identification(rows, args.out / "leakage_identification.png")
-    write_id_csv(rows, args.out / "leakage_identification.csv")
-    for r in idc["fails"]:
-        print(f"MEASURED ABOVE BOUND: {r}", file=sys.stderr)
-    return 1 if idc["fails"] else 0
 
 
 if __name__ == "__main__":

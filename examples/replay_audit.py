@@ -91,7 +91,9 @@ def flower_rows(trials: int) -> list[dict]:
     from flwr.client.mod import LocalDpMod as OldLocalDpMod
     from flwr.clientapp.mod import LocalDpMod
     from flwr.serverapp.strategy import (
+        DifferentialPrivacyClientSideAdaptiveClipping,
         DifferentialPrivacyClientSideFixedClipping,
+        DifferentialPrivacyServerSideAdaptiveClipping,
         DifferentialPrivacyServerSideFixedClipping,
         FedAvg,
     )
@@ -108,6 +110,15 @@ def flower_rows(trials: int) -> list[dict]:
     for mod in (LocalDpMod, OldLocalDpMod):
         rows += audit_dp(mod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5),
                          trials=trials).rows()
+    # adaptive clipping (Andrew et al. 2021): requested z 1, clipped-count std 2, K 4; a clip
+    # that does not move within the round (lr 1e-12), then Flower's default lr 0.2
+    for wrapper in (DifferentialPrivacyServerSideAdaptiveClipping,
+                    DifferentialPrivacyClientSideAdaptiveClipping):
+        for lr in (1e-12, 0.2):
+            dp = wrapper(FedAvg(), noise_multiplier=1.0, num_sampled_clients=4,
+                         initial_clipping_norm=1.0, clipped_count_stddev=2.0, clip_norm_lr=lr)
+            rows += audit_dp(dp, trials=trials, neighbouring="zero-out").rows()
+            rows[-1]["mode"] += f", clip_norm_lr {lr:g}"
     return rows
 
 

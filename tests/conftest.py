@@ -7,11 +7,13 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Under pytest-xdist (`make test` runs `-n auto`) every worker is one process per core: one
-# intra-op thread each, so two workers on two cores do not fight over four threads.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("MKL_NUM_THREADS", "1")
+# One intra-op thread per test process (set before torch is imported; a caller's setting
+# wins), as every simulation of the audit runs: under pytest-xdist (`make test` runs
+# `-n auto`) each worker is one process per core, so two workers on two cores do not fight
+# over four threads; and a single-process run (`pytest -k ...`) of the tests' tiny models
+# is not slowed by threads waiting on a busy machine's cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 settings.register_profile(
     "ci",

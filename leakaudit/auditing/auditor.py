@@ -75,7 +75,8 @@ from .report import AuditReport
 from .trainings import Setting, Training
 
 __all__ = ["audit", "AuditPlan", "PROFILES", "DEFAULT_DEFENSES", "AuditProfile", "ENGINES",
-           "DEFAULT_STAGES", "MeasuredEps", "MOVED", "PAPER_PARAMS", "POINTS", "STAGES"]
+           "DEFAULT_STAGES", "MeasuredEps", "MOVED", "fold_plan", "PAPER_PARAMS", "POINTS",
+           "STAGES"]
 
 #: training stage of the audited weights -> rounds of the training run before the attack
 #: (None: all of them, the profile's ``rounds``; the weights whose accuracy the report shows)
@@ -308,7 +309,9 @@ def _with_exact_tier(plan: AuditPlan, model: nn.Module, attacks: Sequence[Any] |
     return plan.replace(attacks=(*plan.attacks, *extra)) if extra else plan
 
 
-def _fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
+def fold_plan(plan: AuditPlan | None, old: dict[str, Any]) -> AuditPlan:
+    """``plan`` (None: ``AuditPlan.make()``) with the old keywords ``old`` set (audit()'s
+    deprecated form), checked as :meth:`AuditPlan.replace` checks them."""
     return (plan or AuditPlan.make()).replace(**old)
 
 
@@ -318,7 +321,7 @@ MOVED = {
     "plan": Moved(names=("profile", "points", "examples", "rounds", "max_iterations",
                          "restarts", "threshold", "delta", "trained", "batch_size",
                          "local_steps", "stage", "stages", "device"),
-                  fold=_fold_plan, how="AuditPlan.make"),
+                  fold=fold_plan, how="AuditPlan.make"),
     "engine": Moved(names=("workers", "ray_address"), fold=fold_engine,
                     how="EngineConfig.make"),
 }
@@ -378,11 +381,7 @@ def audit(
             empirical audit's): the defense table gains a "measured eps >=" column.
         identify: the prior-aware attack's budget per defense and stage (None: not run).
     """
-    plan = plan or AuditPlan.make()
-    if not isinstance(plan, AuditPlan):
-        raise ValueError(f"plan must be an AuditPlan (AuditPlan.make(...)), got {plan!r}")
-    if attacks is not None:
-        plan = plan.replace(attacks=attacks)
+    plan = _given_plan(plan, attacks)
     runs_on = EngineConfig.of(engine)
     check_int("seed", seed, 0)
     defs = fl.resolve_defenses(defenses, defense_params, base=plan.profile.defense_params)
@@ -391,33 +390,16 @@ def audit(
     plan = _with_exact_tier(plan, model, attacks, tuple(ds.input_shape))
     clients = max(plan.profile.clients, plan.examples)
     _check_sizes(plan, ds, clients)
-    config = (_config(ds, model, seed, plan.profile_name, plan, plan.threshold, plan.delta,
-                      plan.trained, clients)
-              | _empirical_config(measure) | _identify_config(identify))
-    store = ResultsFile(results, config)
     setting = Setting(plan, ds, model, clients, seed)
-    cells = [(d, *c) for d in defs for c in _cells(plan)]
-    units = [u for d in defs for u in _training_units(d, setting)]
-    pending = [u for u in units if _training_pending(u, store, cells)]
-    todo = sum(not store.has("cell", _cell_key(*c)) for c in cells) + len(pending)
-    total = len(cells) + len(units)
-    report = AuditReport(config=config, threshold=plan.threshold, delta=plan.delta)
-    memo: dict[str, dict[str, Any]] = {}  # cells of the same content run once (run_jobs)
-    # one bar over every unit, started at what is done: the rate (and the ETA) is this run's
-    with Workload(runs_on, total=total, done=total - todo, desc="audit",
-                  progress=progress) as work:
-        _train(pending, setting, store, work)
-        for d in defs:
-            work.describe(f"{d.name}: measure eps" if measure is not None else d.name)
-            train = _with_measured(store.get("training", d.describe()), d, store,
-                                   plan.points, measure, seed, plan.delta)
-            report.add_defense(d.describe(), d.name, train)
-            for stage in plan.stages:
-                jobs = _stage(d, stage, setting, cells, store, report)
-                _identify_stage(d, stage, setting, store, report, identify)
-                work.describe(f"{d.name}: attack {stage}")
-                run_jobs(jobs, work, store, on_done=work.advance, memo=memo)
-    return _with_cells(report, store, cells)
+    return _Audit.start(defs, setting, results, measure, identify).run(runs_on, progress)
+
+
+def _given_plan(plan: AuditPlan | None, attacks: Sequence[Any] | None) -> AuditPlan:
+    """The caller's plan (default ``AuditPlan.make()``) with the ``attacks`` given."""
+    plan = plan or AuditPlan.make()
+    if not isinstance(plan, AuditPlan):
+        raise ValueError(f"plan must be an AuditPlan (AuditPlan.make(...)), got {plan!r}")
+    return plan if attacks is None else plan.replace(attacks=attacks)
 
 
 def _check_sizes(plan: AuditPlan, ds: data_mod.Dataset, clients: int) -> None:
@@ -513,30 +495,6 @@ def _training_record(unit: _Unit, plan: AuditPlan, rec: dict[str, Any]) -> dict[
             "relation": rec["relation"], "sites": sorted(d.sites), "settings": rec["settings"]}
 
 
-def _stage(d: defenses_mod.Defense, stage: str, setting: Setting, cells: list[tuple],
-           store: ResultsFile, report: AuditReport) -> list[tuple[str, CellJob]]:
-    """One stage of one defense: its record into the report (stored, or made now from the
-    training's and stored) and the jobs of its pending cells (none when resumed)."""
-    plan = setting.plan
-    pending = {_cell_key(*c) for c in cells if c[0] is d and c[1] == stage
-               and not store.has("cell", _cell_key(*c))}
-    key = f"{d.describe()}|{stage}"
-    rounds = _stage_rounds(plan, stage)
-    if not store.has("stage", key):  # a stage of its own training stored it already
-        train = store.get("training", d.describe())
-        info = {k: train[k] for k in ("accuracy", "eps_claimed", "eps_sound")}
-        if rounds == 0:
-            spent = None if plan.trained else 0.0  # given trained weights: eps unknown
-            info = {"accuracy": setting.accuracy(setting.model), "eps_claimed": spent,
-                    "eps_sound": spent}
-        store.put("stage", key, finite_json({"stage": stage, "rounds": rounds, **info}))
-    report.add_stage(d.describe(), stage, store.get("stage", key))
-    if not pending:
-        return []
-    return setting.attack_jobs(d, _stage_start(d, stage, setting, store),
-                               key=lambda t: f"{key}|{t.observation.point}", pending=pending)
-
-
 def _stage_start(d: defenses_mod.Defense, stage: str, setting: Setting,
                  store: ResultsFile) -> nn.Module:
     """The weights a stage attacks: the given model (0 rounds) or its stored training's."""
@@ -554,22 +512,15 @@ def _cells(plan: AuditPlan) -> list[tuple[str, int, str, int]]:
             for e in range(plan.examples)]
 
 
-def _with_cells(report: AuditReport, store: ResultsFile, cells: list[tuple]) -> AuditReport:
-    """The report with every cell, in canonical order (whatever order they finished in),
-    each with its stage."""
-    for cell in cells:
-        report.add_cell(dict(store.get("cell", _cell_key(*cell)), stage=cell[1]))
-    return report
-
-
-def _config(ds: data_mod.Dataset, model: nn.Module, seed: int, profile: str, plan: AuditPlan,
-            threshold: float, delta: float, trained: bool, clients: int) -> dict[str, Any]:
+def _config(setting: Setting) -> dict[str, Any]:
     """What the report records about the audit (and the results file's fingerprint)."""
-    return {"dataset": ds.name, "model": repr(model), "weights": _weights_digest(model),
-            "seed": seed, "profile": profile, "examples": plan.examples,
-            "rounds": plan.rounds, "max_iterations": plan.max_iterations,
-            "restarts": plan.restarts, "threshold": threshold, "delta": delta,
-            "trained": trained, "clients": clients, "batch_size": plan.batch_size,
+    plan = setting.plan
+    return {"dataset": setting.dataset.name, "model": repr(setting.model),
+            "weights": _weights_digest(setting.model), "seed": setting.seed,
+            "profile": plan.profile_name, "examples": plan.examples, "rounds": plan.rounds,
+            "max_iterations": plan.max_iterations, "restarts": plan.restarts,
+            "threshold": plan.threshold, "delta": plan.delta, "trained": plan.trained,
+            "clients": setting.clients, "batch_size": plan.batch_size,
             "local_steps": plan.local_steps, "stage": ", ".join(plan.stages),
             "device": plan.device}
 
@@ -591,37 +542,115 @@ def _identify_config(identify: IdentificationBudget | None) -> dict[str, Any]:
                                "pool": identify.pool}}
 
 
-# ---- identification at the stage's weights (the protection profile's columns)
-def _identify_stage(d: defenses_mod.Defense, stage: str, setting: Setting,
-                    store: ResultsFile, report: AuditReport,
-                    budget: IdentificationBudget | None) -> None:
-    """The identification record of one (defense, stage) into the report: stored, or
-    measured now at the stage's weights and stored (nothing without a ``budget``)."""
-    if budget is None:
-        return
-    key = f"{d.describe()}|{stage}"
-    record = store.get("identification", key)
-    if record is None:
+@dataclass
+class _Audit:
+    """One audit under way, its settings checked: the ``defenses``, what every run shares
+    (``setting``: plan, data, model, clients, seed), the results file ``store``, the
+    ``report`` being filled, the eps measurer and the identification budget (None: not
+    run); ``cells`` (defense, stage, point, attack, example) in canonical order, and the
+    records of cells by content (:func:`.pipeline.run_jobs` runs each content once)."""
+
+    defenses: list[defenses_mod.Defense]
+    setting: Setting
+    store: ResultsFile
+    report: AuditReport
+    measure: MeasuredEps | None
+    identify: IdentificationBudget | None
+    cells: list[tuple] = field(default_factory=list)
+    by_content: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, defenses: list[defenses_mod.Defense], setting: Setting,
+              results: str | None, measure: MeasuredEps | None,
+              identify: IdentificationBudget | None) -> _Audit:
+        """The audit's config (checking ``measure`` and ``identify``), its results file
+        (resumed when it holds the same config) and an empty report."""
         plan = setting.plan
-        record = finite_json(identification(
-            _stage_start(d, stage, setting, store), setting.dataset, d,
-            point=protected_point(d, plan.points), budget=budget,
-            lr=plan.profile.attack_lr, seed=setting.seed, cell=stage))
-        store.put("identification", key, record)
-    report.add_identification(d.describe(), stage, record)
-# ---- end of identification
+        config = _config(setting) | _empirical_config(measure) | _identify_config(identify)
+        return cls(defenses, setting, ResultsFile(results, config),
+                   AuditReport(config=config, threshold=plan.threshold, delta=plan.delta),
+                   measure, identify,
+                   cells=[(d, *c) for d in defenses for c in _cells(plan)])
 
+    def run(self, engine: EngineConfig, progress: bool) -> AuditReport:
+        """Train what is pending, then per defense its row and per stage its cells, on
+        ``engine`` under one progress bar started at what is done (the rate and the ETA are
+        this run's); the report with every cell in canonical order."""
+        store = self.store
+        units = [u for d in self.defenses for u in _training_units(d, self.setting)]
+        pending = [u for u in units if _training_pending(u, store, self.cells)]
+        todo = sum(not store.has("cell", _cell_key(*c)) for c in self.cells) + len(pending)
+        total = len(self.cells) + len(units)
+        with Workload(engine, total=total, done=total - todo, desc="audit",
+                      progress=progress) as work:
+            _train(pending, self.setting, store, work)
+            for d in self.defenses:
+                self._defense(d, work)
+        for cell in self.cells:
+            self.report.add_cell(dict(store.get("cell", _cell_key(*cell)), stage=cell[1]))
+        return self.report
 
-def _with_measured(train: dict[str, Any], defense: Any, store: ResultsFile,
-                   points: Sequence[int], measure: MeasuredEps | None, seed: int,
-                   delta: float) -> dict[str, Any]:
-    """The training record with "eps_measured": the largest measured lower bound on eps over
-    the points where the defense releases (stored, so a resumed audit does not remeasure)."""
-    if measure is None or "eps_measured" in train:
+    def _defense(self, d: defenses_mod.Defense, work: Workload) -> None:
+        """Defense ``d``'s row (measured eps included) and each of its stages."""
+        work.describe(f"{d.name}: measure eps" if self.measure is not None else d.name)
+        self.report.add_defense(d.describe(), d.name, self._measured(d))
+        for stage in self.setting.plan.stages:
+            jobs = self._stage(d, stage)
+            self._identification(d, stage)
+            work.describe(f"{d.name}: attack {stage}")
+            run_jobs(jobs, work, self.store, on_done=work.advance, memo=self.by_content)
+
+    def _measured(self, d: defenses_mod.Defense) -> dict[str, Any]:
+        """``d``'s training record with "eps_measured": the largest measured lower bound on
+        eps over the points where it releases (stored, so a resumed audit does not
+        remeasure)."""
+        train = self.store.get("training", d.describe())
+        if self.measure is None or "eps_measured" in train:
+            return train
+        plan = self.setting.plan
+        train = dict(train, eps_measured=self.measure(d, plan.points, delta=plan.delta,
+                                                      seed=self.setting.seed))
+        self.store.put("training", d.describe(), train)
         return train
-    train = dict(train, eps_measured=measure(defense, points, delta=delta, seed=seed))
-    store.put("training", defense.describe(), train)
-    return train
+
+    def _stage(self, d: defenses_mod.Defense, stage: str) -> list[tuple[str, CellJob]]:
+        """One stage of one defense: its record into the report (stored, or made now from
+        the training's and stored) and the jobs of its pending cells (none when resumed)."""
+        setting, store = self.setting, self.store
+        pending = {_cell_key(*c) for c in self.cells if c[0] is d and c[1] == stage
+                   and not store.has("cell", _cell_key(*c))}
+        key = f"{d.describe()}|{stage}"
+        rounds = _stage_rounds(setting.plan, stage)
+        if not store.has("stage", key):  # a stage of its own training stored it already
+            train = store.get("training", d.describe())
+            info = {k: train[k] for k in ("accuracy", "eps_claimed", "eps_sound")}
+            if rounds == 0:
+                spent = None if setting.plan.trained else 0.0  # given weights: eps unknown
+                info = {"accuracy": setting.accuracy(setting.model), "eps_claimed": spent,
+                        "eps_sound": spent}
+            store.put("stage", key, finite_json({"stage": stage, "rounds": rounds, **info}))
+        self.report.add_stage(d.describe(), stage, store.get("stage", key))
+        if not pending:
+            return []
+        return setting.attack_jobs(d, _stage_start(d, stage, setting, store),
+                                   key=lambda t: f"{key}|{t.observation.point}",
+                                   pending=pending)
+
+    def _identification(self, d: defenses_mod.Defense, stage: str) -> None:
+        """The identification record of one (defense, stage) into the report: stored, or
+        measured now at the stage's weights and stored (nothing without a budget)."""
+        if self.identify is None:
+            return
+        key = f"{d.describe()}|{stage}"
+        record = self.store.get("identification", key)
+        if record is None:
+            setting = self.setting
+            record = finite_json(identification(
+                _stage_start(d, stage, setting, self.store), setting.dataset, d,
+                point=protected_point(d, setting.plan.points), budget=self.identify,
+                lr=setting.plan.profile.attack_lr, seed=setting.seed, cell=stage))
+            self.store.put("identification", key, record)
+        self.report.add_identification(d.describe(), stage, record)
 
 
 def _cell_key(d: defenses_mod.Defense, stage: str, point: int, attack: str,

@@ -9,7 +9,9 @@ The game is described in :mod:`leakaudit.empirical.game`; scores become bounds i
 2. a selection split (``select_fraction * trials`` runs per side and canary) scores every
    (canary, statistic) by the mu bound its best threshold is predicted to give; the best
    one (the first by a :data:`MARGIN`) is chosen for eps and for mu, each with its own
-   threshold (the report names the canary and statistic that won);
+   threshold (the report names the canary and statistic that won); past
+   :data:`PILOT_MIN` runs per side every game plays a pilot share first and only the
+   first game and the :data:`FINALISTS` best by the pilot play the rest;
 3. the release is run once with the winning canary to read the defense's own ledgers of
    exactly that release (q = 1): eps_claimed, eps_sound, and mu where a ledger is a
    composition of Gaussians (mu-GDP);
@@ -40,13 +42,16 @@ from .. import defenses as defense_registry
 from .._jsonsafe import finite_json
 from .._validate import check_int, check_number, check_probability, keywords_after_first
 from ..defenses import Defense
+from ..grads import torch_threads
 from ..records import ResultsFile
 from ..scoring import bounds as stats
 from ..scoring import fdp
 from . import game
 from .report import PrivacyReport
+from .whitebox import whitebox_check
 
-__all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS"]
+__all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS",
+           "ledger_curve", "outside_curve"]
 
 STATISTICS = ("projection", "energy", "llr", "tensor", "coordinate", "subspace", "lattice")
 
@@ -78,6 +83,14 @@ MAX_SELECTION = 2000
 #: (:func:`leakaudit.scoring.bounds.select`)
 MARGIN = 0.1
 
+#: the selection runs every game plays first (the pilot): this share of them, at least
+#: :data:`PILOT_MIN` per side; only the first game (the pre-registered preference) and the
+#: :data:`FINALISTS` games whose pilot predicts the largest mu bound play the rest. With
+#: PILOT_MIN runs or fewer per side, or few games, every game plays them all.
+PILOT = 0.25
+PILOT_MIN = 500
+FINALISTS = 3
+
 #: deltas at which a general (eps, delta) ledger's curve is tested, besides the row's delta
 CURVE_DELTAS = (1e-4, 1e-3, 1e-2, 0.05, 0.1, 0.2, 0.3)
 
@@ -107,6 +120,15 @@ def _check(trials: int, confidence: float, delta: float, statistics: Sequence[st
                                  f"got {c!r}")
 
 
+def _computed(wanted: Sequence[str]) -> tuple[str, ...]:
+    """The statistics :func:`game.statistics` computes for ``wanted`` (llr: from the
+    projection and the energy)."""
+    need = set(wanted) - {"llr"}
+    if "llr" in wanted:
+        need |= {"projection", "energy"}
+    return tuple(sorted(need))
+
+
 class _Canary:
     """One canary's game: its setup, reference, selection runs and (later) held-out runs."""
 
@@ -121,25 +143,39 @@ class _Canary:
         sub = None if space is None else (space, ref.sub_total, ref.sub_sq)
         self.reference = game.Reference.from_sums(ref.total, ref.total_sq, n_ref, sub,
                                                   setup.direction)
-        self.sel = [self._stats(side, n_sel) for side in (False, True)]
-        dims = self.reference.mean.numel()
-        self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
-                                self.sel[1]["projection"], self.sel[1]["energy"], dims)
-        for s in self.sel:
-            s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit, dims)
+        self.sel = [self._stats(side, n_sel, _computed(wanted)) for side in (False, True)]
+        self.fit: dict[str, float] = {}
+        self._fit_llr(self.sel)
         self.eval: list[dict[str, np.ndarray]] | None = None
 
-    def _stats(self, side: bool, n: int) -> dict[str, np.ndarray]:
-        return dict(game.run_trials(self.template, self.setup, side, n, self.reference,
-                                    self.generator, self.chunk, self.vectorise).stats)
+    def _fit_llr(self, splits: list[dict[str, np.ndarray]], refit: bool = True) -> None:
+        """The llr of every run of ``splits`` (fitted on the selection split if ``refit``)."""
+        if "llr" not in self.wanted:
+            return
+        dims = self.reference.mean.numel()
+        if refit:
+            self.fit = game.fit_llr(self.sel[0]["projection"], self.sel[0]["energy"],
+                                    self.sel[1]["projection"], self.sel[1]["energy"], dims)
+        for s in splits:
+            s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit, dims)
 
-    def held_out(self, n: int) -> list[dict[str, np.ndarray]]:
+    def _stats(self, side: bool, n: int, wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        return dict(game.run_trials(self.template, self.setup, side, n, self.reference,
+                                    self.generator, self.chunk, self.vectorise,
+                                    wanted=wanted).stats)
+
+    def extend(self, n: int) -> None:
+        """n more selection runs per side (a finalist of the pilot), the llr refitted on all."""
+        more = [self._stats(side, n, _computed(self.wanted)) for side in (False, True)]
+        self.sel = [{k: np.concatenate([s[k], m[k]]) for k in m} for s, m in zip(self.sel, more)]
+        self._fit_llr(self.sel)
+
+    def held_out(self, n: int, wanted: Sequence[str]) -> list[dict[str, np.ndarray]]:
+        """n held-out runs per side, with (at least) the ``wanted`` statistics; drawn once."""
         if self.eval is None:
-            self.eval = [self._stats(side, n) for side in (False, True)]
-            dims = self.reference.mean.numel()
-            for s in self.eval:
-                s["llr"] = game.log_likelihood_ratio(s["projection"], s["energy"], self.fit,
-                                                     dims)
+            self.eval = [self._stats(side, n, _computed(wanted)) for side in (False, True)]
+            if "llr" in wanted:
+                self._fit_llr(self.eval, refit=False)
         return self.eval
 
 
@@ -158,7 +194,71 @@ def _select(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delt
     return {t: (*w.key, w.rule) for t, w in winners.items()}, table
 
 
-def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
+def _finalists(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
+               n_eval: int) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The games that play the rest of the selection split after the pilot: the first and
+    the :data:`FINALISTS` others whose best statistic predicts the largest mu bound on the
+    pilot runs (:func:`leakaudit.scoring.bounds.best_rule`, the judge of :func:`_select`),
+    in their given order; and every candidate's predicted eps bound on the pilot (the
+    report's selection score of a game that did not go on)."""
+    best: dict[str, float] = {}
+    table: dict[str, dict[str, float]] = {}
+    for name, g in games.items():
+        for stat in wanted:
+            out, into = g.sel[0][stat], g.sel[1][stat]
+            mu = stats.best_rule(out, into, alpha, delta, "mu", (n_eval, n_eval))[1]
+            eps = stats.best_rule(out, into, alpha, delta, "eps", (n_eval, n_eval))[1]
+            best[name] = max(best.get(name, -math.inf), mu)
+            table.setdefault(name, {})[stat] = round(eps, 4)
+    order = list(games)
+    top = set(sorted(order[1:], key=lambda k: -best[k])[:FINALISTS])
+    return [order[0], *(k for k in order[1:] if k in top)], table
+
+
+def _choose(games: dict[str, _Canary], wanted: Sequence[str], alpha: float, delta: float,
+            trials: int, rest: int
+            ) -> tuple[dict[str, tuple[str, str, stats.Threshold]], dict, dict[str, tuple]]:
+    """:func:`_select` among the games, after ``rest`` more selection runs per side of the
+    :func:`_finalists` (all games when ``rest`` is 0): the winners, every candidate's
+    selection score, and per winning game the statistics its held-out runs need."""
+    keep, pilot = list(games), {}
+    if rest > 0:
+        keep, pilot = _finalists(games, wanted, alpha, delta, trials)
+        for name in keep:
+            games[name].extend(rest)
+    winners, chosen = _select({k: games[k] for k in keep}, wanted, alpha, delta, trials)
+    held: dict[str, set[str]] = {}
+    for name, stat, _ in winners.values():
+        held.setdefault(name, set()).add(stat)
+    return (winners, {k: chosen.get(k, pilot.get(k, {})) for k in games},
+            {k: tuple(sorted(v)) for k, v in held.items()})
+
+
+def _test_held_out(games: dict[str, _Canary],
+                   winners: dict[str, tuple[str, str, stats.Threshold]],
+                   held: dict[str, tuple], trials: int, total: float, delta: float,
+                   general: bool) -> tuple[dict[str, stats.Tested], list[tuple[float, float]]]:
+    """The winners' rules tested on ``trials`` held-out runs per side at level ``total``
+    split (Bonferroni) between eps, mu and, for a ``general`` ledger, its curve points."""
+    # Bonferroni: eps gets 0.8 (its bound is decided in the tails, where few runs count), mu
+    # 0.2 (decided in the middle); a general ledger's curve takes a third from both
+    share = {"eps": 0.8 * total, "mu": 0.2 * total}
+    if general:
+        share = {k: v * 2.0 / 3.0 for k, v in share.items()}
+    got: dict[str, stats.Tested] = {}
+    for target, (name, stat, rule) in winners.items():
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
+        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
+    curve_points: list[tuple[float, float]] = []
+    if general:
+        name, stat, rule = winners["eps"]
+        e_out, e_in = (s[stat] for s in games[name].held_out(trials, held[name]))
+        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
+                                                            rule.sign), e_out, e_in, total / 3.0)
+    return got, curve_points
+
+
+def ledger_curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float, float]]:
     """(delta, eps(delta)) points of a ledger's privacy curve: ``eps`` (the tightest) at the
     row's delta, RDP at the others (an upper bound on the ledger's eps there, so a point
     outside its region is outside the tight one too; PLD costs seconds per delta)."""
@@ -166,7 +266,7 @@ def _curve(ledger: PrivacyLedger, delta: float, eps: float) -> list[tuple[float,
                                    if d != delta)})
 
 
-def _outside(points: list[tuple[float, float]], curve: list[tuple[float, float]]
+def outside_curve(points: list[tuple[float, float]], curve: list[tuple[float, float]]
              ) -> str | None:
     """The first (FPR, FNR) upper-bound pair outside the (eps(delta), delta) region, named."""
     for fpr, fnr in points:
@@ -186,7 +286,7 @@ def _verdict(ledger: PrivacyLedger, eps: float, eps_lower: float, mu_lower: floa
     if mu is not None and mu_lower > mu:
         return True, "mu", mu
     if mu is None and curve_points and math.isfinite(eps):
-        where = _outside(curve_points, _curve(ledger, delta, eps))
+        where = outside_curve(curve_points, ledger_curve(ledger, delta, eps))
         if where:
             return True, f"curve ({where})", mu
     return False, "", mu
@@ -246,10 +346,11 @@ def audit_release(defense: Defense, *, point: int = 2, trials: int = 2000,
                          f"protects there (sites {sorted(defense.sites)})")
     # here, so that an undeclared defense's warning points at the caller's line
     vec = game.vectorisable(defense, point) if vectorise is None else bool(vectorise)
-    row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
-                       wanted=wanted, canaries=canaries, shapes=shapes, background=background,
-                       background_scale=background_scale, local_steps=local_steps,
-                       select_fraction=select_fraction, vec=vec, chunk=chunk)
+    with torch_threads(1):   # chunks of a few hundred runs: a second thread costs more CPU
+        row = _release_row(defense, point, trials, delta=delta, confidence=confidence, seed=seed,
+                           wanted=wanted, canaries=canaries, shapes=shapes, background=background,
+                           background_scale=background_scale, local_steps=local_steps,
+                           select_fraction=select_fraction, vec=vec, chunk=chunk)
     config = {"trials": trials, "delta": delta, "confidence": confidence, "seed": seed,
               "statistic": list(wanted)}
     return PrivacyReport(config=config, records=[row])
@@ -323,35 +424,26 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     # past a few thousand runs per side a choice among the candidates no longer improves
     n_sel = max(20, min(int(round(select_fraction * trials)), MAX_SELECTION))
     n_ref = max(50, min(1000, trials // 10))
-    games, skipped = _play(defense, pool, names, setup, n_ref, n_sel, generator, vec, chunk,
+    n_pilot = n_sel if n_sel <= PILOT_MIN or len(names) <= FINALISTS + 1 else \
+        max(PILOT_MIN, int(round(PILOT * n_sel)))
+    games, skipped = _play(defense, pool, names, setup, n_ref, n_pilot, generator, vec, chunk,
                            wanted)
-    winners, selection = _select(games, wanted, (1.0 - confidence) / 3.0, delta, trials)
+    winners, selection, held = _choose(games, wanted, (1.0 - confidence) / 3.0, delta, trials,
+                                       n_sel - n_pilot)
     probe = game.probe(defense, games[winners["eps"][0]].setup, generator)
     eps_claimed = release_epsilon(probe.claimed, delta)
     eps_sound = release_epsilon(probe.sound, delta)
     general = any(ledger_mu(led) is None and math.isfinite(release_epsilon(led, delta))
                   for led in (probe.claimed, probe.sound))
-    total = 1.0 - confidence
-    # Bonferroni: eps gets 0.8 (its bound is decided in the tails, where few runs count), mu
-    # 0.2 (decided in the middle); a general ledger's curve takes a third from both
-    share = {"eps": 0.8 * total, "mu": 0.2 * total}
-    if general:
-        share = {k: v * 2.0 / 3.0 for k, v in share.items()}
-    got: dict[str, stats.Tested] = {}
-    for target, (name, stat, rule) in winners.items():
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        got[target] = stats.test_rule(e_out, e_in, rule, share[target], delta, target)
-    curve_points: list[tuple[float, float]] = []
-    if general:
-        name, stat, rule = winners["eps"]
-        e_out, e_in = (s[stat] for s in games[name].held_out(trials))
-        curve_points = stats.curve_points(stats.curve_rules(games[name].sel[0][stat],
-                                                            rule.sign), e_out, e_in, total / 3.0)
+    got, curve_points = _test_held_out(games, winners, held, trials, 1.0 - confidence, delta,
+                                       general)
     eps_lower, mu_lower = got["eps"][0], got["mu"][0]
     claim_v, claim_by, mu_claimed = _verdict(probe.claimed, eps_claimed, eps_lower, mu_lower,
                                              curve_points, delta)
     sound_v, sound_by, mu_sound = _verdict(probe.sound, eps_sound, eps_lower, mu_lower,
                                            curve_points, delta)
+    white = whitebox_check(defense, setup, shapes_t, delta=delta, seed=seed, vec=vec,
+                           chunk=chunk)
     return {"defense": defense.name, "params": defense.describe(), "point": point,
             "trials": trials, "canary": winners["eps"][0], "statistic": winners["eps"][1],
             "eps_claimed": eps_claimed, "eps_sound": eps_sound, "eps_lower": eps_lower,
@@ -360,8 +452,11 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
             "mu_claimed": math.nan if mu_claimed is None else mu_claimed,
             "mu_sound": math.nan if mu_sound is None else mu_sound,
             "eps_lower_gdp": stats.gdp_epsilon(mu_lower, delta),
-            "claim_violated": claim_v, "sound_violated": sound_v,
-            "violated_by": sound_by or claim_by,
+            "claim_violated": claim_v or white["whitebox_claim"],
+            "sound_violated": sound_v or white["whitebox_sound"],
+            "violated_by": sound_by or claim_by or (
+                "white-box" if white["whitebox_claim"] or white["whitebox_sound"] else ""),
+            **white,
             "fpr_ub": got["eps"].fpr, "fnr_ub": got["eps"].fnr,
             "adjacency": setup.adjacency, "level": defense.level,
             "reason": _reason(defense, eps_claimed, eps_sound, probe, delta),

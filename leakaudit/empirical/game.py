@@ -59,7 +59,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -495,6 +495,7 @@ class Reference:
     subspace: Subspace | None = None
     weights: torch.Tensor | None = None
     noise_floor: float = math.nan
+    folded: torch.Tensor | None = None   # P^T weights: the statistic as one dot product
 
     @classmethod
     def from_sums(cls, total: torch.Tensor, total_sq: torch.Tensor, n: int,
@@ -513,7 +514,9 @@ class Reference:
             return cls(mean=mean, sd=sd)
         space, s1, s2 = sub
         weights, floor = subspace_weights(space, s1, s2, n, direction)
-        return cls(mean=mean, sd=sd, subspace=space, weights=weights, noise_floor=floor)
+        folded = (space.pt.double() @ weights).float()
+        return cls(mean=mean, sd=sd, subspace=space, weights=weights, noise_floor=floor,
+                   folded=folded)
 
 
 class Trials(NamedTuple):
@@ -527,24 +530,49 @@ class Trials(NamedTuple):
     sub_sq: torch.Tensor | None = None
 
 
-def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
-               ) -> dict[str, np.ndarray]:
-    """projection, energy, tensor, coordinate and (with a subspace) subspace statistics of
-    (m, D) releases.
+def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference,
+               wanted: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """projection, energy, tensor, coordinate, lattice and (with a subspace) subspace
+    statistics of (m, D) releases; ``wanted``: only these (None: all).
 
-    tensor: max over the tensors the canary touches of the standardised projection of the
-    release's part in that tensor on the canary's part (deviation from the reference's
-    per-coordinate deviations, coordinates treated as independent). coordinate: the most
-    extreme |z| over the D coordinates as -log10(D * 2 Phi(-|z|max)) (Bonferroni over D).
-    subspace: the release's projection (:class:`Subspace`) on Fisher's direction of the
-    reference (:func:`subspace_weights`).
+    energy: the squared norm of the release minus the reference mean, orthogonal to the
+    canary. tensor: max over the tensors the canary touches of the standardised projection
+    of the release's part in that tensor on the canary's part (deviation from the
+    reference's per-coordinate deviations, coordinates treated as independent).
+    coordinate: the most extreme |z| over the D coordinates as -log10(D * 2 Phi(-|z|max))
+    (Bonferroni over D). subspace: the release's projection (:class:`Subspace`) on Fisher's
+    direction of the reference (:func:`subspace_weights`), taken as one dot product with
+    P^T weights (``Reference.folded``).
     """
+    def want(k: str) -> bool:
+        return wanted is None or k in wanted
     u = setup.direction
-    mean, sd = reference.mean.float(), reference.sd.float()
-    r = rows - mean
+    r = rows - reference.mean.float()
     proj_r = r @ u
-    out = {"projection": (rows @ u).double().numpy(),
-           "energy": (r.pow(2).sum(dim=1, dtype=torch.float64) - proj_r.double().pow(2)).numpy()}
+    out: dict[str, np.ndarray] = {}
+    if want("projection"):
+        out["projection"] = (rows @ u).double().numpy()
+    if want("energy"):
+        perp = torch.addr(r, proj_r, u, alpha=-1.0)
+        out["energy"] = torch.linalg.vector_norm(perp, dim=1).double().pow(2).numpy()
+    if want("tensor"):
+        out["tensor"] = _tensor_z(r, setup, reference.sd.float())
+    if want("coordinate"):
+        zmax = torch.linalg.vector_norm(r / reference.sd.float(), ord=math.inf, dim=1)
+        with np.errstate(all="ignore"):
+            out["coordinate"] = -(math.log(2.0 * rows.shape[1])
+                                  + special.log_ndtr(-zmax.double().numpy())) / math.log(10.0)
+    if want("subspace") and reference.folded is not None:
+        out["subspace"] = (r @ reference.folded).double().numpy()
+    if want("lattice"):
+        out["lattice"] = lattice_offset(rows, torch.cat([c.reshape(-1) for c in setup.canary])
+                                        != 0)
+    return out
+
+
+def _tensor_z(r: torch.Tensor, setup: GameSetup, sd: torch.Tensor) -> np.ndarray:
+    """The ``tensor`` statistic of :func:`statistics` (r: releases minus the reference)."""
+    u = setup.direction
     zs = []
     for sl in setup.slices:
         uk = u[sl]
@@ -553,16 +581,7 @@ def statistics(rows: torch.Tensor, setup: GameSetup, reference: Reference
             continue
         uk = uk / norm
         zs.append((r[:, sl] @ uk) / (uk.pow(2) * sd[sl].pow(2)).sum().sqrt())
-    out["tensor"] = torch.stack(zs, dim=1).max(dim=1).values.double().numpy()
-    zmax = (r.abs() / sd).max(dim=1).values.double().numpy()
-    d = rows.shape[1]
-    with np.errstate(all="ignore"):
-        out["coordinate"] = -(math.log(2.0 * d) + special.log_ndtr(-zmax)) / math.log(10.0)
-    if reference.subspace is not None and reference.weights is not None:
-        y = reference.subspace.project(r)
-        out["subspace"] = (y.double() @ reference.weights).numpy()
-    out["lattice"] = lattice_offset(rows, torch.cat([c.reshape(-1) for c in setup.canary]) != 0)
-    return out
+    return torch.stack(zs, dim=1).max(dim=1).values.double().numpy()
 
 
 #: at most this many coordinates off the canary estimate a release's lattice spacing
@@ -577,27 +596,27 @@ def lattice_offset(rows: torch.Tensor, canary: torch.Tensor) -> np.ndarray:
     to hZ, in units of h (0 to 1/2). Noise rounded to a lattice before it is added to a
     zero-gradient batch puts every coordinate on one lattice without the canary, and the
     canary's off it with one; continuous noise gives a spacing near 0 and no signal."""
-    rows = rows.double()
     other = torch.nonzero(~canary).reshape(-1)[:LATTICE_COORDINATES]
     mine = torch.nonzero(canary).reshape(-1)
     if other.numel() < 2 or mine.numel() == 0:
         return np.zeros(rows.shape[0])
-    vals = rows[:, other].sort(dim=1).values
+    vals = rows[:, other].double().sort(dim=1).values
     gaps = vals.diff(dim=1)
     scale = vals.abs().amax(dim=1, keepdim=True).clamp(min=1e-30)
     gaps = torch.where(gaps > 1e-9 * scale, gaps, torch.full_like(gaps, math.inf))
     h = gaps.min(dim=1).values.clamp(max=1e30).unsqueeze(1)
-    x = (rows[:, mine] - vals[:, :1]) / h
+    x = (rows[:, mine].double() - vals[:, :1]) / h
     return (x - x.round()).abs().mean(dim=1).nan_to_num(0.0).numpy()
 
 
 def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
                reference: Reference | None, generator: torch.Generator, chunk: int = 512,
                vectorise: bool = True, threads: int = 1,
-               subspace: Subspace | None = None) -> Trials:
-    """The statistics of n runs around ``reference``, or (without one) only the sum and sum
-    of squares of the runs (and of their projections on ``subspace``), to make a
-    reference."""
+               subspace: Subspace | None = None, wanted: Collection[str] | None = None
+               ) -> Trials:
+    """The statistics (``wanted``, None: all) of n runs around ``reference``, or (without
+    one) only the sum and sum of squares of the runs (and of their projections on
+    ``subspace``), to make a reference."""
     found: dict[str, list[np.ndarray]] = {}
     total = torch.zeros_like(setup.direction, dtype=torch.float64)
     total_sq = torch.zeros_like(total)
@@ -609,14 +628,15 @@ def run_trials(template: Defense, setup: GameSetup, canary_in: bool, n: int,
         for rows in releases(template, setup, canary_in, n, chunk, generator, vectorise):
             rows = rows.float()
             if reference is None:   # the sums only make a reference
-                total += rows.sum(dim=0, dtype=torch.float64)
-                total_sq += rows.double().pow(2).sum(dim=0)
+                d = rows.double()
+                total += d.sum(dim=0)
+                total_sq += (d * d).sum(dim=0)
                 if subspace is not None:
                     y = subspace.project(rows).double()
                     sub_total += y.sum(dim=0)
                     sub_sq += y.T @ y
             else:
-                for k, v in statistics(rows, setup, reference).items():
+                for k, v in statistics(rows, setup, reference, wanted).items():
                     found.setdefault(k, []).append(v)
     return Trials({k: np.concatenate(v) for k, v in found.items()}, total, total_sq,
                   sub_total, sub_sq)

@@ -39,6 +39,9 @@ from .._jsonsafe import finite_json, from_finite_json
 from ..neighbours import distance
 from ..reporting import csv_table, latex_table, markdown_table, write_tables
 from ..scoring.bounds import bounds_from_candidates, gdp_epsilon
+from ..scoring.whitebox import contribution as same_noise_contribution
+from ..scoring.whitebox import noise_std as pooled_noise_std
+from ..scoring.whitebox import noise_tolerance, world_std
 
 __all__ = ["ReplayReport", "COLUMNS", "replay_row", "game_bounds",
            "noise_tolerance"]
@@ -121,13 +124,6 @@ def game_bounds(scores: dict[str, tuple[np.ndarray, np.ndarray]], *, confidence:
                                   select_fraction=0.5, seed=seed)
 
 
-def noise_tolerance(pairs: int, dim: int) -> float:
-    """Relative tolerance of a std estimated from ``pairs`` differences of two noise draws
-    over ``dim`` coordinates: 6 standard errors (sd of a std estimate from m normal draws is
-    about std / sqrt(2 m)), and at least 1e-3 for float32 rounding."""
-    return max(1e-3, 6.0 / math.sqrt(2.0 * max(1, pairs * dim)))
-
-
 def record(release: Any, *, trials: int, pairs: int, seed: int
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(out, into, paired_out, paired_in): ``release(world_in, noise_seed)`` recorded
@@ -161,15 +157,11 @@ def replay_row(*, library: str, version: str, mode: str, relation: str,
     """
     bound = distance(relation)
     findings = list(findings or [])
-    moves = np.linalg.norm(paired_in - paired_out, axis=1)
-    contribution = float(moves.max()) / sensitivity if sensitivity > 0 else math.inf
+    contribution = same_noise_contribution(paired_in, paired_out, sensitivity)
     half = out.shape[0] // 2
-    noise = np.concatenate([(out[:half] - out[half:2 * half]),
-                            (into[:half] - into[half:2 * half])]) / math.sqrt(2.0)
-    measured = float(np.sqrt(np.mean(noise ** 2)))
+    measured = pooled_noise_std(out, into)
     ratio = measured / noise_std if noise_std > 0 else math.inf
-    n_out, n_in = (float(np.sqrt(np.mean(((a[:half] - a[half:2 * half]) ** 2) / 2.0)))
-                   for a in (out, into))
+    n_out, n_in = world_std(out), world_std(into)
     tol = noise_tolerance(half, out.shape[1])
     if contribution > bound * (1.0 + 1e-3):
         findings.append(f"the canary moves the release by {contribution:.3g} x the declared "

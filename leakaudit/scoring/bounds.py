@@ -113,8 +113,10 @@ def error_counts(out: np.ndarray, into: np.ndarray, rule: Threshold) -> tuple[in
 def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: float,
                delta: float, target: str) -> np.ndarray:
     """Vectorised bound at each candidate threshold, with Clopper-Pearson at alpha/2 each."""
-    def upper(k: np.ndarray, n: int) -> np.ndarray:
-        return np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+    def upper(k: np.ndarray, n: int) -> np.ndarray:   # each distinct count once
+        uk, where = np.unique(k, return_inverse=True)
+        ub = np.where(uk >= n, 1.0, stats.beta.ppf(1 - alpha / 2, uk + 1, np.maximum(n - uk, 1)))
+        return ub[where].reshape(np.shape(k))
     fpr, fnr = upper(fp, n_out), upper(fn, n_in)
     if target == "mu":
         return special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) \

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 import accounting as A
 from accounting.accountants import ACCOUNTANTS, CERTIFIED, certified, supporting
 from accounting.events import Event, event_from_dict
-from accounting.registry import UnsupportedEventError, event_types, register_event, rules_of
+from accounting.registry import (
+    UnsupportedEventError,
+    converter,
+    event_types,
+    register_event,
+    registered_types,
+    rules_of,
+    unregister_event,
+)
 from accounting.relations import RELATIONS, SAMPLINGS
 
 #: extremes included: sigma from 0.01 (almost no noise) to 1e4, q from 1e-9 to 1
@@ -270,10 +278,7 @@ def test_an_unwired_event_type_is_refused_by_name_and_fails_the_suite():
         with pytest.raises(AssertionError, match="add a strategy"):
             test_every_registered_event_type_has_a_strategy_and_an_accountant()
     finally:
-        from accounting import registry
-
-        registry._TYPES.pop(_Unwired.kind, None)
-        registry._RULES.pop(_Unwired, None)
+        unregister_event(_Unwired)
 
 
 @pytest.mark.parametrize("call", [
@@ -286,6 +291,7 @@ def test_absurd_inputs_are_refused_by_name(call):
         call()
 
 
+@pytest.mark.slow
 def test_robustness_cases_answer_within_seconds():
     lap = A.PrivacyLedger()
     lap.laplace(b=1e12)
@@ -372,8 +378,6 @@ def test_allocation_at_tiny_sigma_is_answered_or_refused_by_name():
     assert math.isfinite(eps) and eps > 100 and method in CERTIFIED
 
 
-@QUIET
-
 def _assert_same_eps(first: list, second: list, delta: float) -> None:
     """Every fast method gives the same eps (or the same refusal) for both histories."""
     for method in FAST:
@@ -383,6 +387,8 @@ def _assert_same_eps(first: list, second: list, delta: float) -> None:
             continue
         assert b == pytest.approx(a, rel=1e-9, abs=1e-12), (method, a, b)
 
+
+@QUIET
 @given(events=histories(2, 4), delta=DELTAS, data=st.data())
 def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, delta, data):
     """Sequential composition commutes: the history in any order, and with a release
@@ -451,17 +457,27 @@ def uncovered_pairs(strategy: st.SearchStrategy, sample: Event) -> list[tuple[st
     return missing
 
 
-def test_importing_every_module_of_accounting_registers_nothing_new():
-    added = newly_registered("accounting")
+def check_registers_nothing_new(package: str) -> None:
+    """AssertionError naming what importing every module of ``package`` adds."""
+    added = newly_registered(package)
     assert not added, (f"registered only when their module is imported: {sorted(added)}; "
-                       "import the module in accounting/__init__.py")
+                       f"import the module in {package.replace('.', '/')}/__init__.py")
+
+
+def test_importing_every_module_of_accounting_registers_nothing_new():
+    check_registers_nothing_new("accounting")
+
+
+def check_strategy_covers(kind: str, strategy: st.SearchStrategy, sample: Event) -> None:
+    """AssertionError naming the accepted (sampling, relation) pairs ``strategy`` never draws."""
+    assert len(accepted_pairs(sample)) >= 1
+    missing = uncovered_pairs(strategy, sample)
+    assert not missing, f"{kind}: the contract strategy never draws {missing}"
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLES))
 def test_every_strategy_draws_every_sampling_and_relation_its_event_accepts(kind):
-    assert len(accepted_pairs(SAMPLES[kind])) >= 1
-    missing = uncovered_pairs(STRATEGIES[kind], SAMPLES[kind])
-    assert not missing, f"{kind}: the contract strategy never draws {missing}"
+    check_strategy_covers(kind, STRATEGIES[kind], SAMPLES[kind])
 
 
 @dataclass(frozen=True)
@@ -483,12 +499,12 @@ class _Dummy(Event):
 
 
 @pytest.fixture
-def scratch_registry(monkeypatch):
-    """The registry as it is, restored after the test."""
-    from accounting import registry
-
-    for name in ("_TYPES", "_RULES", "_CONVERTERS"):
-        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+def scratch_registry():
+    """The event types registered during the test are unregistered after it."""
+    before = set(registered_types().values())
+    yield
+    for cls in set(registered_types().values()) - before:
+        unregister_event(cls)
 
 
 def test_a_dummy_event_module_left_out_of_the_package_import_fails_by_name(
@@ -504,22 +520,157 @@ def test_a_dummy_event_module_left_out_of_the_package_import_fails_by_name(
         "    kind: ClassVar[str] = 'contract_test_left_out'\n"
         "register_event(Left, rdp=lambda e, side: [])\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert "contract_test_left_out" in newly_registered("dummy_accounting")
+    with pytest.raises(AssertionError, match="contract_test_left_out.*dummy_accounting/__init__"):
+        check_registers_nothing_new("dummy_accounting")
+    check_registers_nothing_new("dummy_accounting")  # imported now: nothing new the second time
 
 
 def test_a_dummy_event_without_a_strategy_fails_by_name(scratch_registry):
     register_event(_Dummy, rdp=lambda e, side: [])
-    with pytest.raises(AssertionError, match="add a strategy"):
+    with pytest.raises(AssertionError, match="_Dummy: add a strategy"):
         test_every_registered_event_type_has_a_strategy_and_an_accountant()
 
 
 def test_a_dummy_strategy_that_forgets_a_relation_fails_by_name(scratch_registry):
     register_event(_Dummy, rdp=lambda e, side: [])
     only_add_remove = st.builds(_Dummy, x=st.floats(0.1, 2.0))
-    missing = uncovered_pairs(only_add_remove, _Dummy())
-    assert ("all", "replace-one") in missing and ("all", "zero-out") in missing
-    assert not uncovered_pairs(_relations(lambda d, r: _Dummy(d(st.floats(0.1, 2.0)),
-                                                              relation=r)), _Dummy())
+    with pytest.raises(AssertionError, match=r"never draws .*'all', 'replace-one'.*'zero-out'"):
+        check_strategy_covers("contract_test_dummy", only_add_remove, _Dummy())
+    check_strategy_covers("contract_test_dummy", _relations(
+        lambda d, r: _Dummy(d(st.floats(0.1, 2.0)), relation=r)), _Dummy())
+
+
+# ---------------------------------------------------------------- a user's re-wrapped event
+@dataclass(frozen=True)
+class _Wrapped(Event):
+    """A user's own event type that re-wraps the Poisson-sampled Gaussian (same fields)."""
+
+    q: float
+    sigma: float
+    count: int = 1
+    note: str = ""
+    sampling: str = "poisson"
+    relation: str = "add-remove"
+    kind: ClassVar[str] = "contract_test_wrapped_sgm"
+    checks: ClassVar[dict] = A.SampledGaussian.checks
+    gaussian: ClassVar[bool] = True
+
+    @property
+    def steps(self) -> int:
+        return self.count
+
+    def describe(self) -> str:
+        return f"wrapped {self.as_sgm().describe()}"
+
+    def as_sgm(self) -> A.SampledGaussian:
+        return A.SampledGaussian(self.q, self.sigma, self.count, sampling=self.sampling,
+                                 relation=self.relation)
+
+
+def _as_add_remove(rule):
+    """A mutant rule: the SampledGaussian rule of the step as if it were under add/remove."""
+    return lambda e, side: rule(A.SampledGaussian(e.q, e.sigma, e.count, sampling=e.sampling),
+                                side)
+
+
+#: the rules of the wrapped type, each family's from SampledGaussian's, and two mutants
+WRAPPED_RULES = {
+    "sound": lambda rule: (lambda e, side: rule(e.as_sgm(), side)),
+    "ignores the relation": _as_add_remove,
+}
+
+
+def register_wrapped(how: str = "sound", **override) -> None:
+    """Register :class:`_Wrapped` (the one place): every family's rule built from
+    SampledGaussian's by ``WRAPPED_RULES[how]``, then ``override`` (family -> rule)."""
+    rules = {family: WRAPPED_RULES[how](rule)
+             for family, rule in rules_of(A.SampledGaussian).items()}
+    register_event(_Wrapped, convert=converter(A.SampledGaussian), **{**rules, **override})
+
+
+def check_same_eps_as_sampled_gaussian(event: _Wrapped, delta: float,
+                                       methods=tuple(ACCOUNTANTS)) -> None:
+    """AssertionError naming the method where ``event`` and the equivalent SampledGaussian
+    (same q, sigma, count, sampling, relation) differ in eps or in being refused, alone and
+    in a ledger of their relation."""
+    for method in methods:
+        a, b = _eps(method, [event], delta), _eps(method, [event.as_sgm()], delta)
+        assert (a is None) == (b is None), (f"{method}: {event.describe()} refused="
+                                            f"{a is None}, SampledGaussian refused={b is None}")
+        if a is not None:
+            assert a == pytest.approx(b, rel=1e-9, abs=1e-12), (
+                f"{method}: {event.describe()} eps={a} but SampledGaussian eps={b}")
+
+
+WRAPPED_SAMPLE = _Wrapped(0.01, 1.0, 50)
+
+
+def _build_wrapped(d, q, s, r):
+    return _Wrapped(q, d(st.floats(0.5, 20.0)), d(st.integers(1, 1000)), sampling=s,
+                    relation=r)
+
+
+@pytest.fixture
+def wrapped(scratch_registry):
+    register_wrapped()
+    return _Wrapped
+
+
+def _wrapped_pairs() -> list[tuple[str, str]]:
+    register_wrapped()
+    try:
+        return sorted(accepted_pairs(WRAPPED_SAMPLE))
+    finally:
+        unregister_event(_Wrapped)
+
+
+@pytest.mark.parametrize("sampling,relation", _wrapped_pairs())
+def test_a_rewrapped_sampled_gaussian_gives_its_eps_under_every_pair_and_method(
+        wrapped, sampling, relation):
+    """A new event type whose rules are built from SampledGaussian's accounts its 50 steps
+    exactly like SampledGaussian, under every (sampling, relation) pair and every method
+    (the pairs are those the strategy below draws)."""
+    q = 1.0 if sampling == "all" else 0.01
+    event = _Wrapped(q, 1.0, 50, sampling=sampling, relation=relation)
+    check_same_eps_as_sampled_gaussian(event, 1e-5)
+    ledger = A.PrivacyLedger(relation=relation)
+    ledger.record(event)
+    other = A.PrivacyLedger(relation=relation)
+    other.record(event.as_sgm())
+    assert ledger.tightest(1e-5).eps == pytest.approx(other.tightest(1e-5).eps, rel=1e-9)
+
+
+def test_the_rewrapped_strategy_draws_every_pair(wrapped):
+    assert accepted_pairs(WRAPPED_SAMPLE) == accepted_pairs(SAMPLES["sampled_gaussian"])
+    check_strategy_covers(_Wrapped.kind, _gaussian(_build_wrapped), WRAPPED_SAMPLE)
+
+
+@pytest.mark.slow
+@settings(QUIET, max_examples=25)
+@given(event=_gaussian(_build_wrapped), delta=DELTAS)
+def test_a_rewrapped_sampled_gaussian_matches_it_on_drawn_steps(event, delta):
+    register_wrapped()
+    try:
+        check_same_eps_as_sampled_gaussian(event, delta, FAST + ("pld",))
+    finally:
+        unregister_event(_Wrapped)
+
+
+@pytest.mark.parametrize("how,override,message", [
+    # every rule reads the step as add/remove: RDP eps 1.14 where replace-one costs 2.72
+    ("ignores the relation", {}, r"^rdp: .* eps=1\.13.* SampledGaussian eps=2\.72"),
+    # the new type's PLD rule taken from the generic one: the 50 steps give eps 159.4 (the
+    # group-privacy bound) where SampledGaussian's replace-one pair gives 0.68
+    ("sound", {"pld": lambda e, side: rules_of(A.SampledGaussian)["*"](e.as_sgm(), side)},
+     r"^pld: .* eps=159\.4.* SampledGaussian eps=0\.679"),
+])
+def test_a_rule_that_ignores_the_relation_fails_the_rewrapping_check(scratch_registry, how,
+                                                                     override, message):
+    register_wrapped(how, **override)
+    event = _Wrapped(0.01, 1.0, 50, relation="replace-one")
+    with pytest.raises(AssertionError, match=message):
+        check_same_eps_as_sampled_gaussian(event, 1e-5)
+    check_same_eps_as_sampled_gaussian(replace(event, relation="add-remove"), 1e-5)
 
 
 # ---------------------------------------------------------------- hyperparameter searches
@@ -527,6 +678,7 @@ _COVERED = [r for r in A.SELECTION_RULES if r not in A.tuning.NOT_COVERED]
 
 
 @settings(QUIET, max_examples=30)
+@pytest.mark.slow
 @given(runs=st.lists(_RUN, min_size=1, max_size=4), rule=st.sampled_from(_COVERED),
        mean=st.floats(1.0, 50.0), more=st.floats(1.0, 4.0), shape=st.floats(-0.9, 3.0),
        delta=DELTAS)

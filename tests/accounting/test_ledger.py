@@ -115,6 +115,23 @@ def test_json_round_trip_exact(tmp_path):
     assert data["format"] == "leakaudit.ledger/1" and len(data["events"]) == 4
 
 
+def test_from_events_keeps_the_history_as_given_and_checks_its_relation():
+    """Two equal adjacent events stay two (record would merge them); the JSON form
+    round-trips such a history; an event of another relation is refused by name."""
+    step = A.SampledGaussian(0.01, 2.0, 5)
+    ledger = A.PrivacyLedger.from_events([step, step], orders="integer")
+    assert ledger.events == (step, step) and ledger.steps == 10
+    assert A.PrivacyLedger.from_json(ledger.to_json()) == ledger
+    merged = A.PrivacyLedger(orders="integer")
+    merged.record(step)
+    merged.record(step)
+    assert len(merged.events) == 1 and merged.epsilon(1e-5) == ledger.epsilon(1e-5)
+    with pytest.raises(ValueError, match="relation"):
+        A.PrivacyLedger.from_events([step], relation="replace-one")
+    with pytest.raises(ValueError, match="events"):
+        A.PrivacyLedger.from_events([object()])
+
+
 def test_json_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="not valid JSON"):
         A.PrivacyLedger.from_json("{")

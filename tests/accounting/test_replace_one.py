@@ -51,6 +51,7 @@ def _dp_accounting(q: float, sigma: float, steps: int, pessimistic: bool) -> flo
     return pld.self_compose(steps).get_epsilon_for_delta(DELTA)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q,sigma,steps", [(0.01, 0.8, 100), (0.1, 2.0, 100), (0.5, 5.0, 10),
                                            (0.1, 0.8, 1)])
 def test_bracket_meets_dp_accountings_replace_one_pair(q: float, sigma: float,

@@ -1,5 +1,4 @@
-"""benchmarks/leakage_curves.py (its jobs, sweeps, report and identification in
-benchmarks/leakage/) runs end to end at a tiny size: the CSV has exactly the
+"""benchmarks/leakage_curves.py runs end to end at a tiny size: the CSV has exactly the
 issue's columns and one row per cell, every noisy row carries its sound eps and its
 reconstruction bound, the figures and the Markdown are written, and a rerun resumes without
 redoing any job; the adaptive sigma grid refines the right gaps; a measured success above
@@ -10,14 +9,6 @@ import math
 
 import pytest
 from conftest import load_benchmark
-
-from benchmarks.leakage import jobs, sweeps
-from benchmarks.leakage.identification import (
-    identification_cell,
-    identification_failures,
-    identification_model,
-)
-from benchmarks.leakage.profile import PROFILES, TINY, build_model
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +59,15 @@ def test_rerun_resumes_without_work(tiny, monkeypatch):
     def no_work(job):
         raise AssertionError(f"job redone: {job['kind']}")
 
-    monkeypatch.setattr(jobs, "run_job", no_work)
+    monkeypatch.setattr(load_benchmark("leakage_cells"), "run_job", no_work)  # where it runs
     before = (out / "leakage_curves.csv").read_text()
     assert bench.main(["--tiny", "--workers", "1", "--out", str(out)]) == 0
     assert (out / "leakage_curves.csv").read_text() == before
 
 
 def test_asr_counts_images_not_batches():
+    bench = load_benchmark("leakage_curves")
+
     class Store:
         def __init__(self, recs):
             self.recs = recs
@@ -87,35 +80,38 @@ def test_asr_counts_images_not_batches():
     rows = [{"point": 1, "attack": "ig", "asr": a, "psnr": p, "label_accuracy": 1.0,
              "images": n} for a, p, n in ((1.0, 30.0, 1), (0.0, 10.0, 3))]
     store = Store({"a": {"rows": rows[:1]}, "b": {"rows": rows[1:]}})
-    (row,) = sweeps.collect([("a", job), ("b", job)], store)
+    (row,) = bench.collect([("a", job), ("b", job)], store)
     assert row["asr"] == pytest.approx(0.25) and row["psnr"] == pytest.approx(20.0)
     assert math.isinf(row["eps_release"]) and math.isinf(row["eps_train"])
 
 
 def test_refinement_bisects_the_transition_gaps():
+    bench = load_benchmark("leakage_curves")
     levels = {0.0: 1.0, 1e-4: 1.0, 1e-3: 0.5, 1e-2: 0.0, 0.1: 0.0}
-    new = sweeps.refine_sigmas(levels)
+    new = bench.refine_sigmas(levels)
     # (last fully leaking 1e-4, next 1e-3) and (last leaking 1e-3, first resisting 1e-2)
     assert new == pytest.approx([10 ** -3.5, 10 ** -2.5], rel=1e-2)
-    assert sweeps.refine_sigmas({0.0: 1.0, 1e-5: 0.0}) == pytest.approx(
-        [1e-5 / math.sqrt(10)], rel=1e-2)
-    assert sweeps.refine_sigmas({0.0: 0.0, 1.0: 0.0}) == []  # nothing leaks: nothing to refine
-    assert sweeps.refine_sigmas({1.0: 1.0, 1.2: 0.0}) == []  # a gap below x1.5 stays
+    assert bench.refine_sigmas({0.0: 1.0, 1e-5: 0.0}) == pytest.approx([1e-5 / math.sqrt(10)],
+                                                                       rel=1e-2)
+    assert bench.refine_sigmas({0.0: 0.0, 1.0: 0.0}) == []  # nothing leaks: nothing to refine
+    assert bench.refine_sigmas({1.0: 1.0, 1.2: 0.0}) == []  # a gap below x1.5 stays
 
 
 def test_transition_counts_partial_points_and_psnr_trend():
+    bench = load_benchmark("leakage_curves")
     pts = [{"sigma": s, "success": a, "psnr": p} for s, a, p in (
         (0.0, 1.0, 50.0), (1e-4, 1.0, 40.0), (3e-4, 2 / 3, 30.0), (1e-3, 1 / 3, 20.0),
         (3e-3, 1 / 3, 15.0), (1e-2, 0.0, 10.0), (0.1, 0.0, 11.0))]
-    tr = sweeps.transition(pts)
+    tr = bench.transition(pts)
     assert tr["partial"] == [3e-4, 1e-3, 3e-3]
     assert tr["last_full"] == 1e-4 and tr["first_resisting"] == 1e-2
     assert tr["psnr_span"] == [40.0, 30.0, 20.0, 15.0, 10.0] and tr["psnr_decreasing"]
     pts[3]["psnr"] = 35.0
-    assert not sweeps.transition(pts)["psnr_decreasing"]
+    assert not bench.transition(pts)["psnr_decreasing"]
 
 
 def test_release_mu_and_the_bound_of_an_unprotected_point():
+    bench = load_benchmark("leakage_curves")
     from accounting import PrivacyLedger
     from leakaudit import defenses
 
@@ -123,35 +119,36 @@ def test_release_mu_and_the_bound_of_an_unprotected_point():
     ledger.step(q=1.0, sigma=2.0, count=4)
     # add-remove mu = sqrt(4) / 2 = 1 (Hayes et al. compare with and without the target:
     # no doubling for replace-one)
-    assert jobs.release_mu([ledger]) == pytest.approx(1.0)
+    assert bench.release_mu([ledger]) == pytest.approx(1.0)
     fixed = PrivacyLedger()
     fixed.step(q=1.0, sigma=2.0, sampling="fixed-size")  # fed-sdp's client-level step
-    assert jobs.release_mu([fixed]) == pytest.approx(0.5)
+    assert bench.release_mu([fixed]) == pytest.approx(0.5)
     sampled = PrivacyLedger()
     sampled.step(q=0.5, sigma=2.0)
-    assert jobs.release_mu([ledger, sampled]) is None  # not a pure Gaussian: use pairs
+    assert bench.release_mu([ledger, sampled]) is None  # not a pure Gaussian: use pairs
     zero = PrivacyLedger()
     zero.step(q=1.0, sigma=0.0)
-    assert jobs.release_mu([zero]) == math.inf
+    assert bench.release_mu([zero]) == math.inf
     # fed-sdp-client adds its noise at the client: the type-2 view (inside local training)
     # is unprotected, whatever the ledger says
-    out = jobs.release_bound(None, defenses.get("fed-sdp-client", sigma=1.0), 2,
-                             {"id": 0.01})
+    out = bench.release_bound(None, defenses.get("fed-sdp-client", sigma=1.0), 2,
+                              {"id": 0.01})
     assert out["bound_id"] == 1.0 and math.isinf(out["eps_release"])
 
 
 def test_measured_above_the_bound_is_reported():
+    bench = load_benchmark("leakage_curves")
     ok = {"defense": "fed-cdp", "identification": 0.1, "bound_id": 0.2, "asr": 0.0,
           "bound_asr": 0.1}
     bad = {**ok, "identification": 0.5}
-    assert sweeps.above_bound([ok, {**bad, "defense": "none"}]) == []
-    assert sweeps.above_bound([ok, bad]) == [bad]
+    assert bench.above_bound([ok, {**bad, "defense": "none"}]) == []
+    assert bench.above_bound([ok, bad]) == [bad]
     # with a count, only beyond the 95 % interval: 3 of 3 images is no evidence against a
     # bound of 0.5 (lower end 0.29), 100 of 100 is
-    assert sweeps.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
-                                "images": 3}]) == []
-    assert len(sweeps.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
-                                    "images": 100}])) == 1
+    assert bench.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
+                               "images": 3}]) == []
+    assert len(bench.above_bound([{**bad, "identification": 1.0, "bound_id": 0.5,
+                                   "images": 100}])) == 1
 
 
 def _mutant_sdp(sigma):
@@ -178,31 +175,33 @@ def test_identification_check_fails_on_a_ledger_understating_its_noise():
     """The prior-aware attack against fed-sdp-client at sigma 1 (bound at k = 10: 0.389)
     stays inside the bound; the mutant adding sigma / 2 (true mu 2) is caught: its
     measured success is above the bound beyond the 95 % interval."""
+    bench = load_benchmark("leakage_curves")
     from leakaudit import data, defenses
 
     ds = data.load("digits", seed=0)
-    model = identification_model(ds, 0)
-    honest = identification_cell(defenses.get("fed-sdp-client", clip=0.5, sigma=1.0),
-                                 ds, model, (10,), 150, 60, 1.0, 0)
-    assert identification_failures(honest) == []
-    mutant = identification_cell(_mutant_sdp(1.0), ds, model, (10,), 150, 60, 1.0, 0)
-    (row,) = identification_failures(mutant)
+    model = bench.identification_model(ds, 0)
+    honest = bench.identification_cell(defenses.get("fed-sdp-client", clip=0.5, sigma=1.0),
+                                       ds, model, (10,), 150, 60, 1.0, 0)
+    assert bench.identification_failures(honest) == []
+    mutant = bench.identification_cell(_mutant_sdp(1.0), ds, model, (10,), 150, 60, 1.0, 0)
+    (row,) = bench.identification_failures(mutant)
     assert row["bound"] == pytest.approx(0.389, abs=1e-3) and row["ci_low"] > row["bound"]
 
 
 @pytest.mark.slow
 def test_trained_stages_are_weights_after_undefended_rounds():
+    bench = load_benchmark("leakage_curves")
     import dataclasses
 
     from leakaudit import data
 
-    prof = dataclasses.replace(PROFILES["quick"], stages=("initial", "round1"),
-                               models=("lenet", "relu_cnn"), **TINY)
+    prof = dataclasses.replace(bench.PROFILES["quick"], stages=("initial", "round1"),
+                               models=("lenet", "relu_cnn"), **bench.TINY)
     ds = data.load("digits")
-    weights = jobs.stage_weights(prof, ds, seed=0)
+    weights = bench.stage_weights(prof, ds, seed=0)
     for m in prof.models:
         assert weights[(m, "initial")] is None
         trained = weights[(m, "round1")]
-        initial = build_model(m, ds, 0).state_dict()
+        initial = bench.build_model(m, ds, 0).state_dict()
         assert set(trained) == set(initial)
         assert any(not (trained[k] == initial[k]).all() for k in initial)

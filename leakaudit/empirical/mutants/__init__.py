@@ -26,6 +26,7 @@ from .clip import (
     MissingClipOnALayer,
     NoiseBeforeClipping,
 )
+from .laplace import L1LaplaceSGD, L2ClippedLaplace
 from .ledger import SigmaNotTheOneDrawn, UnaccountedSampler
 from .noise import (
     BroadcastNoise,
@@ -107,10 +108,15 @@ MUTANTS: dict[str, Mutant] = {
         DecayingNoise, "the noise halves every round, the ledger states round 0's sigma", 2000),
     "understated-rate": Mutant(
         UnderstatedRate, "accounted as Poisson with q = 0.25, every example is used", 2000),
+    # a bug only the white-box check measures at its size (sqrt(d) x the claim)
+    "l2-clipped-laplace": Mutant(
+        L2ClippedLaplace, "clipped in L2 to C, Laplace(C / eps) noise, ledger at L1 "
+        "sensitivity C", 2000),
 }
 
-#: the same mechanism written correctly (sigma 2 and sigma 1)
+#: the same mechanisms written correctly (Gaussian at sigma 2 and 1, Laplace clipped in L1)
 CORRECT: dict[str, Callable[[], Defense]] = {
     "user-dp-sgd": UserDPSGD,
     "user-dp-sgd-sigma1": lambda: UserDPSGD(sigma=1.0),
+    "user-l1-laplace-sgd": L1LaplaceSGD,
 }

@@ -69,7 +69,7 @@ def test_the_old_keywords_still_work_warn_and_build_the_same_plan(no_work):
                       r"deprecated: pass plan=AuditPlan\.make"):
         with pytest.raises(AssertionError, match="work started"):
             audit(["none"], points=(2,), examples=1, engine="serial", progress=False)
-    old = auditor._fold_plan(None, {"points": (2,), "examples": 1})
+    old = auditor.fold_plan(None, {"points": (2,), "examples": 1})
     assert old == AuditPlan.make(points=(2,), examples=1)
     # the old empty selection is refused through the old keyword too, before any work
     with pytest.raises(ValueError, match="points must be a non-empty"), \

@@ -112,15 +112,15 @@ def test_ledger_mu_reads_compositions_of_gaussians_only():
 def test_a_general_claim_is_tested_along_its_curve_not_at_one_delta():
     led = PrivacyLedger()
     led.step(q=0.5, sigma=1.0)          # sampled: no mu-GDP form, a whole (eps, delta) curve
-    curve = api._curve(led, 1e-5, led.epsilon(1e-5))
+    curve = api.ledger_curve(led, 1e-5, led.epsilon(1e-5))
     eps_at = dict(curve)
     point = (0.2, 0.3)
     # invisible at the row's delta ...
     assert stats.eps_lower_bound(*point, 1e-5) < eps_at[1e-5]
     # ... but outside the claimed region at a larger delta of the same ledger
-    where = api._outside([point], curve)
+    where = api.outside_curve([point], curve)
     assert where is not None and "outside" in where
-    assert api._outside([(0.5, 0.5)], curve) is None
+    assert api.outside_curve([(0.5, 0.5)], curve) is None
 
 
 def test_the_row_names_the_canary_and_statistic_that_won():

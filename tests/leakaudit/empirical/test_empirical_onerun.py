@@ -170,9 +170,9 @@ def test_ledger_mu_reads_events_through_the_registry_not_by_type():
 
     import numpy as np
 
-    from accounting import PrivacyLedger, registry
+    from accounting import PrivacyLedger
     from accounting.events import Event
-    from accounting.registry import GaussianPart, register_event
+    from accounting.registry import GaussianPart, register_event, unregister_event
 
     @dataclass(frozen=True)
     class _UserGaussian(Event):
@@ -204,8 +204,8 @@ def test_ledger_mu_reads_events_through_the_registry_not_by_type():
         amplified = PrivacyLedger()
         amplified.record(_UserGaussian(q=0.5))
         assert fdp.ledger_mu(amplified) is None
-        registry._RULES[_UserGaussian] = {}                          # now wired to nothing
+        unregister_event(_UserGaussian)
+        register_event(_UserGaussian)                                # now wired to nothing
         assert fdp.ledger_mu(ledger) is None
     finally:
-        registry._TYPES.pop(_UserGaussian.kind, None)
-        registry._RULES.pop(_UserGaussian, None)
+        unregister_event(_UserGaussian)

@@ -49,6 +49,7 @@ def test_correct_user_code_is_not_flagged_in_any_world(world):
     assert not r["sound_violated"] and not r["claim_violated"], (world, r)
 
 
+@pytest.mark.slow
 def test_the_worlds_are_needed_the_plain_game_misses_what_they_show():
     for name in ("noise-where-nonzero", "median-clip", "seeded-once", "clip-first-rows"):
         r = _audit(MUTANTS[name].factory(), 200, canaries=["dirac", "large"])

@@ -151,6 +151,45 @@ def test_a_loader_the_accountant_does_not_assume_is_a_named_finding(kind):
     assert "Poisson" not in row["finding"]
 
 
+def _train(model, opt, loader, steps):
+    """A few real DP-SGD steps, so that the accountant has a history."""
+    for _, (x, y) in zip(range(steps), loader):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("kind", ["poisson", "shuffle", "weighted"])
+def test_the_row_states_the_whole_runs_eps_from_the_same_ledgers_call(kind):
+    """The row's eps_claimed / eps_sound are one release; with the engine it also states the
+    run's, equal to what ledgers() gives for the same loader (they cannot disagree)."""
+    from torch.utils.data import RandomSampler, WeightedRandomSampler
+
+    from leakaudit.interop.opacus import ledgers
+
+    data = _data(64)
+    if kind == "poisson":
+        engine, model, opt, loader, _ = _private(data)
+    else:
+        sampler = RandomSampler(data) if kind == "shuffle" else WeightedRandomSampler(
+            torch.ones(64), 64, replacement=True)
+        engine, model, opt, loader = _loader_of(data, sampler)
+    _train(model, opt, loader, steps=12)
+    row = audit_optimizer(opt, model, loader, engine=engine, trials=16, pairs=2).rows()[0]
+    pair = ledgers(engine, data_loader=loader, relation=row["relation"])
+    assert row["eps_claimed_run"] == pair.claimed.epsilon(1e-5)
+    assert row["eps_sound_run"] == pair.sound.epsilon(1e-5)
+    assert row["sampling_run"] == pair.sampling
+    if kind == "poisson":
+        assert row["eps_sound_run"] == row["eps_claimed_run"]
+    else:  # no amplification: the run spends at least one release, and more than claimed
+        assert row["eps_sound_run"] >= row["eps_sound"] > 0
+        assert row["eps_sound_run"] > row["eps_claimed_run"]
+    # without the engine the row has no run eps (it does not guess one)
+    bare = audit_optimizer(opt, model, loader, trials=16, pairs=2).rows()[0]
+    assert "eps_sound_run" not in bare
+
+
 def test_parameters_trained_outside_the_dp_optimizer_are_a_named_finding():
     data = _data(32)
     torch.manual_seed(0)
@@ -232,10 +271,7 @@ def test_flower_central_fixed_clipping_real_aggregate_from_one_call():
 
 def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_multiplier():
     lf, _, FedAvg = _flower()
-    from flwr.serverapp.strategy import (
-        DifferentialPrivacyClientSideAdaptiveClipping,
-        DifferentialPrivacyServerSideAdaptiveClipping,
-    )
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideAdaptiveClipping
 
     def audit(lr):
         dp = DifferentialPrivacyServerSideAdaptiveClipping(
@@ -254,9 +290,6 @@ def test_flower_server_side_adaptive_clipping_is_replayed_with_its_effective_mul
     # the noise std is not the one declared for the round's sensitivity
     _, row = audit(0.2)
     assert row["flagged"] and "noise std" in row["finding"], row["finding"]
-    with pytest.raises(ValueError, match="client-side adaptive-clipping wrapper"):
-        lf.audit_dp(DifferentialPrivacyClientSideAdaptiveClipping(
-            FedAvg(), noise_multiplier=1.0, num_sampled_clients=4, clipped_count_stddev=2.0))
 
 
 def test_flower_wrapper_with_half_the_noise_is_flagged():

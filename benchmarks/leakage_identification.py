@@ -1,73 +1,60 @@
-"""Section (d): Hayes et al.'s prior-aware attack against fed-cdp and fed-sdp-client at
-B = 1, L = 1, leak point 1, next to its bound Phi(Phi^-1(1/k) + mu): the cells, their jobs,
-the table, the figure and the CSV."""
+"""Section (d) of the leakage-curves benchmark: the prior-aware attack against its bound
+(:mod:`benchmarks.leakage_curves` documents the setting)."""
 
 from __future__ import annotations
 
-import csv
-from collections.abc import Sequence
+import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from benchmarks._common import Report
-from benchmarks.leakage.profile import (
-    ID_COLUMNS,
-    ID_CONFIDENCE,
-    Profile,
-    csv_rows,
-    load_dataset,
+from benchmarks._common import (
+    Report,
 )
-from leakaudit import data, grads, metrics, models
-from leakaudit import defenses as D
-from leakaudit.auditing import identification
+from benchmarks.leakage_cells import (
+    Profile,
+    engine_of,
+    execute,
+    store_config,
+)
+from benchmarks.leakage_report import (
+    csv_rows,
+)
+from leakaudit.auditing.results import ResultsFile
 
 
-def identification_cell(defense: Any, ds: data.Dataset, model: torch.nn.Module,
-                        ks: Sequence[int], trials: int, pool: int, lr: float, seed: int
-                        ) -> list[dict[str, Any]]:
-    """Hayes et al.'s prior-aware attack against one defense at B = 1, L = 1, leak point 1,
-    one :func:`leakaudit.auditing.identification.identification` per k: ``trials``
-    releases each, of a target drawn uniformly from a pool of ``pool`` training images,
-    among k candidates (kappa = 1 / k), every release with a noise draw of its own (per
-    defense, sigma, k and trial: no two cells share one); scored on the whole release and
-    on each tensor, the best scorer with its Bonferroni interval. Bound: Phi(Phi^-1(1/k) +
-    mu), mu the attacked release's add/remove mu from its sound ledger."""
-    out = []
-    for k in ks:
-        budget = identification.IdentificationBudget(k=k, trials=trials, pool=pool,
-                                                     confidence=ID_CONFIDENCE)
-        r = identification.identification(model, ds, defense, point=1, budget=budget,
-                                          lr=lr, seed=seed, cell=f"k={k}")
-        out.append({"defense": defense.name, "sigma": float(defense.params()["sigma"]),
-                    **{c: r[c] for c in ("k", "trials", "successes", "success", "ci_low",
-                                         "ci_high", "mu", "bound", "scorer")},
-                    "kappa": metrics.prior_success_identification(k),
-                    "ratio": r["success"] / r["bound"]})
-    return out
+def write_id_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Section (d)'s cells as CSV (columns ``ID_COLUMNS``)."""
+    import csv
+
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=ID_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(csv_rows(rows))
 
 
-def identification_model(ds: data.Dataset, seed: int) -> torch.nn.Module:
-    """The model of the identification cells: a ReLU MLP with one hidden layer of 100 units
-    (untrained, PyTorch's default initialisation), whose per-example gradients of different
-    digits are far from parallel (untrained LeNet-Sigmoid maps two digits of one label to
-    gradients of cosine ~0.99, which no attack can tell apart)."""
-    gen = torch.Generator().manual_seed(seed)
-    return models.mlp(int(np.prod(ds.input_shape)), ds.num_classes, (100,), "relu",
-                      generator=gen)
+def identification_main(report: Report, prof: Profile, args: argparse.Namespace) -> int:
+    """Only section (d) (``--identification-only``): its table, figure and CSV."""
+    store = ResultsFile(args.out / "leakage_curves.jsonl", store_config(prof, args))
+    ident = identification_jobs(prof, args.seed)
+    execute(ident, store, engine_of(args))
+    rows = [r for k, _ in ident for r in store.get("job", k)["rows"]]
+    idc = identification_section(report, rows)
+    plot_identification(rows, args.out / "leakage_identification.png")
+    write_id_csv(rows, args.out / "leakage_identification.csv")
+    for r in idc["fails"]:
+        print(f"MEASURED ABOVE BOUND: {r}", file=sys.stderr)
+    return 1 if idc["fails"] else 0
 
 
-def identification_job(job: dict[str, Any]) -> list[dict[str, Any]]:
-    ds = load_dataset(job["dataset"], job["seed"])
-    defense = D.get(job["defense"], clip=job["clip"], sigma=job["sigma"])
-    with grads.torch_threads(1):
-        return identification_cell(defense, ds, identification_model(ds, job["seed"]),
-                                   job["ks"], job["trials"], job["pool"], job["lr"],
-                                   job["seed"])
+# ------------------------------------------------------------------ (d) prior-aware attack
+#: what one identification cell runs: defense x sigma, every k on the same releases
+ID_COLUMNS = ("defense", "sigma", "k", "trials", "successes", "success", "ci_low",
+              "ci_high", "kappa", "mu", "bound", "ratio", "scorer")
 
 
 def identification_jobs(prof: Profile, seed: int) -> list[tuple[str, dict[str, Any]]]:
@@ -162,11 +149,3 @@ def plot_identification(rows: list[dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[-1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8)
     fig.savefig(path, dpi=110)
-
-
-def write_id_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """Section (d)'s cells as CSV (columns ``ID_COLUMNS``)."""
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=ID_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(csv_rows(rows))

@@ -1,6 +1,5 @@
-"""The report of the curves: the Markdown sections (a) undefended grid, (b) noise sweeps,
-(c) label counts, the calibration points and the run's summary; the main figure and the
-reconstructions figure."""
+"""The report of the leakage-curves benchmark: CSV rows, the above-bound check, the
+transitions along the noise axis, the figures and the Markdown sections."""
 
 from __future__ import annotations
 
@@ -14,20 +13,92 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from benchmarks._common import Report, Stopwatch
-from benchmarks.leakage.jobs import batch_indices
-from benchmarks.leakage.profile import (
+from benchmarks._common import (
+    Report,
+    Stopwatch,
+)
+from benchmarks.leakage_cells import (
     ID_CONFIDENCE,
     SWEEP_DEFENSES,
     Profile,
+    batch_indices,
     build_model,
     load_dataset,
 )
-from benchmarks.leakage.sweeps import above_bound, lines_at, transition
 from leakaudit import attacks, fl, metrics
-from leakaudit.attacks.labels import labels_from_last_layer
 from leakaudit.auditing.results import ResultsFile
-from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
+
+
+def csv_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CSV's rows: floats with 6 significant digits."""
+    return [{k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
+            for row in rows]
+
+
+def above_bound(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows whose measured success exceeds its reconstruction bound by more than its
+    interval: the two-sided 95 % Clopper-Pearson lower end of the image count (``images``;
+    a row without it counts as one image per unit of share, i.e. no interval) above the
+    bound."""
+    from leakaudit.scoring.bounds import clopper_pearson_lower
+
+    alpha = (1.0 - ID_CONFIDENCE) / 2
+    out = []
+    for r in rows:
+        if r["defense"] == "none":
+            continue
+        n = int(r.get("images", 0))
+        for share, bound in ((r["identification"], r["bound_id"]), (r["asr"], r["bound_asr"])):
+            low = clopper_pearson_lower(round(share * n), n, alpha) if n else share
+            if low > bound + 1e-12:
+                out.append(r)
+                break
+    return out
+
+
+def lines_at(rows: list[dict[str, Any]], batch_size: int
+             ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """(defense, point) -> per sigma (sorted) the best attack's numbers at B: success
+    (max of ASR and identification), identification, ASR and PSNR (max over attacks), with
+    the release's eps, eps of the standard run and the bounds."""
+    best: dict[tuple[str, int, float], dict[str, Any]] = {}
+    for r in rows:
+        if r["defense"] == "none" or r["batch_size"] != batch_size:
+            continue
+        key = (r["defense"], r["point"], r["sigma"])
+        old = best.get(key)
+        cur = {"sigma": r["sigma"], "eps_release": r["eps_release"],
+               "eps_train": r["eps_train"], "bound_id": r["bound_id"],
+               "bound_asr": r["bound_asr"], "identification": r["identification"],
+               "asr": r["asr"], "psnr": r["psnr"], "ssim": r["ssim"],
+               "attack": r["attack"], "images": int(r.get("images", 0))}
+        if old is not None:
+            cur["attack"] = old["attack"] if old["psnr"] >= r["psnr"] else r["attack"]
+            for k in ("identification", "asr", "psnr", "ssim"):
+                cur[k] = max(old[k], r[k])
+        cur["success"] = max(cur["identification"], cur["asr"])
+        best[key] = cur
+    lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for (d, p, _), v in sorted(best.items()):
+        lines.setdefault((d, p), []).append(v)
+    return lines
+
+
+def transition(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where one line stops leaking: sigmas strictly between all and nothing (success in
+    (0, 1)); the best PSNR from the last fully leaking sigma to the first resisting one
+    (after which nothing leaks) and whether it strictly decreases."""
+    partial = [p["sigma"] for p in points if 0.0 < p["success"] < 1.0]
+    full = [i for i, p in enumerate(points) if p["success"] >= 1.0]
+    lo = full[-1] if full else 0
+    zero = [i for i in range(lo, len(points))
+            if all(q["success"] == 0.0 for q in points[i:])]
+    hi = zero[0] if zero else len(points) - 1
+    span = [p["psnr"] for p in points[lo:hi + 1]]
+    return {"partial": partial, "psnr_span": span,
+            "psnr_decreasing": len(span) >= 3 and all(a > b for a, b in zip(span, span[1:])),
+            "last_full": points[lo]["sigma"] if full else None,
+            "first_resisting": points[hi]["sigma"] if zero else None}
 
 
 def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> None:
@@ -37,6 +108,8 @@ def plot(rows: list[dict[str, Any]], batch_sizes: Sequence[int], path: Path) -> 
     left out); each defense's identification bound as open markers at the sigmas where it
     was computed (no line between them: a bound is not interpolated); the best mean PSNR
     against sigma. One colour per defense; the legend sits outside the panels."""
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
+
     alpha = (1.0 - ID_CONFIDENCE) / 2
     fig = Figure(figsize=(17, 4.4 * len(batch_sizes)), layout="constrained")
     axes = fig.subplots(len(batch_sizes), 3, squeeze=False)
@@ -141,6 +214,8 @@ def plot_reconstructions(jobs: list[tuple[str, dict[str, Any]]], store: ResultsF
 
 def label_section(report: Report, dataset: str, seed: int, batches: int) -> None:
     """(c) Multiset accuracy of the label counts on untrained LeNet-Sigmoid, real data."""
+    from leakaudit.attacks.labels import labels_from_last_layer
+
     ds = load_dataset(dataset, seed)
     rows = []
     for b in (8, 32):
@@ -206,6 +281,8 @@ def grid_section(report: Report, rows: list[dict[str, Any]], prof: Profile) -> d
 
 def _interval(share: float, n: int) -> str:
     """The two-sided 95 % Clopper-Pearson interval of ``share`` of ``n`` images."""
+    from leakaudit.scoring.bounds import clopper_pearson_lower, clopper_pearson_upper
+
     if n <= 0:
         return "-"
     k, alpha = round(share * n), (1.0 - ID_CONFIDENCE) / 2
