@@ -210,7 +210,11 @@ class RDPAccountant(Accountant):
         res = self._eps(items, delta, orders, cache, optimize_order, warn)
         gauss = [p for p in items if isinstance(p, GaussianPart)]
         if len(gauss) == len(items) and any(p.group_privacy for p in gauss):
-            alt = parts([convert_event(e, ADD_REMOVE) for e in events], self.family, self.name)
+            try:
+                converted = [convert_event(e, ADD_REMOVE) for e in events]
+            except ValueError:  # a step with no add-remove form (a shuffle): no alternative
+                return res
+            alt = parts(converted, self.family, self.name)
             gp = group_privacy_epsilon(
                 lambda d: self._eps(alt, d, orders, None, False, False).eps, delta)
             if gp < res.eps:

@@ -747,3 +747,20 @@ def test_pld_bracket_ends_are_monotone_in_delta(event):
     for (lo_a, up_a), (lo_b, up_b) in zip(got, got[1:]):  # delta decreasing
         assert lo_b >= lo_a * (1 - 1e-3) - 1e-9, (event.describe(), got)
         assert up_b >= up_a * (1 - 1e-3) - 1e-9, (event.describe(), got)
+
+
+def test_rdp_of_a_replace_one_mix_with_a_shuffled_step_answers():
+    """The RDP accountant's group-privacy alternative converts every event to add-remove; a
+    shuffled step has no add-remove form, so the alternative must be skipped (it raised a
+    bare ValueError). The answer is then the replace-one bound itself, finite and above each
+    step's own."""
+    from accounting.events import SampledGaussian
+
+    poisson = SampledGaussian(0.5, 1.0, 1, relation="replace-one")
+    shuffled = SampledGaussian(0.1, 1.0, 1, sampling="shuffle", relation="replace-one")
+    both = A.PrivacyLedger.from_events([poisson, shuffled], relation="replace-one")
+    eps = both.epsilon(1e-5, "rdp")
+    assert math.isfinite(eps)
+    for one in (poisson, shuffled):
+        alone = A.PrivacyLedger.from_events([one], relation="replace-one")
+        assert eps >= alone.epsilon(1e-5, "rdp")
