@@ -28,8 +28,8 @@ stage and noise, with the bound no attack can beat on the same axes.
     Clopper-Pearson interval next to Phi(Phi^-1(1/k) + mu); a cell above the bound beyond
     its interval makes the run
     exit 1 (``--identification-only`` runs this section alone). Model: a ReLU MLP with one
-    hidden layer of 100 (see :func:`benchmarks.leakage_cells.identification_model`), clip 0.5 (below every
-    per-example gradient norm, so every candidate has norm C), client lr 1.
+    hidden layer of 100 (see :func:`benchmarks.leakage_cells.identification_model`), clip
+    0.5 (below every per-example gradient norm, so every candidate has norm C), client lr 1.
 
 Scoring per image (the scorer alone sees the truth): Hungarian matching, then PSNR, SSIM
 (skimage), success = PSNR >= 20 dB (ASR), and identification: the training image nearest
