@@ -307,7 +307,7 @@ def test_a_dummy_event_in_one_module_is_drawn_and_goes_through_the_contracts(dum
     check_every_type_is_drawn_and_accounted()
     check_strategy_covers(cls.kind, strategy_of(cls), sample_of(cls))
 
-    @settings(QUIET, max_examples=15)
+    @settings(QUIET, max_examples=10)
     @given(events=histories(1, 3, [cls, A.Laplace]), d1=DELTAS, d2=DELTAS)
     def fast(events, d1, d2):
         _fast_contract(events, d1, d2)
