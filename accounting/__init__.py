@@ -6,6 +6,10 @@ lives in :mod:`accounting.rdp`, :mod:`accounting.conversions`, :mod:`accounting.
 and :mod:`accounting.pld` (privacy loss distributions); the one stateful object is
 :class:`PrivacyLedger`.
 docs/accounting.md lists the papers behind every formula.
+
+Importing the package imports every module of it (but :data:`NOT_IMPORTED`), so every event
+type and accountant defined in ``accounting/`` is registered whichever module a user imports
+first: a new event type is one module, with no import line to add here.
 """
 
 from . import relations, schedules
@@ -62,7 +66,7 @@ from .rdp import (
     rdp_sgm,
     rdp_sgm_many,
 )
-from .registry import UnsupportedEventError, event_types, register_event
+from .registry import UnsupportedEventError, event_types, import_submodules, register_event
 from .relations import RELATIONS, SAMPLINGS, convert_event
 from .same_sample import SameBatch
 from .shuffle import (
@@ -74,6 +78,10 @@ from .shuffle import (
 )
 from .tightest import tightest_epsilon
 from .tuning import SELECTION_RULES, HyperparameterSearch
+
+#: modules ``import accounting`` does not import: ``__main__`` runs the command line
+NOT_IMPORTED = ("__main__",)
+import_submodules(__name__, __path__, skip=NOT_IMPORTED)
 
 __all__ = [
     "ACCOUNTANTS",

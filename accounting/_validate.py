@@ -2,6 +2,11 @@
 
 Each check raises ``ValueError`` naming the argument and the allowed range, before any
 work starts. ``bool`` is refused where a number is expected (``True`` is not a rate).
+
+A scalar check used as an event field's checker (``Event.checks``) also declares its
+:class:`Domain`, the values worth trying for such a field (read by :func:`domain_of`): the
+contract suite draws a new event type from the domains of its fields' checkers, so a field
+checker of one's own declares one too (:func:`declare_domain`).
 """
 
 from __future__ import annotations
@@ -11,12 +16,16 @@ import math
 import sys
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from numbers import Real
 from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = [
+    "Domain",
+    "declare_domain",
+    "domain_of",
     "keywords_after_first",
     "check_real",
     "check_probability",
@@ -35,6 +44,38 @@ __all__ = [
 ]
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values of a field checker worth trying: a range ``[low, high]`` (integers where
+    ``integer``) plus ``extremes`` always tried, or a fixed set of ``choices``; every value
+    is one the checker accepts. ``example``: one typical value. Declarative only: tests draw
+    from it (the library draws nothing)."""
+
+    low: float
+    high: float
+    example: Any
+    extremes: tuple = ()
+    integer: bool = False
+    choices: tuple = ()
+
+
+def declare_domain(domain: Domain) -> Callable[[_F], _F]:
+    """Decorator: ``check`` accepts (at least) ``domain`` (read back by :func:`domain_of`)."""
+    def wrap(check: _F) -> _F:
+        check.domain = domain
+        return check
+    return wrap
+
+
+def domain_of(check: object) -> Domain | None:
+    """The :class:`Domain` a checker declares, or None."""
+    out = getattr(check, "domain", None)
+    return out if isinstance(out, Domain) else None
+
+
 def check_real(name: str, value: object) -> float:
     """Return ``value`` as a float, refusing non-numbers, bools and NaN."""
     if isinstance(value, bool) or not isinstance(value, (Real, np.floating, np.integer)):
@@ -45,6 +86,7 @@ def check_real(name: str, value: object) -> float:
     return out
 
 
+@declare_domain(Domain(1e-5, 1.0, 0.01, extremes=(1e-9, 1e-7, 0.999999, 1.0)))
 def check_probability(name: str, value: object) -> float:
     """A sampling rate: a real number in [0, 1]."""
     out = check_real(name, value)
@@ -62,6 +104,7 @@ def _not_subnormal(name: str, out: float) -> float:
     return out
 
 
+@declare_domain(Domain(0.3, 50.0, 1.0, extremes=(0.01, 0.05, 0.1, 1e3, 1e4)))
 def check_sigma(name: str, value: object) -> float:
     """A noise multiplier: a finite real number >= 0 (0 means no noise: infinite eps), not
     subnormal."""
@@ -71,6 +114,7 @@ def check_sigma(name: str, value: object) -> float:
     return _not_subnormal(name, out)
 
 
+@declare_domain(Domain(0.05, 100.0, 2.0, extremes=(1e-3, 1e6)))
 def check_positive(name: str, value: object, *, allow_inf: bool = False) -> float:
     """A strictly positive real number (not subnormal)."""
     out = check_real(name, value)
@@ -79,6 +123,7 @@ def check_positive(name: str, value: object, *, allow_inf: bool = False) -> floa
     return _not_subnormal(name, out)
 
 
+@declare_domain(Domain(0.0, 100.0, 1.0, extremes=(1e6,)))
 def check_nonnegative(name: str, value: object, *, allow_inf: bool = False) -> float:
     """A real number >= 0 (finite unless ``allow_inf``)."""
     out = check_real(name, value)
@@ -87,6 +132,7 @@ def check_nonnegative(name: str, value: object, *, allow_inf: bool = False) -> f
     return out
 
 
+@declare_domain(Domain(1e-3, 1.0, 0.5, extremes=(1e-9, 1.0)))
 def check_factor(name: str, value: object) -> float:
     """A multiplicative decay factor in (0, 1]."""
     out = check_real(name, value)
@@ -95,6 +141,7 @@ def check_factor(name: str, value: object) -> float:
     return out
 
 
+@declare_domain(Domain(1e-12, 1e-3, 1e-6, extremes=(1e-15, 0.1)))
 def check_delta(name: str, value: object) -> float:
     """A target delta: a real number in the open interval (0, 1)."""
     out = check_real(name, value)
@@ -103,6 +150,7 @@ def check_delta(name: str, value: object) -> float:
     return out
 
 
+@declare_domain(Domain(0.0, 5.0, 1.0, extremes=(30.0,)))
 def check_eps(name: str, value: object, *, allow_inf: bool = False) -> float:
     """An epsilon: a real number >= 0."""
     out = check_real(name, value)
@@ -119,6 +167,7 @@ MAX_COUNT = 2**53
 MAX_ORDER = 1e5
 
 
+@declare_domain(Domain(1, 1000, 100, extremes=(10**6,), integer=True))
 def check_count(name: str, value: object, *, minimum: int = 0) -> int:
     """A step count: an integer >= ``minimum`` and <= :data:`MAX_COUNT`."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -218,9 +267,6 @@ def check_instances(name: str, items: object, cls: type) -> tuple:
     if bad:
         raise ValueError(f"{name} must hold {cls.__name__} records only, got {bad[0]!r}")
     return out
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def keywords_after_first(*names: str) -> Callable[[_F], _F]:

@@ -14,17 +14,23 @@ an event exactly when the event's type has a rule for the accountant's family an
 it gives is a form the accountant computes; anything else is refused by name with
 :class:`UnsupportedEventError` (no silent fallback).
 
-Adding an event type = one file with the class and one call::
+Adding an event type = one module of ``accounting/`` with the class (its fields' checkers in
+``checks``) and one call::
 
     register_event(MyEvent, rdp=my_rdp_rule, pld=my_pld_rule)
 
-(the accountants without a rule refuse it by name; the contract suite in
-``tests/accounting/test_contracts.py`` enumerates :func:`event_types` and every accountant).
+``import accounting`` imports every module of the package (:func:`import_submodules`), so
+the type is registered whichever module a user imports first. The accountants without a
+rule refuse it by name; the contract suite (``tests/accounting/test_contracts.py``)
+enumerates :func:`event_types` and every accountant, drawing each type from the domains its
+fields' checkers declare (:class:`accounting._validate.Domain`).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
+import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -37,7 +43,7 @@ __all__ = ["UnsupportedEventError", "GaussianPart", "LaplacePart", "DPPart", "PL
            "event_class", "rules_of", "parts",
            "why_unsupported", "merge_repeats", "gaussian_groups", "no_privacy_reason",
            "group_pairs", "why_infinite", "pure_total", "converter", "ACCOUNTANTS",
-           "register_accountant"]
+           "register_accountant", "import_submodules"]
 
 #: Families of accountants; an event type gives its parts per family.
 FAMILIES = ("rdp", "zcdp", "composition", "pld", "prv")
@@ -359,3 +365,15 @@ def register_accountant(acc: Any) -> Any:
     """Make ``acc`` available as ``method=acc.name``."""
     ACCOUNTANTS[acc.name] = acc
     return acc
+
+
+def import_submodules(package: str, path: Iterable[str], skip: Iterable[str] = ()) -> list[str]:
+    """Import every module and subpackage of ``package`` (its ``__path__`` is ``path``) but
+    those named in ``skip`` (last component, e.g. ``"__main__"``), so that every event type
+    and accountant they define is registered by importing the package; the names imported."""
+    skip = set(skip)
+    names = [info.name for info in pkgutil.walk_packages(path, package + ".")
+             if info.name.rsplit(".", 1)[-1] not in skip]
+    for name in names:
+        importlib.import_module(name)
+    return names

@@ -38,7 +38,7 @@ from .grads import torch_threads
 __all__ = ["ENGINES", "ENGINE_HELP", "Done", "Engine", "EngineConfig", "ProcessEngine",
            "RayEngine", "Unit",
            "check_ray_address", "env", "execute", "fold_engine", "import_ray", "make_engine",
-           "spawn_safe"]
+           "pool_context", "spawn_safe", "PRELOAD"]
 
 #: where the units run (``audit(engine=...)``), with what each means (the CLI's help)
 ENGINES = ("process", "serial", "ray")
@@ -129,8 +129,27 @@ def _is_main_guard(test: ast.expr) -> bool:
     return sides in ({"__name__", "'__main__'"}, {"__name__", '"__main__"'})
 
 
+#: what the fork server imports once, before it forks the pool's workers
+PRELOAD = ("torch", "leakaudit.engines", "leakaudit.auditing")
+
+
+def pool_context() -> multiprocessing.context.BaseContext:
+    """The start method of the local pool: ``forkserver`` where the platform has it (a
+    single-threaded server process imports :data:`PRELOAD` once and forks each worker from
+    it: no worker re-imports torch, and later pools of the same process start at once),
+    else ``spawn``. Never plain ``fork``: forking a process whose torch threads have
+    started can hang. Both start each worker as spawn does (the ``__main__`` script is
+    imported, its guarded code not run: :func:`spawn_safe`)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # no effect once the server runs
+    return context
+
+
 class ProcessEngine(Engine):
-    """A local pool of spawned processes; if they fail, the rest runs in this process. Called
+    """A local pool of worker processes (:func:`pool_context`); if they fail, the rest runs
+    in this process. Called
     from a script's module code without a main guard (:func:`spawn_safe`), it says so in one
     line and runs the units in this process."""
 
@@ -141,10 +160,9 @@ class ProcessEngine(Engine):
                   "the audit outside `if __name__ == \"__main__\":`, where worker processes "
                   "cannot start (put the call under that guard to use them)", file=sys.stderr)
             workers = 1
-        if workers > 1:  # spawn: fork after torch threads start can hang
-            self.pool = ProcessPoolExecutor(
-                max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init)
+        if workers > 1:
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=pool_context(),
+                                            initializer=_worker_init)
 
     def run(self, jobs: Jobs) -> Iterator[Done]:
         if self.pool is None:

@@ -37,7 +37,8 @@ from ..scoring import whitebox as wb
 from ..scoring.bounds import gdp_epsilon
 from . import game
 
-__all__ = ["dense_canary", "same_noise_runs", "whitebox_check", "RUNS", "CANARIES"]
+__all__ = ["dense_canary", "out_world_runs", "same_noise_runs", "whitebox_check", "RUNS",
+           "CANARIES"]
 
 #: runs per world (pairs on the same noise; their noise measures the scale)
 RUNS = 256
@@ -59,15 +60,28 @@ def _runs(defense: Defense, setup: game.GameSetup, canary_in: bool, n: int, seed
     return torch.cat(list(rows)).double().numpy()
 
 
-def same_noise_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, vec: bool,
-                    chunk: int) -> tuple[np.ndarray, np.ndarray] | str:
-    """(out, into): ``n`` runs per world, row i of both on the same noise (one generator
-    seeded alike per world); or why the same-noise difference is not the noise-free move."""
+def out_world_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, vec: bool,
+                   chunk: int) -> np.ndarray | str:
+    """``n`` canary-out runs on ``seed`` (they do not depend on which canary the setup holds,
+    only on its shapes), or why the same world on one seed is not reproducible."""
     again = [_runs(defense, setup, False, 4, seed + 1, vec, chunk) for _ in range(2)]
     if not np.array_equal(*again):
         return "the same world on the same seed gave different releases (noise not drawn " \
                "only from the context's generator)"
-    out = _runs(defense, setup, False, n, seed, vec, chunk)
+    return _runs(defense, setup, False, n, seed, vec, chunk)
+
+
+def same_noise_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, vec: bool,
+                    chunk: int, out: np.ndarray | str | None = None
+                    ) -> tuple[np.ndarray, np.ndarray] | str:
+    """(out, into): ``n`` runs per world, row i of both on the same noise (one generator
+    seeded alike per world); or why the same-noise difference is not the noise-free move.
+    ``out``: :func:`out_world_runs` of the same defense, shapes, ``n`` and ``seed``, when the
+    caller already has them (the check moves the release with several canaries)."""
+    if out is None:
+        out = out_world_runs(defense, setup, n, seed, vec, chunk)
+    if isinstance(out, str):
+        return out
     into = _runs(defense, setup, True, n, seed, vec, chunk)
     moves = into - out
     mean = moves.mean(axis=0)
@@ -106,9 +120,13 @@ def whitebox_check(defense: Defense, setup: game.GameSetup,
     found["dense"] = dense_canary(shapes, bound)
     base = replace(setup, declared=None, round=0, pristine=None)
     best: dict[str, tuple[float, float, str]] = {}
+    run_seed = 1_000_003 * (seed + 1)
+    out_runs = out_world_runs(defense, game.with_canary(base, CANARIES[0],
+                                                        found[CANARIES[0]]),
+                              n, run_seed, vec, chunk)
     for name in CANARIES:
         s = game.with_canary(base, name, found[name])
-        got = same_noise_runs(defense, s, n, 1_000_003 * (seed + 1), vec, chunk)
+        got = same_noise_runs(defense, s, n, run_seed, vec, chunk, out=out_runs)
         if isinstance(got, str):
             return _not_applicable(f"{name}: {got}")
         out, into = got

@@ -1,144 +1,56 @@
 """Property-based contracts over the registry: every registered event type x every
 registered accountant x delta in [1e-15, 1e-3] gives a number (or inf where honest) or a
 refusal by name, never NaN; upper >= lower; non-increasing in delta; tightest <= every
-certified upper end. The suite enumerates the registry: an event type registered without a
-strategy here, or without any accountant, fails it."""
+certified upper end. The events are drawn from every registered type
+(tests/accounting/event_strategies.py: hand-written or derived from the type's declared
+fields and checker domains); a type the suite cannot draw, or that no accountant accounts,
+fails tests/accounting/test_event_registration.py by name."""
 
 from __future__ import annotations
 
+import importlib
 import math
+import sys
 import warnings
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, find, given, settings
+from event_strategies import (
+    RUN,
+    SAMPLES,
+    SIGMA,
+    accepted_pairs,
+    any_event,
+    check_every_type_is_drawn_and_accounted,
+    check_strategy_covers,
+    histories,
+    over_pairs,
+    sample_of,
+    strategy_of,
+)
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accounting as A
-from accounting.accountants import ACCOUNTANTS, CERTIFIED, certified, supporting
-from accounting.events import Event, event_from_dict
+from accounting.accountants import ACCOUNTANTS, CERTIFIED, certified
+from accounting.events import Event
 from accounting.registry import (
     UnsupportedEventError,
     converter,
-    event_types,
     register_event,
-    registered_types,
     rules_of,
     unregister_event,
 )
-from accounting.relations import RELATIONS, SAMPLINGS
 
-#: extremes included: sigma from 0.01 (almost no noise) to 1e4, q from 1e-9 to 1
-SIGMA = st.one_of(st.floats(0.3, 50.0), st.sampled_from([0.01, 0.05, 0.1, 1e3, 1e4]))
-Q = st.one_of(st.floats(1e-5, 1.0), st.sampled_from([1e-9, 1e-7, 0.999999, 1.0]))
-
-#: the neighbouring relations, the batch samplings
-PAIRS = [(s, r) for s in SAMPLINGS for r in RELATIONS]
-
-
-def _gaussian(build, relations=RELATIONS):
-    """A Gaussian event type's strategy over every (sampling, relation) pair it accepts
-    ("all" means q = 1; the event refuses the pairs it cannot account)."""
-
-    @st.composite
-    def draw(draw_) -> Event:
-        sampling, relation = draw_(st.sampled_from([p for p in PAIRS if p[1] in relations]))
-        q = 1.0 if sampling == "all" else draw_(Q)
-        try:
-            return build(draw_, q, sampling, relation)
-        except ValueError:
-            assume(False)
-
-    return draw()
-
-
-def _relations(build, relations=RELATIONS):
-    """A non-Gaussian event type's strategy over every relation (its sampling is fixed)."""
-
-    @st.composite
-    def draw(draw_) -> Event:
-        relation = draw_(st.sampled_from(relations))
-        try:
-            return build(draw_, relation)
-        except ValueError:
-            assume(False)
-
-    return draw()
-
-
-#: one strategy per registered event type, drawing every (sampling, relation) pair the type
-#: accepts (a new type must add one, and cover its pairs: see the tests below)
-_BUILDERS = {
-    "sampled_gaussian": (_gaussian, lambda d, q, s, r: A.SampledGaussian(
-        q, d(SIGMA), d(st.integers(1, 10**6)), sampling=s, relation=r)),
-    "gaussian_schedule": (_gaussian, lambda d, q, s, r: A.GaussianSchedule(
-        q, np.array(d(st.lists(SIGMA, min_size=1, max_size=20))), sampling=s, relation=r)),
-    "laplace": (_relations, lambda d, r: A.Laplace(
-        d(st.one_of(st.floats(0.05, 1e6), st.sampled_from([1e-3, 1e9, 1e12]))),
-        count=d(st.integers(1, 1000)), relation=r)),
-    "approx_dp": (_relations, lambda d, r: A.ApproxDP(
-        d(st.one_of(st.floats(0.0, 5.0), st.just(30.0))),
-        d(st.one_of(st.floats(0.0, 1e-9), st.just(1e-16))), count=d(st.integers(1, 100)),
-        relation=r)),
-    "random_allocation": (_relations, lambda d, r: A.RandomAllocation(
-        d(st.floats(0.7, 5.0)), d(st.integers(1, 200)), 1, d(st.integers(1, 3)), relation=r)),
-    "sampled_without_replacement": (_relations, lambda d, r: A.SampledWithoutReplacement(
-        d(SIGMA), b := d(st.integers(1, 100)), b + d(st.integers(0, 10_000)),
-        d(st.integers(1, 1000)), relation=r)),
-}
-STRATEGIES = {kind: how(build) for kind, (how, build) in _BUILDERS.items()}
-#: one fixed instance per registered event type
-SAMPLES = {
-    "sampled_gaussian": A.SampledGaussian(0.01, 1.0, 100),
-    "gaussian_schedule": A.GaussianSchedule(0.01, np.array([1.0, 2.0])),
-    "laplace": A.Laplace(2.0),
-    "approx_dp": A.ApproxDP(1.0, 1e-9),
-    "random_allocation": A.RandomAllocation(1.0, 10),
-    "sampled_without_replacement": A.SampledWithoutReplacement(2.0, 10, 1000, 100),
-}
-#: a candidate run of a search: DP-SGD-like steps or pure releases
-_RUN = st.lists(st.one_of(
-    st.builds(A.SampledGaussian, q=st.floats(1e-3, 1.0), sigma=st.floats(0.5, 20.0),
-              count=st.integers(1, 1000)),
-    st.builds(A.Laplace, b=st.floats(0.5, 100.0))), min_size=1, max_size=2)
-STRATEGIES["hyperparameter_search"] = st.builds(
-    A.HyperparameterSearch, st.lists(_RUN, min_size=1, max_size=3),
-    rule=st.sampled_from(A.SELECTION_RULES), mean=st.floats(1.0, 100.0),
-    shape=st.floats(-0.9, 3.0))
-SAMPLES["hyperparameter_search"] = A.HyperparameterSearch(
-    [[A.SampledGaussian(0.01, 1.0, 100)], [A.SampledGaussian(0.01, 2.0, 100)]],
-    rule="geometric", mean=10)
-STRATEGIES["same_batch"] = st.builds(
-    lambda q, sigmas, c: A.SameBatch([A.SampledGaussian(q, s, c) for s in sigmas]),
-    Q, st.lists(SIGMA, min_size=2, max_size=3), st.integers(1, 1000))
-SAMPLES["same_batch"] = A.SameBatch([A.SampledGaussian(0.01, 1.0, 100),
-                                     A.SampledGaussian(0.01, 2.0, 100)])
 FAST = ("rdp", "rdp-classic", "moments", "zcdp", "basic", "advanced", "gaussian-exact",
         "zcdp-approx")
 DELTAS = st.floats(1e-15, 1e-3)
-ANY_EVENT = st.one_of(*STRATEGIES.values())
-
-
-def histories(min_size: int, max_size: int) -> st.SearchStrategy:
-    """Lists of events under one relation (a ledger keeps one relation), every relation."""
-    return st.sampled_from(RELATIONS).flatmap(lambda r: st.lists(
-        st.one_of(*(how(build, (r,)) for how, build in _BUILDERS.values())),
-        min_size=min_size, max_size=max_size))
+ANY_EVENT = any_event()
 
 QUIET = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                   HealthCheck.filter_too_much])
-
-
-def test_every_registered_event_type_has_a_strategy_and_an_accountant():
-    # types defined by a script (the docs' example runs as __main__ in tests/project) are
-    # the user's; every type of a module (the package's, a test's) must be here
-    for cls in (c for c in event_types() if c.__module__ != "__main__"):
-        assert cls.kind in STRATEGIES and cls.kind in SAMPLES, (
-            f"{cls.__name__}: add a strategy to the contract suite")
-        sample = SAMPLES[cls.kind]
-        assert supporting([sample], certified_only=True), f"{cls.__name__}: no accountant"
 
 
 def _eps(method: str, events: list, delta: float) -> float | None:
@@ -151,9 +63,9 @@ def _eps(method: str, events: list, delta: float) -> float | None:
             return None
 
 
-@QUIET
-@given(events=histories(1, 3), d1=DELTAS, d2=DELTAS)
-def test_every_fast_method_answers_or_refuses_by_name_and_is_monotone_in_delta(events, d1, d2):
+def _fast_contract(events: list, d1: float, d2: float) -> None:
+    """Every fast method answers (never NaN, >= 0) or refuses by name, alike at both deltas,
+    and eps is non-increasing in delta."""
     lo_d, hi_d = sorted((d1, d2))
     for method in FAST:
         a, b = _eps(method, events, lo_d), _eps(method, events, hi_d)
@@ -163,6 +75,12 @@ def test_every_fast_method_answers_or_refuses_by_name_and_is_monotone_in_delta(e
             continue
         assert not math.isnan(a) and a >= 0.0 and b is not None
         assert b <= a * (1 + 1e-9) + 1e-12, (method, a, b)  # eps non-increasing in delta
+
+
+@QUIET
+@given(events=histories(1, 3), d1=DELTAS, d2=DELTAS)
+def test_every_fast_method_answers_or_refuses_by_name_and_is_monotone_in_delta(events, d1, d2):
+    _fast_contract(events, d1, d2)
 
 
 def _pld_contract(event: Event, delta: float) -> None:
@@ -245,40 +163,6 @@ def test_tightest_is_monotone_in_steps_at_tiny_sigma():
         ledger.step(q=0.01, sigma=1e-6, count=n)
         out.append(ledger.tightest_epsilon(1e-5))
     assert 1e11 < out[0] <= out[1]
-
-
-@dataclass(frozen=True)
-class _Unwired(Event):
-    """An event type registered for JSON but wired into no accountant."""
-
-    x: float = 1.0
-    note: str = ""
-    sampling: str = "all"
-    relation: str = "add-remove"
-    kind: ClassVar[str] = "contract_test_unwired"
-
-    @property
-    def steps(self) -> int:
-        return 1
-
-    def describe(self) -> str:
-        return f"unwired x={self.x}"
-
-
-def test_an_unwired_event_type_is_refused_by_name_and_fails_the_suite():
-    register_event(_Unwired)
-    try:
-        ledger = A.PrivacyLedger()
-        ledger.record(_Unwired())
-        for method in ACCOUNTANTS:
-            with pytest.raises(UnsupportedEventError, match=method):
-                ledger.epsilon(1e-5, method)
-        with pytest.raises(UnsupportedEventError, match="no certified accountant"):
-            ledger.tightest_epsilon(1e-5)
-        with pytest.raises(AssertionError, match="add a strategy"):
-            test_every_registered_event_type_has_a_strategy_and_an_accountant()
-    finally:
-        unregister_event(_Unwired)
 
 
 @pytest.mark.parametrize("call", [
@@ -405,139 +289,33 @@ def test_every_fast_method_is_invariant_under_reordering_and_splitting(events, d
     _assert_same_eps(once, twice, delta)
 
 
-# ---------------------------------------------------------------- contracts that cannot be dodged
-def _registry() -> dict[str, tuple]:
-    return {cls.kind: (cls, tuple(sorted(rules_of(cls)))) for cls in event_types()}
-
-
-def newly_registered(package: str) -> dict[str, tuple]:
-    """The event types and rules that importing every module of ``package`` adds to the
-    registry (empty: ``import package`` alone registers everything it defines)."""
-    import importlib
-    import pkgutil
-
-    before = _registry()
-    root = importlib.import_module(package)
-    for info in pkgutil.walk_packages(root.__path__, package + "."):
-        if not info.name.endswith(".__main__"):  # (runs the command line)
-            importlib.import_module(info.name)
-    return {k: v for k, v in _registry().items() if before.get(k) != v}
-
-
-def accepted_pairs(sample: Event) -> set[tuple[str, str]]:
-    """Every (sampling, relation) pair an event type accepts, found by restating ``sample``
-    under each ("all" means q = 1)."""
-    data, out = sample.to_dict(), set()
-    for sampling, relation in PAIRS:
-        changed = {**data, "relation": relation}
-        if "sampling" in data:
-            changed["sampling"] = sampling
-            if sampling == "all" and "q" in data:
-                changed["q"] = 1.0
-        try:
-            event = event_from_dict(changed)
-        except ValueError:
-            continue
-        out.add((event.sampling, event.relation))
-    return out
-
-
-def uncovered_pairs(strategy: st.SearchStrategy, sample: Event) -> list[tuple[str, str]]:
-    """The accepted pairs of ``sample``'s type that ``strategy`` never draws."""
-    from hypothesis.errors import NoSuchExample
-
-    missing = []
-    for pair in sorted(accepted_pairs(sample)):
-        try:
-            find(strategy, lambda e, p=pair: (e.sampling, e.relation) == p,
-                 settings=settings(max_examples=2000, database=None, deadline=None,
-                                   suppress_health_check=list(HealthCheck)))
-        except NoSuchExample:
-            missing.append(pair)
-    return missing
-
-
-def check_registers_nothing_new(package: str) -> None:
-    """AssertionError naming what importing every module of ``package`` adds."""
-    added = newly_registered(package)
-    assert not added, (f"registered only when their module is imported: {sorted(added)}; "
-                       f"import the module in {package.replace('.', '/')}/__init__.py")
-
-
-def test_importing_every_module_of_accounting_registers_nothing_new():
-    check_registers_nothing_new("accounting")
-
-
-def check_strategy_covers(kind: str, strategy: st.SearchStrategy, sample: Event) -> None:
-    """AssertionError naming the accepted (sampling, relation) pairs ``strategy`` never draws."""
-    assert len(accepted_pairs(sample)) >= 1
-    missing = uncovered_pairs(strategy, sample)
-    assert not missing, f"{kind}: the contract strategy never draws {missing}"
-
-
-@pytest.mark.parametrize("kind", sorted(SAMPLES))
-def test_every_strategy_draws_every_sampling_and_relation_its_event_accepts(kind):
-    check_strategy_covers(kind, STRATEGIES[kind], SAMPLES[kind])
-
-
-@dataclass(frozen=True)
-class _Dummy(Event):
-    """A minimal Gaussian-like event, accepted under every relation."""
-
-    x: float = 1.0
-    note: str = ""
-    sampling: str = "all"
-    relation: str = "add-remove"
-    kind: ClassVar[str] = "contract_test_dummy"
-
-    @property
-    def steps(self) -> int:
-        return 1
-
-    def describe(self) -> str:
-        return f"dummy x={self.x}"
-
-
+# ---------------------------------------------------------------- a new event type
 @pytest.fixture
-def scratch_registry():
-    """The event types registered during the test are unregistered after it."""
-    before = set(registered_types().values())
-    yield
-    for cls in set(registered_types().values()) - before:
-        unregister_event(cls)
+def dummy_module(scratch_registry):
+    """tests/accounting/dummy_event.py imported (its type registered) for the test."""
+    sys.modules.pop("dummy_event", None)
+    yield importlib.import_module("dummy_event")
+    sys.modules.pop("dummy_event", None)
 
 
-def test_a_dummy_event_module_left_out_of_the_package_import_fails_by_name(
-        tmp_path, monkeypatch, scratch_registry):
-    pkg = tmp_path / "dummy_accounting"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")  # forgets to import its event module
-    (pkg / "events.py").write_text(
-        "from dataclasses import dataclass\nfrom typing import ClassVar\n"
-        "from accounting.events import Event\nfrom accounting.registry import register_event\n"
-        "@dataclass(frozen=True)\nclass Left(Event):\n    note: str = ''\n"
-        "    sampling: str = 'all'\n    relation: str = 'add-remove'\n"
-        "    kind: ClassVar[str] = 'contract_test_left_out'\n"
-        "register_event(Left, rdp=lambda e, side: [])\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(AssertionError, match="contract_test_left_out.*dummy_accounting/__init__"):
-        check_registers_nothing_new("dummy_accounting")
-    check_registers_nothing_new("dummy_accounting")  # imported now: nothing new the second time
+def test_a_dummy_event_in_one_module_is_drawn_and_goes_through_the_contracts(dummy_module):
+    """A type written as one module with standard checkers, nothing else edited: its
+    strategy and sample are derived from its fields' domains, draw every pair it accepts,
+    and its events go through the contracts (alone and mixed with the package's types)."""
+    cls = dummy_module.TwiceClipped
+    assert cls.kind not in SAMPLES and len(accepted_pairs(sample_of(cls))) >= 8
+    check_every_type_is_drawn_and_accounted()
+    check_strategy_covers(cls.kind, strategy_of(cls), sample_of(cls))
 
+    @settings(QUIET, max_examples=10)
+    @given(events=histories(1, 3, [cls, A.Laplace]), d1=DELTAS, d2=DELTAS)
+    def fast(events, d1, d2):
+        _fast_contract(events, d1, d2)
 
-def test_a_dummy_event_without_a_strategy_fails_by_name(scratch_registry):
-    register_event(_Dummy, rdp=lambda e, side: [])
-    with pytest.raises(AssertionError, match="_Dummy: add a strategy"):
-        test_every_registered_event_type_has_a_strategy_and_an_accountant()
-
-
-def test_a_dummy_strategy_that_forgets_a_relation_fails_by_name(scratch_registry):
-    register_event(_Dummy, rdp=lambda e, side: [])
-    only_add_remove = st.builds(_Dummy, x=st.floats(0.1, 2.0))
-    with pytest.raises(AssertionError, match=r"never draws .*'all', 'replace-one'.*'zero-out'"):
-        check_strategy_covers("contract_test_dummy", only_add_remove, _Dummy())
-    check_strategy_covers("contract_test_dummy", _relations(
-        lambda d, r: _Dummy(d(st.floats(0.1, 2.0)), relation=r)), _Dummy())
+    fast()
+    _pld_contract(sample_of(cls), 1e-6)
+    half = A.SampledGaussian(0.01, 0.5)  # its rule: the sample (sigma 1) at sigma / 2
+    assert _eps("rdp", [sample_of(cls)], 1e-6) == _eps("rdp", [half], 1e-6)
 
 
 # ---------------------------------------------------------------- a user's re-wrapped event
@@ -642,12 +420,12 @@ def test_a_rewrapped_sampled_gaussian_gives_its_eps_under_every_pair_and_method(
 
 def test_the_rewrapped_strategy_draws_every_pair(wrapped):
     assert accepted_pairs(WRAPPED_SAMPLE) == accepted_pairs(SAMPLES["sampled_gaussian"])
-    check_strategy_covers(_Wrapped.kind, _gaussian(_build_wrapped), WRAPPED_SAMPLE)
+    check_strategy_covers(_Wrapped.kind, over_pairs(_build_wrapped), WRAPPED_SAMPLE)
 
 
 @pytest.mark.slow
 @settings(QUIET, max_examples=25)
-@given(event=_gaussian(_build_wrapped), delta=DELTAS)
+@given(event=over_pairs(_build_wrapped), delta=DELTAS)
 def test_a_rewrapped_sampled_gaussian_matches_it_on_drawn_steps(event, delta):
     register_wrapped()
     try:
@@ -679,7 +457,7 @@ _COVERED = [r for r in A.SELECTION_RULES if r not in A.tuning.NOT_COVERED]
 
 @settings(QUIET, max_examples=30)
 @pytest.mark.slow
-@given(runs=st.lists(_RUN, min_size=1, max_size=4), rule=st.sampled_from(_COVERED),
+@given(runs=st.lists(RUN, min_size=1, max_size=4), rule=st.sampled_from(_COVERED),
        mean=st.floats(1.0, 50.0), more=st.floats(1.0, 4.0), shape=st.floats(-0.9, 3.0),
        delta=DELTAS)
 def test_a_search_never_costs_less_than_its_best_run_and_grows_with_runs(runs, rule, mean,

@@ -5,6 +5,7 @@ same way. Ray is started at most twice here (it takes seconds): once by audit() 
 which must shut it down again, and once by this module, whose Ray audit() must leave alone.
 """
 
+import importlib.util
 import json
 import os
 import sys
@@ -75,6 +76,19 @@ def test_missing_ray_is_a_clear_error(monkeypatch, tmp_path, capsys):
         audit(engine="ray", **TINY)
     assert cli_main(["audit", "--engine", "ray", "--out", str(tmp_path), "--no-progress"]) == 2
     assert "leakaudit[ray]" in capsys.readouterr().err
+
+
+def test_the_pool_never_forks_a_process_whose_torch_threads_may_run(monkeypatch):
+    # a fork server (single-threaded, torch imported once) where the platform has one,
+    # else spawn; never plain fork
+    import multiprocessing
+
+    got = engines.pool_context().get_start_method()
+    assert got == ("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                   else "spawn")
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn", "fork"])
+    assert engines.pool_context().get_start_method() == "spawn"
+    assert all(importlib.util.find_spec(m) for m in engines.PRELOAD)
 
 
 def test_cli_offers_every_engine():
