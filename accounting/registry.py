@@ -328,7 +328,7 @@ def no_privacy_reason(items: Iterable[object]) -> str | None:
     if noiseless:
         reasons.append(f"{noiseless} Gaussian step(s) with sigma=0 and q>0: no noise, so the "
                        "release is not private at all")
-    inf = sum(1 for p in items if isinstance(p, DPPart) and math.isinf(p.eps))
+    inf = sum(int(p.count) for p in items if isinstance(p, DPPart) and math.isinf(p.eps))
     if inf:
         reasons.append(f"{inf} release(s) recorded with eps=inf")
     return "; ".join(reasons) or None

@@ -154,6 +154,16 @@ def test_no_noise_is_infinite_with_a_reason():
     assert math.isinf(A.prv_epsilon(ledger.events, 1e-5).upper)
 
 
+def test_the_reason_counts_every_infinite_release_the_ledger_merged():
+    # two identical eps = inf releases are one event of count 2: the reason says 2
+    ledger = A.PrivacyLedger()
+    ledger.dp_step(math.inf, note="noise scale from the data")
+    ledger.dp_step(math.inf, note="noise scale from the data")
+    ledger.dp_step(math.inf, count=3)
+    assert len(ledger.events) == 2
+    assert "5 release(s) recorded with eps=inf" in ledger.why_infinite()
+
+
 def test_approx_dp_steps_spend_their_delta():
     ledger = A.PrivacyLedger()
     ledger.step(q=0.01, sigma=4.0, count=1000)
