@@ -114,6 +114,17 @@ def digits():
     return data.load("digits", seed=0)
 
 
+@pytest.fixture
+def scratch_registry():
+    """The accountant event types registered during the test are unregistered after it."""
+    from accounting.registry import registered_types, unregister_event
+
+    before = set(registered_types().values())
+    yield
+    for cls in set(registered_types().values()) - before:
+        unregister_event(cls)
+
+
 # ----------------------------------------------------------------------------- sweeps
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--sweeps", action="store_true", default=False,
