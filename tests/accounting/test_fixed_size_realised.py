@@ -54,7 +54,7 @@ def true_eps(d, d_prime, batch, sigma, steps, delta):
     return best
 
 
-@pytest.mark.parametrize("steps", [1, 2])
+@pytest.mark.parametrize("steps", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_lower_end_is_realised_by_the_same_gradient_datasets(steps):
     # n = 6 records, batches of B = 2 (gamma = 1/3), clip C = 1, noise sd sigma = 1.2
     # D: every gradient +1; D': the first record replaced by one with gradient -1

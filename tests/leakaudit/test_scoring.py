@@ -62,6 +62,7 @@ def test_held_out_test_and_curve_points_are_clopper_pearson():
     assert points[0][0] == pytest.approx(bounds.clopper_pearson_upper(0, 1000, 0.0125))
 
 
+@pytest.mark.slow  # a fresh interpreter: about 3 s
 def test_the_engine_loads_neither_torch_nor_the_simulator_nor_the_defenses():
     heavy = "m == 'torch' or m.startswith(('leakaudit.fl', 'leakaudit.defenses', " \
         "'leakaudit.empirical'))"

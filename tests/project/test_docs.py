@@ -21,7 +21,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 SKIP = re.compile(r"<!--\s*skip-test:\s*(\S.*?)\s*-->")
 #: blocks that take more than a few seconds on 2 cores: (page, index of its python block)
-SLOW = {("README.md", 0), ("attacks.md", 0), ("attacks.md", 1)}
+SLOW = {("README.md", 0), ("README.md", 2), ("attacks.md", 0), ("attacks.md", 1),
+        ("measured-privacy.md", 0), ("measured-privacy.md", 1)}
 
 
 def python_blocks(path: Path) -> list[tuple[int, str, str | None]]:
