@@ -149,9 +149,8 @@ def pool_context() -> multiprocessing.context.BaseContext:
 
 class ProcessEngine(Engine):
     """A local pool of worker processes (:func:`pool_context`); if they fail, the rest runs
-    in this process. Called
-    from a script's module code without a main guard (:func:`spawn_safe`), it says so in one
-    line and runs the units in this process."""
+    in this process. Called from a script's module code without a main guard
+    (:func:`spawn_safe`), it says so in one line and runs the units in this process."""
 
     def __init__(self, workers: int) -> None:
         self.pool = None

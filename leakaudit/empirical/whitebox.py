@@ -72,7 +72,7 @@ def out_world_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, v
 
 
 def same_noise_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, vec: bool,
-                    chunk: int, out: np.ndarray | str | None = None
+                    chunk: int, out: np.ndarray | None = None
                     ) -> tuple[np.ndarray, np.ndarray] | str:
     """(out, into): ``n`` runs per world, row i of both on the same noise (one generator
     seeded alike per world); or why the same-noise difference is not the noise-free move.
@@ -80,8 +80,8 @@ def same_noise_runs(defense: Defense, setup: game.GameSetup, n: int, seed: int, 
     caller already has them (the check moves the release with several canaries)."""
     if out is None:
         out = out_world_runs(defense, setup, n, seed, vec, chunk)
-    if isinstance(out, str):
-        return out
+        if isinstance(out, str):
+            return out
     into = _runs(defense, setup, True, n, seed, vec, chunk)
     moves = into - out
     mean = moves.mean(axis=0)
@@ -121,11 +121,11 @@ def whitebox_check(defense: Defense, setup: game.GameSetup,
     base = replace(setup, declared=None, round=0, pristine=None)
     best: dict[str, tuple[float, float, str]] = {}
     run_seed = 1_000_003 * (seed + 1)
-    out_runs = out_world_runs(defense, game.with_canary(base, CANARIES[0],
-                                                        found[CANARIES[0]]),
-                              n, run_seed, vec, chunk)
-    for name in CANARIES:
-        s = game.with_canary(base, name, found[name])
+    setups = {name: game.with_canary(base, name, found[name]) for name in CANARIES}
+    out_runs = out_world_runs(defense, setups[CANARIES[0]], n, run_seed, vec, chunk)
+    if isinstance(out_runs, str):
+        return _not_applicable(f"{CANARIES[0]}: {out_runs}")
+    for name, s in setups.items():
         got = same_noise_runs(defense, s, n, run_seed, vec, chunk, out=out_runs)
         if isinstance(got, str):
             return _not_applicable(f"{name}: {got}")

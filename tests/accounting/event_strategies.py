@@ -20,15 +20,28 @@ from hypothesis import HealthCheck, assume, find, settings
 from hypothesis import strategies as st
 
 import accounting as A
-from accounting._validate import Domain, domain_of
+from accounting._validate import Domain, check_probability, check_sigma, domain_of
 from accounting.accountants import supporting
 from accounting.events import Event, event_from_dict
 from accounting.registry import event_types, rules_of
 from accounting.relations import RELATIONS, SAMPLINGS
 
-#: extremes included: sigma from 0.01 (almost no noise) to 1e4, q from 1e-9 to 1
-SIGMA = st.one_of(st.floats(0.3, 50.0), st.sampled_from([0.01, 0.05, 0.1, 1e3, 1e4]))
-Q = st.one_of(st.floats(1e-5, 1.0), st.sampled_from([1e-9, 1e-7, 0.999999, 1.0]))
+
+def values(domain: Domain) -> st.SearchStrategy:
+    """Every value of ``domain``: its choices, or its range plus its extremes."""
+    if domain.choices:
+        return st.sampled_from(domain.choices)
+    if domain.integer:
+        bulk = st.integers(int(domain.low), int(domain.high))
+    else:
+        bulk = st.floats(float(domain.low), float(domain.high))
+    return st.one_of(bulk, st.sampled_from(domain.extremes)) if domain.extremes else bulk
+
+
+#: the checkers' own domains, extremes included: sigma from 0.01 (almost no noise) to 1e4,
+#: q from 1e-9 to 1
+SIGMA = values(domain_of(check_sigma))
+Q = values(domain_of(check_probability))
 
 #: the neighbouring relations, the batch samplings
 PAIRS = [(s, r) for s in SAMPLINGS for r in RELATIONS]
@@ -145,17 +158,6 @@ def field_domains(cls: type) -> dict[str, Domain]:
                 "tests/accounting/event_strategies.py")
         out[f.name] = domain
     return out
-
-
-def values(domain: Domain) -> st.SearchStrategy:
-    """Every value of ``domain``: its choices, or its range plus its extremes."""
-    if domain.choices:
-        return st.sampled_from(domain.choices)
-    if domain.integer:
-        bulk = st.integers(int(domain.low), int(domain.high))
-    else:
-        bulk = st.floats(float(domain.low), float(domain.high))
-    return st.one_of(bulk, st.sampled_from(domain.extremes)) if domain.extremes else bulk
 
 
 def derived_sample(cls: type) -> Event:
