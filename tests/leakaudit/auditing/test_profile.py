@@ -79,7 +79,7 @@ def test_cells_longer_than_the_limit_are_refused(report):
 
 
 def test_a_long_defense_label_is_written_in_full(report):
-    """Defenses with several parameters have labels past the limit (quantile-clip's is 90
+    """Defenses with several parameters have labels past the limit (quantile-clip's is 92
     characters); the profile names them in full instead of failing the finished audit."""
     rows = P.profile_rows(report)
     label = ("quantile-clip(clip=1.0, noise_multiplier=1.0, sigma_b=2.0, "
