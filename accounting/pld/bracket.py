@@ -218,7 +218,7 @@ def _other_pmfs(others: list[Event], h: float, upper: bool,
             and not (e.eps == 0 and e.delta == 0)]  # (0, 0): nothing leaks
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=512)  # each at most _MAX_BINS floats: 120 MB at worst
 def release_pmf(laplace: bool, eps: float, delta: float, h: float, upper: bool,
                 tail: float) -> PMF:
     """The discrete PLD of one Laplace (``laplace``) or (eps, delta) release on the grid
