@@ -13,6 +13,11 @@ STAMP := $(VENV)/.leakaudit-installed
 STAMP_ALL := $(VENV)/.leakaudit-installed-all
 STAMP_DOCS := $(VENV)/.leakaudit-installed-docs
 export NO_MKDOCS_2_WARNING := 1
+# Bytecode caches (__pycache__/, ignored by git) are written even where the environment sets
+# PYTHONDONTWRITEBYTECODE: without them every pytest worker recompiles the package and
+# rewrites every test module's asserts on every run (about 9 of a worker's 15 s of
+# collection on 2 cores; docs/results.md, "Test suite"). setup compiles the package once.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup setup-all audit epsilon-demo test test-fast test-sweeps docs lint bench results clean
 
@@ -23,6 +28,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e .
+	$(PY) -m compileall -q accounting leakaudit benchmarks
 	touch $(STAMP)
 
 $(STAMP_DOCS): $(STAMP)

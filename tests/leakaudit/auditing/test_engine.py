@@ -1,8 +1,9 @@
 """Where the audit's attack cells run: audit(engine="serial" | "process" | "ray").
 
 Every engine gives the same cells for the same seed, and resumes from the results file the
-same way. Ray is started at most twice here (it takes seconds): once by audit() itself,
-which must shut it down again, and once by this module, whose Ray audit() must leave alone.
+same way. Ray is started once here (it takes seconds), by audit() itself, which must shut it
+down again; a Ray the caller started, which audit() must leave alone, is a real cluster's
+connection in test_ray_cluster.py (and a stand-in here).
 """
 
 import importlib.util
@@ -211,46 +212,6 @@ def test_ray_engine_matches_serial_and_shuts_down_its_ray(serial, tmp_path):
     assert not ray.is_initialized()
     assert _cells(got) == _cells(rep)
     assert sorted(_cell_keys(part)) == sorted(_cell_keys(path))  # each cell written once
-
-
-@pytest.fixture(scope="module")
-def own_ray():
-    """A Ray started by the caller (here: this module), once for the tests below."""
-    ray = require("ray", "ray")
-    assert not ray.is_initialized()
-    with engines.env(RAY_USAGE_STATS_ENABLED="0"):
-        ray.init(num_cpus=1, include_dashboard=False)   # one worker: it imports torch once
-    yield ray
-    ray.shutdown()
-
-
-@pytest.mark.slow
-def test_ray_resume_runs_only_the_missing_cells(serial, own_ray, tmp_path):
-    rep, path = serial
-    lines = path.read_text().splitlines()
-    # as if killed: the first defense's training, its stage and two of its cells; none of
-    # the second's
-    kept = [lines[0], lines[1], lines[2], lines[4]]
-    partial = tmp_path / "partial.jsonl"
-    partial.write_text("\n".join(kept) + "\n")
-    before = set(_cell_keys(partial))
-    got = audit(engine="ray", results=str(partial), **TINY)
-    assert _cells(got) == _cells(rep)
-    added = _cell_keys(partial)[len(before):]
-    assert sorted(added) == sorted(set(_cell_keys(path)) - before)  # each missing cell once
-    assert len(partial.read_text().splitlines()) == len(lines)
-    assert own_ray.is_initialized()  # the caller's Ray is still running
-
-
-@pytest.mark.slow
-def test_cli_engine_ray(own_ray, tmp_path, capsys):
-    code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
-                     "--examples", "1", "--rounds", "1", "--max-iterations", "10", "--out",
-                     str(tmp_path), "--no-progress", "--engine", "ray", "--stage", "initial"])
-    assert code == 0
-    assert "| defense | stage | point | attack | resilient |" in capsys.readouterr().out
-    assert len(_cell_keys(tmp_path / "results.jsonl")) == 1
-    assert own_ray.is_initialized()
 
 
 _RUNTIME_ATTACK = '''

@@ -2,6 +2,10 @@
 and a 100 MB object store each), joined by address as a user joins theirs. The audit (API
 and CLI) and the one-run audit over 4 seeds and a multi-run game train and attack on it,
 give the serial engine's table, and resume after a kill without redoing a finished unit.
+
+First the audit joins the cluster itself (API and CLI) and leaves it again; then this
+module connects once, as a caller who started Ray does, and the audits after that use
+that connection and leave it alone (one set of Ray workers: each worker imports torch).
 The cluster is stopped by this module: every process whose command line names its own
 temporary directory (``ray stop --force`` would stop every Ray of the machine, the other
 users' too)."""
@@ -55,13 +59,16 @@ def _own_pids(marker: str) -> list[int]:
 
 
 def _stop(marker: str) -> None:
+    """SIGTERM to the cluster's processes, SIGKILL to those still there 2 s later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in _own_pids(marker):
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-        time.sleep(2)
+        deadline = time.time() + 2
+        while _own_pids(marker) and time.time() < deadline:
+            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +97,24 @@ def cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    """The serial engine's audit of PLAN and its results file: what every engine must give."""
+    path = tmp_path_factory.mktemp("serial") / "results.jsonl"
+    return audit(["none", "fed-cdp"], plan=PLAN, engine="serial", results=str(path),
+                 progress=False), path
+
+
+@pytest.fixture(scope="module")
+def driver(cluster):
+    """This process connected to the cluster, as a caller who started Ray: the audits
+    below use this connection and must leave it running."""
+    ray = require("ray", "ray")
+    ray.init(address=cluster)
+    yield ray
+    ray.shutdown()
+
+
 def _on(address):
     return EngineConfig.make("ray", ray_address=address)
 
@@ -102,20 +127,15 @@ def _keys(path):
     return [(r["kind"], r["key"]) for r in map(json.loads, path.read_text().splitlines())]
 
 
-def test_the_cluster_has_two_nodes(cluster):
+# ------------------------------------------------- the audit joins the cluster and leaves it
+def test_an_audit_trains_and_attacks_on_the_cluster_as_the_serial_engine(cluster, serial,
+                                                                         tmp_path):
     ray = require("ray", "ray")
-    ray.init(address=cluster)
-    try:
-        assert sum(n["Alive"] for n in ray.nodes()) == 2
-    finally:
-        ray.shutdown()
-
-
-def test_an_audit_trains_and_attacks_on_the_cluster_as_the_serial_engine(cluster, tmp_path):
-    serial = audit(["none", "fed-cdp"], plan=PLAN, engine="serial", progress=False)
+    assert not ray.is_initialized()  # the audit connects by address itself
     got = audit(["none", "fed-cdp"], plan=PLAN, engine=_on(cluster),
                 results=str(tmp_path / "r.jsonl"), progress=False)
-    assert _table(got) == _table(serial)
+    assert not ray.is_initialized()  # and disconnects: the connection was its own
+    assert _table(got) == _table(serial[0])
     assert len(_keys(tmp_path / "r.jsonl")) == len(set(_keys(tmp_path / "r.jsonl")))
 
 
@@ -153,7 +173,38 @@ def test_the_cli_on_the_cluster_resumes_after_a_kill(cluster, tmp_path, monkeypa
             for r in mine if r["kind"] == "cell"} == strip
 
 
-def test_one_run_seeds_and_a_multi_run_game_on_the_cluster(cluster, tmp_path):
+# ------------------------------------------------- a caller's connection, left alone
+def test_the_cluster_has_two_nodes(driver):
+    assert sum(n["Alive"] for n in driver.nodes()) == 2
+
+
+def test_ray_resume_runs_only_the_missing_cells(driver, serial, tmp_path):
+    rep, path = serial
+    lines = path.read_text().splitlines()
+    # as if killed after the trainings and the first cell: the other cells are missing
+    first = next(i for i, ln in enumerate(lines) if json.loads(ln)["kind"] == "cell")
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("\n".join(lines[:first + 1]) + "\n")
+    before = _keys(partial)
+    got = audit(["none", "fed-cdp"], plan=PLAN, engine="ray", results=str(partial),
+                progress=False)
+    assert _table(got) == _table(rep)
+    after = _keys(partial)
+    assert after[:len(before)] == before and sorted(after) == sorted(_keys(path))  # once each
+    assert driver.is_initialized()  # the caller's Ray is still running
+
+
+def test_cli_engine_ray(driver, tmp_path, capsys):
+    code = cli_main(["audit", "--defenses", "none", "--attacks", "idlg", "--points", "2",
+                     "--examples", "1", "--rounds", "1", "--max-iterations", "10", "--out",
+                     str(tmp_path), "--no-progress", "--engine", "ray", "--stage", "initial"])
+    assert code == 0
+    assert "| defense | stage | point | attack | resilient |" in capsys.readouterr().out
+    assert sum(k == "cell" for k, _ in _keys(tmp_path / "results.jsonl")) == 1
+    assert driver.is_initialized()
+
+
+def test_one_run_seeds_and_a_multi_run_game_on_the_cluster(driver, cluster, tmp_path):
     kw = dict(seeds=[0, 1, 2, 3], **ONE_RUN)
     serial = json.dumps(leakaudit.privacy_audit_training("fed-cdp", **kw).rows())
     path = tmp_path / "seeds.jsonl"
@@ -177,3 +228,4 @@ def test_one_run_seeds_and_a_multi_run_game_on_the_cluster(cluster, tmp_path):
                                              results=str(path), **game)
     assert json.dumps(again.rows()) == serial
     assert sorted(path.read_text().splitlines()) == sorted(lines)
+    assert driver.is_initialized()

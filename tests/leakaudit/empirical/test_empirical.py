@@ -94,7 +94,7 @@ FINITE_SOUND = ["fed-cdp", "adap-dp-fl", "dpfl-agn", "adadp", "adaclip", "fed-sd
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.sweep)])
 @pytest.mark.parametrize("name", FINITE_SOUND)
 def test_valid_measured_eps_never_exceeds_a_finite_sound_eps(name, seed):
     d = D.get(name)
