@@ -14,6 +14,7 @@ allocation; where the allowance reaches delta (near 1e-12) the upper end falls b
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import replace
@@ -210,25 +211,36 @@ def gaussian_pmfs(groups: Groups, h: float, direction: str,
 def _other_pmfs(others: list[Event], h: float, upper: bool,
                 tol: float = 1e-11) -> list[tuple[PMF, int]]:
     """Discrete PLDs of Laplace and (eps, delta) releases (symmetric: both directions)."""
-    out = []
-    for e in others:
-        if not isinstance(e, (LaplacePart, DPPart)):
-            continue
-        if e.eps == 0 and e.delta == 0:
-            continue  # nothing leaks (a (0, delta) release still carries its delta atom)
-        k0 = int(math.floor(-e.eps / h)) - 1
-        edges = np.arange(k0, int(math.ceil(e.eps / h)) + 2, dtype=float) * h
-        if isinstance(e, LaplacePart):
-            pm, qm, below, above = laplace_intervals(e.eps, edges, h)
-        else:
-            pm, qm, below, above = atom_intervals(approx_dp_atoms(e.eps, e.delta), edges, h)
-        pmf = discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
-                          upper, _z_and_tail(tol)[1])[0]
-        inf = pmf.inf + (e.delta if upper else 0.0)
-        if not upper:
-            inf = e.delta  # the delta atom is exact: keep it in the lower bound too
-        out.append((PMF(pmf.offset, pmf.p, inf), e.count))
-    return out
+    tail = _z_and_tail(tol)[1]
+    return [(release_pmf(isinstance(e, LaplacePart), float(e.eps), float(e.delta), h, upper,
+                         tail), e.count)
+            for e in others if isinstance(e, (LaplacePart, DPPart))
+            and not (e.eps == 0 and e.delta == 0)]  # (0, 0): nothing leaks
+
+
+@functools.lru_cache(maxsize=512)  # each at most _MAX_BINS floats: 120 MB at worst
+def release_pmf(laplace: bool, eps: float, delta: float, h: float, upper: bool,
+                tail: float) -> PMF:
+    """The discrete PLD of one Laplace (``laplace``) or (eps, delta) release on the grid
+    {k h}, upper or lower side (a (0, delta) release keeps its delta atom).
+
+    A pure function of its arguments, cached (its arrays read-only): a ledger re-evaluated
+    after every round holds the same releases, on the same grid while the widest release is
+    the same, and both directions use one PLD, so each is discretised once, not at every
+    evaluation (the lower side's merge-down is a sequential recursion over up to
+    _MAX_BINS intervals)."""
+    k0 = int(math.floor(-eps / h)) - 1
+    edges = np.arange(k0, int(math.ceil(eps / h)) + 2, dtype=float) * h
+    if laplace:
+        pm, qm, below, above = laplace_intervals(eps, edges, h)
+    else:
+        pm, qm, below, above = atom_intervals(approx_dp_atoms(eps, delta), edges, h)
+    pmf = discretise(pm[None], qm[None], np.array([below]), np.array([above]), k0, h,
+                     upper, tail)[0]
+    # the delta atom is exact: at +inf on the upper side, kept alone in the lower bound
+    inf = pmf.inf + delta if upper else delta
+    pmf.p.setflags(write=False)
+    return PMF(pmf.offset, pmf.p, inf)
 
 
 def _composed(groups: Groups, others: list[Event], h: float, direction: str,

@@ -108,7 +108,7 @@ def _merge_down_columns(dlo: np.ndarray, dup: np.ndarray, eh: float,
     ratios and floors that do not depend on the carry are computed for all columns first).
     Returns t transposed: shape (size, rows)."""
     rows, size = dlo.shape
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.ascontiguousarray((eh / np.abs(dlo)).T)  # need_k = carry * ratio_k
         nxt = np.zeros_like(dlo)
         nxt[:, :-1] = -dlo[:, 1:] * emh
@@ -127,21 +127,27 @@ def _merge_down_columns(dlo: np.ndarray, dup: np.ndarray, eh: float,
 
 
 def _merge_down_row(dlo: list[float], dup: list[float], eh: float, emh: float) -> list[float]:
-    """One row of :func:`merge_down`'s recursion (scaled Dlo, Dup), on Python floats."""
-    size = len(dlo)
-    out = [1.0] * size
+    """One row of :func:`merge_down`'s recursion (scaled Dlo, Dup), on Python floats: t_k is
+    the larger of the carry's need and the floor, clipped to [0, 1] (1 where not finite)."""
+    out = [1.0] * len(dlo)
+    inf = math.inf
+    nxts = [-x * emh for x in dlo[1:]]  # -Dlo_{k+1} e^-h (0 after the last interval)
+    nxts.append(0.0)
     carry = 0.0
-    for k in range(size):
-        d = -dlo[k]
+    for k, (dl, up, nxt) in enumerate(zip(dlo, dup, nxts)):
         if carry > 0:
-            need = carry * eh / d if d > 0 else math.inf
+            d = -dl
+            need = carry * eh / d if d > 0 else inf
         else:
             need = 0.0
-        nxt = -dlo[k + 1] * emh if k + 1 < size else 0.0
-        up = dup[k]
         floor = 1.0 - nxt / up if up > 0 else 0.0
         tk = need if need > floor else floor
-        tk = min(max(tk, 0.0), 1.0) if math.isfinite(tk) else 1.0
+        if tk != tk or tk == inf or tk == -inf:  # comparisons, not min/max calls: the
+            tk = 1.0  # loop runs over up to 10^5 intervals per release
+        elif tk < 0.0:
+            tk = 0.0
+        elif tk > 1.0:
+            tk = 1.0
         out[k] = tk
         carry = (1.0 - tk) * up
     return out
