@@ -214,9 +214,9 @@ class RDPAccountant(Accountant):
                 converted = [convert_event(e, ADD_REMOVE) for e in events]
             except ValueError:  # a step with no add-remove form (a shuffle): no alternative
                 return res
-            alt = parts(converted, self.family, self.name)
+            alt, rows = parts(converted, self.family, self.name), {}  # rows: one curve, 48 deltas
             gp = group_privacy_epsilon(
-                lambda d: self._eps(alt, d, orders, None, False, False).eps, delta)
+                lambda d: self._eps(alt, d, orders, rows, False, False).eps, delta)
             if gp < res.eps:
                 res = DPResult(gp, None)
         return res

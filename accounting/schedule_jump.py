@@ -100,12 +100,20 @@ def _bin_masses(vals: np.ndarray, mass: np.ndarray, s: float, edges: np.ndarray,
     below = 0.0
     mu = -s * s / 2.0
     for r, w in zip(vals, mass):
-        y = np.minimum(edges - r, c_h)
+        # only the edges with 0 < edges - r < c_h move the CDF: below them z is -inf, above
+        # it is constant, and the bins there get exactly 0 (computed on that window alone,
+        # one edge of margin above against the rounding of r + c_h)
+        lo = max(int(np.searchsorted(edges, r, side="right")) - 1, 0)
+        hi = min(int(np.searchsorted(edges, r + c_h, side="left")) + 2, edges.size)
+        if hi - lo < 2:
+            lo, hi = 0, edges.size
+        y = np.minimum(edges[lo:hi] - r, c_h)
         with np.errstate(divide="ignore", invalid="ignore"):
             z = np.where(y > 0, (np.log(np.maximum(y, 1e-300)) - mu) / s, -np.inf)
         cdf, sf = special.ndtr(z), special.ndtr(-z)
-        out += w * np.maximum(np.where(z[:-1] > 0, sf[:-1] - sf[1:], cdf[1:] - cdf[:-1]), 0.0)
-        below += w * float(cdf[0])
+        out[lo:hi - 1] += w * np.maximum(np.where(z[:-1] > 0, sf[:-1] - sf[1:],
+                                                  cdf[1:] - cdf[:-1]), 0.0)
+        below += w * (float(cdf[0]) if lo == 0 else 0.0)  # lo > 0: edges_0 <= r, z_0 = -inf
     return out, below
 
 

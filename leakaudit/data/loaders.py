@@ -3,6 +3,7 @@ a Debian package, the others from a directory named in the data set's name)."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import math
@@ -138,16 +139,24 @@ def _existing_dir(path: str) -> Path:
     return out
 
 
-def _load_digits(seed: int) -> Dataset:
+@functools.lru_cache(maxsize=1)
+def _digit_images() -> tuple[torch.Tensor, np.ndarray]:
+    """scikit-learn's digits scaled to [0, 1] and upsampled to 28x28, and their labels: read
+    and upsampled once per process (every split indexes copies out of them)."""
     from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
 
     bunch = load_digits()
     images = torch.as_tensor(bunch.images / 16.0, dtype=torch.float32).unsqueeze(1)
     images = torch.nn.functional.interpolate(
         images, size=(28, 28), mode="bilinear", align_corners=False
     )
-    y = np.asarray(bunch.target, dtype=np.int64)
+    return images, np.asarray(bunch.target, dtype=np.int64)
+
+
+def _load_digits(seed: int) -> Dataset:
+    from sklearn.model_selection import train_test_split
+
+    images, y = _digit_images()
     train, test = train_test_split(
         np.arange(len(y)), test_size=_TEST_FRACTION, random_state=seed, stratify=y
     )

@@ -355,20 +355,29 @@ def _prepare(defense: Defense, setup: GameSetup, params: dict[str, torch.Tensor]
     defense.audit_setup(list(params.values()), canary_bound(defense))
 
 
+def _batch(defense: Defense, setup: GameSetup, canary_in: bool) -> _FixedBatch:
+    """The batch of an instance-level release: the background, and the canary or (unless the
+    relation's out world is absence) a zero example. It hands out copies only, so the runs
+    of one world may share it."""
+    grads = setup.background
+    if canary_in or canary_out(defense.relation) != "absent":   # or a zero example
+        grads = [torch.cat([g, (c if canary_in else torch.zeros_like(c)).unsqueeze(0)])
+                 for g, c in zip(grads, setup.canary)]
+    return _FixedBatch(grads)
+
+
 def _release(defense: Defense, setup: GameSetup, canary_in: bool,
-             ctx: Callable[[int], ClientContext]) -> list[torch.Tensor]:
-    """One run of the audited release through the defense's own hooks."""
+             ctx: Callable[[int], ClientContext],
+             batch: _FixedBatch | None = None) -> list[torch.Tensor]:
+    """One run of the audited release through the defense's own hooks (``batch``: its
+    :func:`_batch`, when the caller has it)."""
     params = {f"p{i}": torch.zeros(c.shape) for i, c in enumerate(setup.canary)}
     _prepare(defense, setup, params)
     if setup.adjacency == "client":
         # out: an absent client's zero update, a zeroed one or one replaced by zero alike
         update = [c.clone() if canary_in else torch.zeros_like(c) for c in setup.canary]
     else:
-        grads = setup.background
-        if canary_in or canary_out(defense.relation) != "absent":   # or a zero example
-            grads = [torch.cat([g, (c if canary_in else torch.zeros_like(c)).unsqueeze(0)])
-                     for g, c in zip(grads, setup.canary)]
-        batch = _FixedBatch(grads)
+        batch = _batch(defense, setup, canary_in) if batch is None else batch
         optimizer = _NoStep() if setup.point == 2 else \
             make_optimizer(defense.optimizer or "sgd", setup.lr)
         current = params
@@ -411,10 +420,12 @@ def _looped(defense: Defense, setup: GameSetup, canary_in: bool, n: int,
     (the caller passes a working copy: state kept across releases, such as noise drawn once
     and reused, then shows across all runs of an audit)."""
     rows = []
+    shared = _batch(defense, setup, canary_in) \
+        if setup.adjacency != "client" and setup.pristine is None else None
     for _ in range(n):
         ctx, _ = _contexts(setup, generator)
         run = defense if setup.pristine is None else copy.deepcopy(setup.pristine)
-        rows.append(_flatten(_release(run, setup, canary_in, ctx), None))
+        rows.append(_flatten(_release(run, setup, canary_in, ctx, shared), None))
     return torch.cat(rows)
 
 

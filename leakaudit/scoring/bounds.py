@@ -15,6 +15,7 @@ FPR + e^eps FNR >= 1 - delta and FNR + e^eps FPR >= 1 - delta), and of any mu-GD
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -110,10 +111,24 @@ def error_counts(out: np.ndarray, into: np.ndarray, rule: Threshold) -> tuple[in
     return fp, fn
 
 
+#: runs per side up to which every Clopper-Pearson upper bound of an (n, alpha) is computed
+#: at once and kept (:func:`_objective` asks for hundreds of counts per candidate statistic)
+CP_TABLE_MAX = 20_000
+
+
+@functools.lru_cache(maxsize=16)
+def _cp_table(n: int, alpha: float) -> np.ndarray:
+    """The Clopper-Pearson upper bound at alpha/2 of each count k = 0..n of n runs."""
+    k = np.arange(n + 1, dtype=float)
+    return np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+
+
 def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: float,
                delta: float, target: str) -> np.ndarray:
     """Vectorised bound at each candidate threshold, with Clopper-Pearson at alpha/2 each."""
     def upper(k: np.ndarray, n: int) -> np.ndarray:   # each distinct count once
+        if n <= CP_TABLE_MAX:   # counts of n runs: 0..n
+            return _cp_table(int(n), float(alpha))[np.asarray(k).astype(np.int64)]
         uk, where = np.unique(k, return_inverse=True)
         ub = np.where(uk >= n, 1.0, stats.beta.ppf(1 - alpha / 2, uk + 1, np.maximum(n - uk, 1)))
         return ub[where].reshape(np.shape(k))

@@ -28,6 +28,7 @@ pairs does the same with that list. Only ranks are read: a monotone transform of
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -124,10 +125,21 @@ def choose_guesses(m: int, mu: float, delta: float, p: float
     """The guess shares (in, out) that maximise the eps bound and the mu bound at level
     ``p`` on the idealised game at ``mu`` with ``m`` canaries (expected right guesses),
     among :data:`PLAN_FRACTIONS`; keys "eps" and "mu". A function of (m, mu, delta, p) only:
-    chosen before any score is seen."""
+    chosen before any score is seen. Computed once per (m, mu, delta, p), mu taken as
+    :func:`expected_right` takes it (capped at :data:`fdp.MU_MAX`; none or nan: 0): an audit
+    row plans its count and its idealised bound at the same mu."""
+    mu = float(mu)
+    mu = min(mu, fdp.MU_MAX) if mu > 0.0 else 0.0
+    eps_pick, mu_pick = _chosen(int(m), mu, float(delta), float(p))
+    return {"eps": eps_pick, "mu": mu_pick}
+
+
+@functools.lru_cache(maxsize=256)
+def _chosen(m: int, mu: float, delta: float, p: float
+            ) -> tuple[tuple[float, float], tuple[float, float]]:
     best = {"eps": ((0.5, 0.5), -1.0), "mu": ((0.5, 0.5), -1.0)}
     if not mu > 0.0:
-        return {k: v[0] for k, v in best.items()}
+        return best["eps"][0], best["mu"][0]
     for fr in _candidates(m):
         r, v = expected_right(m, mu, *fr)
         if r == 0 or v <= r / 2:
@@ -138,7 +150,7 @@ def choose_guesses(m: int, mu: float, delta: float, p: float
         u = fdp.mu_one_run(m, r, v, p, tol=1e-3)
         if u > best["mu"][1]:
             best["mu"] = (fr, u)
-    return {k: v[0] for k, v in best.items()}
+    return best["eps"][0], best["mu"][0]
 
 
 def idealised_bound(m: int, mu: float | None, delta: float, confidence: float = 0.95

@@ -175,8 +175,10 @@ def test_a_dummy_field_without_a_domain_fails_by_name(scratch_registry, cls, mes
 
 
 def test_a_dummy_strategy_that_forgets_a_relation_fails_by_name(scratch_registry):
+    """(The forgetful strategy draws from a finite space, so the search that shows the missing
+    pairs ends once it has drawn everything, not after 2,000 examples.)"""
     register_event(_Dummy, rdp=lambda e, side: [])
-    only_add_remove = st.builds(_Dummy, x=st.floats(0.1, 2.0))
+    only_add_remove = st.builds(_Dummy, x=st.sampled_from([0.1, 1.0, 2.0]))
     with pytest.raises(AssertionError, match=r"never draws .*'all', 'replace-one'.*'zero-out'"):
         check_strategy_covers("contract_test_dummy", only_add_remove, _Dummy())
     check_strategy_covers("contract_test_dummy", over_relations(

@@ -5,6 +5,8 @@ modules, no function over 80 lines, and benchmarks that use the library's public
 from __future__ import annotations
 
 import ast
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,52 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
+@dataclass(frozen=True)
+class Scan:
+    """What the checks read of one file, from one parse and one walk: ``nodes``, the imports,
+    underscore attributes, ``setattr`` calls and assignments into attributes (``ast.walk``
+    order); ``functions``, each function's name below the module (".f", ".C.m") and lines."""
+
+    nodes: tuple[ast.AST, ...]
+    functions: tuple[tuple[str, int], ...]
+
+
+def _kept(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Import, ast.ImportFrom)) or (
+        isinstance(node, ast.Attribute) and _private(node.attr)) or (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and node.func.id == "setattr") or (
+        isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) for t in node.targets)
+    ) or (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute))
+
+
+def _functions(tree: ast.Module) -> tuple[tuple[str, int], ...]:
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):   # no def inside an expression (a lambda is one)
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((f"{prefix}.{child.name}", child.end_lineno - child.lineno + 1))
+                visit(child, f"{prefix}.{child.name}")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}.{child.name}")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return tuple(found)
+
+
+@functools.cache
+def scan(path: Path) -> Scan:
+    """``path`` parsed and walked once per session (every check reads the same files); the
+    tree itself is not kept."""
+    tree = ast.parse(path.read_text())
+    return Scan(tuple(n for n in ast.walk(tree) if _kept(n)), _functions(tree))
+
+
 def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     if not node.level:
         return node.module or ""
@@ -50,9 +98,9 @@ def private_uses(module: str, path: Path, modules: set[str]) -> set[str]:
     that ``module`` imports (``from x import _name``) or reads (``x._name``, ``x`` a module
     it imported). Modules whose own name starts with an underscore (``leakaudit._validate``)
     are internal to the repository, not to one module: their public names may be used."""
-    tree = ast.parse(path.read_text())
+    nodes = scan(path).nodes
     found, aliases = set(), {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom):
             source = _absolute(module, path.name == "__init__.py", node)
             if source not in modules and source.split(".")[0] not in SOURCES:
@@ -68,7 +116,7 @@ def private_uses(module: str, path: Path, modules: set[str]) -> set[str]:
                 if a.name in modules:
                     aliases[a.asname or a.name.split(".")[0]] = \
                         a.name if a.asname else a.name.split(".")[0]
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Attribute) and _private(node.attr):
             chain, base = [node.attr], node.value
             while isinstance(base, ast.Attribute):
@@ -83,21 +131,7 @@ def private_uses(module: str, path: Path, modules: set[str]) -> set[str]:
 
 def long_functions(module: str, path: Path) -> set[str]:
     """"module.function" (or "module.Class.method") of each function over MAX_LINES lines."""
-    found = set()
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if child.end_lineno - child.lineno + 1 > MAX_LINES:
-                    found.add(f"{prefix}.{child.name}")
-                visit(child, f"{prefix}.{child.name}")
-            elif isinstance(child, ast.ClassDef):
-                visit(child, f"{prefix}.{child.name}")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(path.read_text()), module)
-    return found
+    return {f"{module}{name}" for name, lines in scan(path).functions if lines > MAX_LINES}
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +168,9 @@ def test_the_checks_find_what_they_should(tmp_path):
     assert private_uses("leakaudit.c", pkg / "c.py", modules | {"leakaudit._validate"}) == set()
 
 
-def _library_names(tree: ast.Module) -> set[str]:
+def _library_names(nodes: tuple[ast.AST, ...]) -> set[str]:
     names = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARY:
             names.update(a.asname or a.name for a in node.names)
         elif isinstance(node, ast.Import):
@@ -148,15 +182,15 @@ def _library_names(tree: ast.Module) -> set[str]:
 def reaches_inside(path: Path) -> list[str]:
     """What a benchmark script does to the library beyond its public API: a private name
     imported or read (from a private module too), ``setattr`` on it, an assignment into it."""
-    tree = ast.parse(path.read_text())
-    names, found = _library_names(tree), []
+    nodes = scan(path).nodes
+    names, found = _library_names(nodes), []
 
     def rooted(e: ast.AST) -> bool:
         while isinstance(e, (ast.Attribute, ast.Call, ast.Subscript)):
             e = e.func if isinstance(e, ast.Call) else e.value
         return isinstance(e, ast.Name) and e.id in names
 
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARY:
             if any(_private(p) for p in (node.module or "").split(".")) or \
                     any(_private(a.name) for a in node.names):
