@@ -126,7 +126,7 @@ def choose_guesses(m: int, mu: float, delta: float, p: float
     ``p`` on the idealised game at ``mu`` with ``m`` canaries (expected right guesses),
     among :data:`PLAN_FRACTIONS`; keys "eps" and "mu". A function of (m, mu, delta, p) only:
     chosen before any score is seen. Computed once per (m, mu, delta, p), mu taken as
-    :func:`expected_right` takes it (capped at :data:`fdp.MU_MAX`; none or nan: 0): an audit
+    :func:`expected_right` takes it (capped at :data:`fdp.MU_MAX`; nan or not positive: 0): an audit
     row plans its count and its idealised bound at the same mu."""
     mu = float(mu)
     mu = min(mu, fdp.MU_MAX) if mu > 0.0 else 0.0
