@@ -143,7 +143,7 @@ def _merge_down_row(dlo: list[float], dup: list[float], eh: float, emh: float) -
         floor = 1.0 - nxt / up if up > 0 else 0.0
         tk = need if need > floor else floor
         if tk != tk or tk == inf or tk == -inf:  # comparisons, not min/max calls: the
-            tk = 1.0  # loop runs over up to 10^5 intervals per release
+            tk = 1.0  # loop runs once per interval of the release
         elif tk < 0.0:
             tk = 0.0
         elif tk > 1.0:

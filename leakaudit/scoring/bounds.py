@@ -120,7 +120,9 @@ CP_TABLE_MAX = 20_000
 def _cp_table(n: int, alpha: float) -> np.ndarray:
     """The Clopper-Pearson upper bound at alpha/2 of each count k = 0..n of n runs."""
     k = np.arange(n + 1, dtype=float)
-    return np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+    table = np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+    table.setflags(write=False)  # kept and shared by every caller
+    return table
 
 
 def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: float,
