@@ -48,7 +48,7 @@ from ..scoring import bounds as stats
 from ..scoring import fdp
 from . import game
 from .report import PrivacyReport
-from .whitebox import whitebox_check
+from .whitebox import runs_for, whitebox_check
 
 __all__ = ["privacy_audit", "audit_release", "release_epsilon", "ledger_mu", "STATISTICS",
            "ledger_curve", "outside_curve"]
@@ -443,7 +443,7 @@ def _release_row(defense: Defense, point: int, trials: int, *, delta: float,
     sound_v, sound_by, mu_sound = _verdict(probe.sound, eps_sound, eps_lower, mu_lower,
                                            curve_points, delta)
     white = whitebox_check(defense, setup, shapes_t, delta=delta, seed=seed, vec=vec,
-                           chunk=chunk)
+                           chunk=chunk, n=runs_for(trials))
     return {"defense": defense.name, "params": defense.describe(), "point": point,
             "trials": trials, "canary": winners["eps"][0], "statistic": winners["eps"][1],
             "eps_claimed": eps_claimed, "eps_sound": eps_sound, "eps_lower": eps_lower,

@@ -17,7 +17,8 @@ applicable), the noise scale per parameter tensor from runs on distinct seeds, a
 ledger's own eps recomputed from them (``eps_whitebox``, under the ledger's noise family:
 for Gaussian ledgers the eps at delta of the measured mu). A ledger is violated when the
 measured eps (Laplace) or mu (Gaussian) exceeds the ledger's beyond the tolerance of the
-scale estimates.
+scale estimates. In an audit of T held-out runs per side the check plays
+:func:`runs_for` (T) = min(T, 256) runs per world.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from ..scoring import whitebox as wb
 from ..scoring.bounds import gdp_epsilon
 from . import game
 
-__all__ = ["dense_canary", "out_world_runs", "same_noise_runs", "whitebox_check", "RUNS",
-           "CANARIES"]
+__all__ = ["dense_canary", "out_world_runs", "same_noise_runs", "whitebox_check",
+           "runs_for", "RUNS", "CANARIES"]
 
-#: runs per world (pairs on the same noise; their noise measures the scale)
+#: runs per world at most (pairs on the same noise; their noise measures the scale)
 RUNS = 256
 #: canaries the check moves the release with
 CANARIES = ("dirac", "large", "dense")
@@ -51,6 +52,15 @@ def dense_canary(shapes: tuple[tuple[int, ...], ...], bound: float) -> list[torc
     d = sum(math.prod(s) for s in shapes)
     value = game.LARGE * bound / math.sqrt(d)
     return [torch.full(s, value) for s in shapes]
+
+
+def runs_for(trials: int) -> int:
+    """Runs per world of the check in an audit of ``trials`` held-out runs per side (an
+    audit has at least 100): as many, at most :data:`RUNS`. The scale estimates pool every
+    coordinate of a tensor (:func:`leakaudit.scoring.whitebox.release_value`), so fewer runs
+    widen the tolerance a little; the check costs at most 4 x ``trials`` + 8 releases, not a
+    fixed 1,032 whatever the audit's budget."""
+    return min(RUNS, int(trials))
 
 
 def _runs(defense: Defense, setup: game.GameSetup, canary_in: bool, n: int, seed: int,

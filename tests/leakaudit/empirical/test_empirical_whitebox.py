@@ -16,20 +16,22 @@ import pytest
 import torch
 
 from accounting import PrivacyLedger
+from leakaudit.empirical import api as empirical_api
 from leakaudit.empirical import audit_release, game
 from leakaudit.empirical.mutants import CORRECT, MUTANTS, SHAPES, UserDPSGD
-from leakaudit.empirical.whitebox import dense_canary, whitebox_check
+from leakaudit.empirical.whitebox import RUNS, dense_canary, runs_for, whitebox_check
 from leakaudit.scoring import whitebox as wb
 
 D_LENET = sum(math.prod(s) for s in game.LENET_SHAPES)
 
 
-def _check(defense, shapes, seed: int = 0) -> dict:
+def _check(defense, shapes, seed: int = 0, n: int = RUNS) -> dict:
     setup = game.make_setup(defense, 2, shapes, 8, 0.05, 1, torch.Generator().manual_seed(seed))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         vec = game.vectorisable(defense, 2)
-    return whitebox_check(defense, setup, shapes, delta=1e-5, seed=seed, vec=vec, chunk=256)
+    return whitebox_check(defense, setup, shapes, delta=1e-5, seed=seed, vec=vec, chunk=256,
+                          n=n)
 
 
 def test_release_value_is_the_laplace_and_gaussian_eps_of_known_noise():
@@ -99,14 +101,30 @@ def test_code_whose_noise_is_not_from_the_context_is_not_applicable_never_flagge
     assert "varies with the seed" in got["whitebox"] and not got["whitebox_sound"]
 
 
-def test_correct_gaussian_and_laplace_code_is_measured_at_its_claim():
+@pytest.mark.parametrize("n", [100, RUNS])  # the fewest an audit plays (trials >= 100), most
+def test_correct_gaussian_and_laplace_code_is_measured_at_its_claim(n):
     for make, family in ((CORRECT["user-dp-sgd"], "gaussian"),
                          (CORRECT["user-l1-laplace-sgd"], "laplace"),
                          (CORRECT["user-dp-sgd-sigma1"], "gaussian")):
-        got = _check(make(), SHAPES)
+        got = _check(make(), SHAPES, n=n)
         assert got["whitebox"].startswith(family), got["whitebox"]
         assert not got["whitebox_sound"] and not got["whitebox_claim"], got["whitebox"]
         assert got["whitebox_factor"] == pytest.approx(1.0, abs=0.05), got["whitebox"]
+
+
+def test_the_check_plays_the_audits_trials_per_world_within_its_limits(monkeypatch):
+    assert [runs_for(t) for t in (100, RUNS, 10_000)] == [100, RUNS, RUNS]
+    played = []
+
+    def spy(*args, n, **kwargs):
+        played.append(n)
+        return whitebox_check(*args, n=n, **kwargs)
+
+    monkeypatch.setattr(empirical_api, "whitebox_check", spy)
+    for trials in (120, 300):
+        audit_release(CORRECT["user-dp-sgd"](), point=2, trials=trials, seed=0, shapes=SHAPES,
+                      background=8, canaries=["dirac"], statistic="projection")
+    assert played == [120, RUNS]
 
 
 @pytest.mark.slow
