@@ -92,28 +92,38 @@ def analytic_gaussian_epsilons(sigmas: np.ndarray, deltas: np.ndarray | float) -
     except ValueError as exc:
         raise ValueError("deltas must be a scalar or have the same length as sigmas") from exc
     d = check_array("deltas", d, low=0.0, high=1.0, low_open=True, high_open=True)
+    return _analytic_rows(s[None, :], d[None, :])[0]
+
+
+def _analytic_rows(s: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """:func:`analytic_gaussian_epsilons` of each row of ``s``, ``d`` (2-D, checked), the
+    rows bisected side by side: a row stops when all its entries have converged, so each
+    row's result is bit for bit that of its own call."""
     out = np.full(s.shape, np.inf)
     ok = s > 0
     if not ok.any():
         return out
-    s, d = s[ok], d[ok]
+    s, d = np.where(ok, s, 1.0), np.where(ok, d, 0.5)  # placeholders, left at eps 0
     lo = np.zeros_like(s)
-    hi = np.ones_like(s)
+    hi = np.where(ok, 1.0, 0.0)
     for _ in range(200):
-        bad = _gaussian_delta_vec(s, hi) > d
+        bad = ok & (_gaussian_delta_vec(s, hi) > d)
         if not bad.any():
             break
         hi = np.where(bad, hi * 2.0, hi)
     zero = _gaussian_delta_vec(s, lo) <= d
+    live = np.ones(s.shape[0], dtype=bool)
     for _ in range(200):
+        step = live[:, None] & ok
         mid = 0.5 * (lo + hi)
         good = _gaussian_delta_vec(s, mid) <= d
-        hi = np.where(good, mid, hi)
-        lo = np.where(good, lo, mid)
-        if np.all(hi - lo <= 1e-12 * np.maximum(hi, 1e-300)):
+        hi = np.where(step & good, mid, hi)
+        lo = np.where(step & ~good, mid, lo)
+        done = np.all((hi - lo <= 1e-12 * np.maximum(hi, 1e-300)) | ~ok, axis=1)
+        live &= ~done
+        if not live.any():
             break
-    out[ok] = np.where(zero, 0.0, hi)
-    return out
+    return np.where(ok, np.where(zero, 0.0, hi), np.inf)
 
 
 def gaussian_step_epsilon(sigma: float, delta: float, method: str = "classical") -> float:
@@ -251,7 +261,7 @@ def zcdp_gaussian(sigma: float) -> float:
     amplification by subsampling, so the sampling rate is ignored (an upper bound).
     """
     sigma = check_sigma("sigma", sigma)
-    return math.inf if sigma == 0 else 1.0 / (2.0 * sigma**2)
+    return math.inf if sigma**2 == 0 else 1.0 / (2.0 * sigma**2)  # sigma^2 may underflow
 
 
 def zcdp_sampled_gaussian_approx(q: float, sigma: float) -> float:
@@ -265,7 +275,7 @@ def zcdp_sampled_gaussian_approx(q: float, sigma: float) -> float:
     sigma = check_sigma("sigma", sigma)
     if q == 0:
         return 0.0
-    return math.inf if sigma == 0 else q * q / sigma**2
+    return math.inf if sigma**2 == 0 else q * q / sigma**2  # sigma^2 may underflow
 
 
 def zcdp_to_dp(rho: float, delta: float, conversion: str = "classic") -> DP:
@@ -310,19 +320,45 @@ def per_step_dp(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
     ``delta_per_step`` (analytic, Balle & Wang 2018; or classical, Dwork & Roth Thm A.1,
     warning outside eps < 1), amplified by ``log(1 + q (e^eps - 1))``; ``others`` are
     (eps, delta, count) releases taken as they are."""
+    if gaussian == "analytic":
+        return _per_step_rows(groups, others, [delta_per_step])[0]
+    qs, sigmas, counts = _kept(groups)
+    d_step = np.minimum(delta_per_step / np.maximum(qs, 1e-300), 0.5)
+    with np.errstate(divide="ignore"):
+        e0 = np.sqrt(2.0 * np.log(1.25 / d_step)) / sigmas
+    if (e0 >= 1).any():
+        warnings.warn("the classical Gaussian calibration (Dwork & Roth Thm A.1) is "
+                      "used outside eps < 1 for some steps: not a proven bound",
+                      RangeWarning, stacklevel=4)
+    return _amplified(qs, counts, e0, d_step, others)
+
+
+def _kept(groups: tuple[np.ndarray, np.ndarray, np.ndarray]
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     qs, sigmas, counts = groups
     keep = qs > 0
-    qs, sigmas, counts = qs[keep], sigmas[keep], counts[keep]
-    d_step = np.minimum(delta_per_step / np.maximum(qs, 1e-300), 0.5)
-    if gaussian == "analytic":
-        e0 = analytic_gaussian_epsilons(sigmas, d_step)
-    else:
-        with np.errstate(divide="ignore"):
-            e0 = np.sqrt(2.0 * np.log(1.25 / d_step)) / sigmas
-        if (e0 >= 1).any():
-            warnings.warn("the classical Gaussian calibration (Dwork & Roth Thm A.1) is "
-                          "used outside eps < 1 for some steps: not a proven bound",
-                          RangeWarning, stacklevel=4)
+    return qs[keep], sigmas[keep], counts[keep]
+
+
+def _per_step_rows(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
+                   others: list[tuple[float, float, int]], deltas_per_step: Sequence[float]
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`per_step_dp` (analytic) at each of ``deltas_per_step``, one bisection for all
+    (each row's result is that of its own call)."""
+    qs, sigmas, counts = _kept(groups)
+    s = check_array("sigmas", sigmas, low=0.0, what="noise multipliers")
+    d_rows = [np.minimum(x / np.maximum(qs, 1e-300), 0.5) for x in deltas_per_step]
+    for d in d_rows:
+        check_array("deltas", d, low=0.0, high=1.0, low_open=True, high_open=True)
+    e0 = _analytic_rows(np.broadcast_to(s, (len(d_rows), s.size)), np.array(d_rows))
+    return [_amplified(qs, counts, e, d, others) for e, d in zip(e0, d_rows)]
+
+
+def _amplified(qs: np.ndarray, counts: np.ndarray, e0: np.ndarray, d_step: np.ndarray,
+               others: list[tuple[float, float, int]]
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-step (eps, delta) of Gaussian steps amplified by their sampling rates
+    (``log(1 + q (e^eps - 1))``, ``q delta``), then ``others`` as they are."""
     with np.errstate(over="ignore"):
         amp = np.where(np.isinf(e0), np.inf, np.log1p(qs * np.expm1(np.minimum(e0, 700.0))))
     big = np.isfinite(e0) & (e0 > 700.0)
@@ -354,8 +390,10 @@ def composition_epsilon(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
         e, _, c = per_step_dp(groups, others, rem / n_gauss, gaussian)
         return float(np.sum(e * c)) if e.size else 0.0
     best = math.inf
-    for f in _ADVANCED_SPLITS:
-        e, _, c = per_step_dp(groups, others, (1.0 - f) * rem / n_gauss, gaussian)
+    splits = [(1.0 - f) * rem / n_gauss for f in _ADVANCED_SPLITS]
+    rows = (_per_step_rows(groups, others, splits) if gaussian == "analytic"
+            else [per_step_dp(groups, others, x, gaussian) for x in splits])
+    for f, (e, _, c) in zip(_ADVANCED_SPLITS, rows):
         if e.size == 0:
             return 0.0
         if np.isinf(e).any():

@@ -69,6 +69,11 @@ def test_amplification_by_sampling():
 def test_zcdp():
     assert A.zcdp_gaussian(2.0) == pytest.approx(1 / 8)
     assert math.isinf(A.zcdp_gaussian(0.0))
+    # sigma^2 underflows to 0 (the smallest normal float, found by the property suite): inf,
+    # not a ZeroDivisionError; the sampled approximation likewise
+    for tiny in (2.2250738585072014e-308, 1e-160):
+        assert math.isinf(A.zcdp_gaussian(tiny))
+        assert math.isinf(A.zcdp_sampled_gaussian_approx(0.5, tiny))
     rho, delta = 0.5, 1e-5
     classic = A.zcdp_to_dp(rho, delta)
     assert classic.eps == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1 / delta)))
