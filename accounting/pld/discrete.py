@@ -259,12 +259,10 @@ def _int_powers(f: np.ndarray, counts: np.ndarray) -> np.ndarray:
     out = np.ones_like(f)
     base = f.copy()
     c = counts.copy()
-    while (c > 0).any():
-        odd = (c & 1).astype(bool)
-        out[odd] *= base[odd]
+    while (c > 0).any():  # in place on the rows concerned (no copies of whole rows)
+        np.multiply(out, base, out=out, where=(c & 1).astype(bool)[:, None])
         c >>= 1
-        live = c > 0
-        base[live] *= base[live]
+        np.multiply(base, base, out=base, where=(c > 0)[:, None])
     return out
 
 
