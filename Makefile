@@ -64,7 +64,7 @@ test: setup-all
 	LEAKAUDIT_REQUIRE_EXTRAS=1 $(PY) -m pytest -q -n auto --dist loadfile
 
 # The suite without the tests marked slow (the integration tests), hypothesis at 8 examples
-# per property: about 70 s on 2 quiet cores (docs/results.md, "Test suite").
+# per property: about 60 s on 2 quiet cores (docs/results.md, "Test suite").
 test-fast: setup-all
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -n auto --dist loadfile -m "not slow"
 
