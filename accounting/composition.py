@@ -322,7 +322,7 @@ def per_step_dp(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
     (eps, delta, count) releases taken as they are."""
     if gaussian == "analytic":
         return _per_step_rows(groups, others, [delta_per_step])[0]
-    qs, sigmas, counts = _kept(groups)
+    qs, sigmas, counts = _sampled(groups)
     d_step = np.minimum(delta_per_step / np.maximum(qs, 1e-300), 0.5)
     with np.errstate(divide="ignore"):
         e0 = np.sqrt(2.0 * np.log(1.25 / d_step)) / sigmas
@@ -333,8 +333,9 @@ def per_step_dp(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
     return _amplified(qs, counts, e0, d_step, others)
 
 
-def _kept(groups: tuple[np.ndarray, np.ndarray, np.ndarray]
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sampled(groups: tuple[np.ndarray, np.ndarray, np.ndarray]
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (q, sigma, count) rows of ``groups`` with q > 0 (q = 0 releases nothing)."""
     qs, sigmas, counts = groups
     keep = qs > 0
     return qs[keep], sigmas[keep], counts[keep]
@@ -345,7 +346,7 @@ def _per_step_rows(groups: tuple[np.ndarray, np.ndarray, np.ndarray],
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """:func:`per_step_dp` (analytic) at each of ``deltas_per_step``, one bisection for all
     (each row's result is that of its own call)."""
-    qs, sigmas, counts = _kept(groups)
+    qs, sigmas, counts = _sampled(groups)
     s = check_array("sigmas", sigmas, low=0.0, what="noise multipliers")
     d_rows = [np.minimum(x / np.maximum(qs, 1e-300), 0.5) for x in deltas_per_step]
     for d in d_rows:

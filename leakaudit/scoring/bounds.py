@@ -116,11 +116,15 @@ def error_counts(out: np.ndarray, into: np.ndarray, rule: Threshold) -> tuple[in
 CP_TABLE_MAX = 20_000
 
 
+def _cp_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+    """The Clopper-Pearson upper bound at alpha/2 of each count ``k`` of n runs."""
+    return np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+
+
 @functools.lru_cache(maxsize=16)
 def _cp_table(n: int, alpha: float) -> np.ndarray:
-    """The Clopper-Pearson upper bound at alpha/2 of each count k = 0..n of n runs."""
-    k = np.arange(n + 1, dtype=float)
-    table = np.where(k >= n, 1.0, stats.beta.ppf(1 - alpha / 2, k + 1, np.maximum(n - k, 1)))
+    """:func:`_cp_upper` of each count k = 0..n of n runs."""
+    table = _cp_upper(np.arange(n + 1, dtype=float), n, alpha)
     table.setflags(write=False)  # kept and shared by every caller
     return table
 
@@ -128,12 +132,11 @@ def _cp_table(n: int, alpha: float) -> np.ndarray:
 def _objective(fp: np.ndarray, fn: np.ndarray, n_out: int, n_in: int, alpha: float,
                delta: float, target: str) -> np.ndarray:
     """Vectorised bound at each candidate threshold, with Clopper-Pearson at alpha/2 each."""
-    def upper(k: np.ndarray, n: int) -> np.ndarray:   # each distinct count once
+    def upper(k: np.ndarray, n: int) -> np.ndarray:
         if n <= CP_TABLE_MAX:   # counts of n runs: 0..n
             return _cp_table(int(n), float(alpha))[np.asarray(k).astype(np.int64)]
-        uk, where = np.unique(k, return_inverse=True)
-        ub = np.where(uk >= n, 1.0, stats.beta.ppf(1 - alpha / 2, uk + 1, np.maximum(n - uk, 1)))
-        return ub[where].reshape(np.shape(k))
+        uk, where = np.unique(k, return_inverse=True)   # each distinct count once
+        return _cp_upper(uk, n, alpha)[where].reshape(np.shape(k))
     fpr, fnr = upper(fp, n_out), upper(fn, n_in)
     if target == "mu":
         return special.ndtri(1.0 - np.clip(fpr, 1e-300, 1.0)) \

@@ -41,7 +41,8 @@ from . import fdp
 from .bounds import gdp_epsilon
 
 __all__ = ["p_value_one_run", "eps_one_run", "level_per_test", "choose_guesses",
-           "expected_right", "idealised_bound", "one_run_bound", "GUESSES", "PLAN_FRACTIONS"]
+           "expected_right", "idealised_mu", "idealised_bound", "one_run_bound", "GUESSES",
+           "PLAN_FRACTIONS"]
 
 #: the pre-registered guess counts, as fractions of m: (share guessed "in", share "out")
 GUESSES: tuple[tuple[float, float], ...] = (
@@ -95,11 +96,17 @@ def level_per_test(confidence: float, guesses: int) -> float:
     return (1.0 - confidence) / 2.0 / guesses
 
 
+def idealised_mu(mu: float) -> float:
+    """The mu of the idealised game: capped at :data:`fdp.MU_MAX` (where the worlds no longer
+    overlap); nan or not positive: 0."""
+    return min(max(0.0, float(mu)), fdp.MU_MAX)
+
+
 def expected_right(m: int, mu: float, f_in: float, f_out: float) -> tuple[int, int]:
     """(guesses, expected right guesses) of the top ``f_in`` m "in" and bottom ``f_out`` m
     "out" guesses on the idealised game: scores N(mu, 1) in, N(0, 1) out, each in w.p. 1/2.
-    Any mu >= 0 (capped at :data:`fdp.MU_MAX`, where the worlds no longer overlap)."""
-    mu = min(max(0.0, float(mu)), fdp.MU_MAX)
+    Any mu >= 0 (:func:`idealised_mu`)."""
+    mu = idealised_mu(mu)
     k_in, k_out = int(f_in * m), int(f_out * m)
     lo, hi = -40.0, mu + 40.0          # the mixture's quantile lies inside for every mu
     v = 0.0
@@ -126,11 +133,9 @@ def choose_guesses(m: int, mu: float, delta: float, p: float
     ``p`` on the idealised game at ``mu`` with ``m`` canaries (expected right guesses),
     among :data:`PLAN_FRACTIONS`; keys "eps" and "mu". A function of (m, mu, delta, p) only:
     chosen before any score is seen. Computed once per (m, mu, delta, p), mu taken as
-    :func:`expected_right` takes it (capped at :data:`fdp.MU_MAX`; nan or not positive: 0): an audit
-    row plans its count and its idealised bound at the same mu."""
-    mu = float(mu)
-    mu = min(mu, fdp.MU_MAX) if mu > 0.0 else 0.0
-    eps_pick, mu_pick = _chosen(int(m), mu, float(delta), float(p))
+    :func:`expected_right` takes it (:func:`idealised_mu`): an audit row plans its count and
+    its idealised bound at the same mu."""
+    eps_pick, mu_pick = _chosen(int(m), idealised_mu(mu), float(delta), float(p))
     return {"eps": eps_pick, "mu": mu_pick}
 
 
